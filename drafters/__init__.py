@@ -1,0 +1,11 @@
+"""Drafter plug-ins. Built-ins are registered lazily by name; third parties use the
+``jfbench.drafters`` entry-point group (value ``"module:Class"``)."""
+
+from jetflow_bench.registry import Registry
+from drafters.base import Drafter
+
+DRAFTERS: Registry[type[Drafter]] = Registry("drafter", entry_point_group="jfbench.drafters")
+DRAFTERS.register("ngram", "drafters.ngram:NgramDrafter", aliases=("prompt-lookup", "pld"))
+DRAFTERS.register("oracle", "drafters.oracle:OracleDrafter")
+
+__all__ = ["DRAFTERS", "Drafter"]

@@ -1,0 +1,61 @@
+"""The drafter interface: the only thing the engine knows about a drafter.
+
+The engine never branches on a drafter's name. Per batch of prompts it calls ``reset`` once, then
+alternates ``propose`` (one tree per active sequence) and ``observe`` (what became committed).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from jetflow_bench.tree import DraftTree
+
+if TYPE_CHECKING:
+    from jetflow_bench.target import TargetRunner
+
+
+@dataclass
+class SequenceView:
+    """What a drafter may read about one sequence. Owned by the engine; do not mutate."""
+
+    request: int  # stable index of the request within the current batch
+    tokens: list[int]  # committed token ids, prompt included; tokens[-1] is the next tree's root
+    prompt_len: int  # tokens[:prompt_len] is the prompt
+
+
+class Drafter(ABC):
+    """Proposes a draft tree per sequence under a node budget (root included)."""
+
+    name: ClassVar[str] = "drafter"
+    taps: tuple[int, ...] = ()  # target layer indices whose hidden states `observe` receives
+
+    @classmethod
+    def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> Drafter:
+        """Construct for ``target``; learned drafters load ``checkpoint`` here."""
+        return cls(**options)
+
+    def reset(self, seqs: Sequence[SequenceView]) -> None:  # noqa: B027 - optional hook
+        """A new batch of prompts starts: drop all per-request state."""
+
+    def observe(self, seqs: Sequence[SequenceView], features: Sequence[torch.Tensor] | None) -> None:  # noqa: B027
+        """Tokens were committed (after prefill and after every verify step).
+
+        ``features[i]`` holds, for ``seqs[i]``, the tapped target hidden states of the tokens newly
+        written to the target's KV cache, shape (n_new, len(taps), hidden); it is None when the
+        drafter has no taps. Those tokens are ``seqs[i].tokens[-1 - n_new : -1]`` (the last token is
+        the next root, not yet in the cache).
+        """
+
+    @abstractmethod
+    def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
+        """One tree per sequence, root = ``seq.tokens[-1]``, at most ``budget`` nodes."""
+
+    def describe(self) -> dict[str, Any]:
+        """Settings that identify this drafter's configuration (goes into config hashes)."""
+        return {"name": self.name}

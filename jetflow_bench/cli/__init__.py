@@ -1,0 +1,52 @@
+"""The `jfbench` command line: this module only wires command groups together.
+
+Each command group lives in its own module and registers itself on ``app`` (or on a sub-app it adds).
+User errors (`JfbenchError`) become one line on stderr and exit code 2; set ``JFBENCH_DEBUG=1`` to
+see the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from jetflow_bench.errors import JfbenchError
+
+app = typer.Typer(
+    name="jfbench",
+    help="Benchmark and ablate speculative-decoding drafters (AR baseline, ngram, EAGLE, DFlash-T, JetFlow).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register_commands() -> None:
+    # Imported for their side effect of adding commands to `app`.
+    from jetflow_bench.cli import bench_cmd, demo_cmd, suites_cmd, target_cmd  # noqa: F401
+
+
+def main() -> None:
+    """Console-script entry point."""
+    _register_commands()
+    try:
+        app(standalone_mode=False)
+    except JfbenchError as err:
+        if os.environ.get("JFBENCH_DEBUG"):
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
+    except typer.Exit as exit_:
+        sys.exit(exit_.exit_code)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as err:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(err, click.ClickException):
+            err.show()
+            sys.exit(err.exit_code)
+        raise

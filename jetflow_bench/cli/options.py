@@ -1,0 +1,33 @@
+"""Option aliases shared by every command, so the same flag has the same name and help everywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+DeviceOpt = Annotated[
+    str | None,
+    typer.Option("--device", help="cpu, cuda or cuda:N. Default: cuda when a GPU is present, else cpu."),
+]
+DtypeOpt = Annotated[
+    str | None,
+    typer.Option("--dtype", help="float32, bfloat16 or float16. Default: float32 on CPU, bfloat16 on GPU."),
+]
+DataDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        envvar="JFBENCH_DATA_DIR",
+        help="Folder with the benchmark data files (the layout of shared/data). Env: JFBENCH_DATA_DIR.",
+    ),
+]
+TargetOpt = Annotated[
+    str,
+    typer.Option("--target", help="Target model: a Hugging Face hub id or a local directory (e.g. a toy target)."),
+]
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option("--threads", min=1, help="torch CPU threads. Default: torch's own choice."),
+]

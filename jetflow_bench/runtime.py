@@ -1,0 +1,61 @@
+"""Device, dtype, thread and cache-folder choices shared by every command."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from jetflow_bench.errors import JfbenchError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """``None`` -> cuda when present, else cpu. A cuda request without a GPU is a user error."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise JfbenchError(f"--device {device!r} is not a device: use cpu, cuda or cuda:N") from err
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise JfbenchError(f"--device {device!r} asked for a GPU but none is available: use --device cpu")
+    return dev
+
+
+def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
+    """``None`` -> float32 on CPU, bfloat16 on GPU."""
+    if dtype is None:
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    if dtype not in DTYPES:
+        raise JfbenchError(f"--dtype {dtype!r} is not supported: use one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work so that a clock read measures it (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def set_threads(threads: int | None) -> None:
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+def cache_dir() -> Path:
+    """Where generated models, heads and data caches live (never inside the git checkout)."""
+    root = os.environ.get("JFBENCH_CACHE")
+    path = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jfbench"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def data_dir(explicit: Path | None = None) -> Path | None:
+    """The benchmark data folder: ``--data-dir``, else ``JFBENCH_DATA_DIR``, else None."""
+    if explicit is not None:
+        return explicit
+    env = os.environ.get("JFBENCH_DATA_DIR")
+    return Path(env) if env else None

@@ -1,0 +1,117 @@
+"""Draft trees and the index arithmetic on them (pure functions, no model).
+
+A tree is stored flat in topological order (every parent before its children). Node 0 is the
+root: the last committed token, whose KV is not yet in the target's cache. Budget B = number of
+nodes, root included (DESIGN.md §4), so B = 1 is plain decoding.
+
+Worked example — root "The", two children "cat"/"dog", "cat" has child "sat":
+
+    index   0     1     2     3
+    token   The   cat   dog   sat
+    parent  -1    0     0     1
+    depth   0     1     1     2
+
+    ancestor mask (row = query node, True = may attend):
+        0: [1 0 0 0]
+        1: [1 1 0 0]
+        2: [1 0 1 0]     <- "dog" never sees its sibling "cat"
+        3: [1 1 0 1]
+    positions = committed_len + depth = L+0, L+1, L+1, L+2
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    """One sequence's candidate tree, flat and topologically ordered."""
+
+    tokens: list[int]  # (N,) token id per node; tokens[0] is the root
+    parents: list[int]  # (N,) parent index, -1 for the root; parents[i] < i
+    scores: list[float] = field(default_factory=list)  # (N,) drafter score (e.g. cumulative log-prob)
+    depths: list[int] = field(init=False)  # (N,) root = 0
+
+    def __post_init__(self) -> None:
+        if not self.tokens or self.parents[0] != -1:
+            raise ValueError("a draft tree needs a root at index 0 with parent -1")
+        if len(self.parents) != len(self.tokens):
+            raise ValueError("tokens and parents must have the same length")
+        if not self.scores:
+            self.scores = [0.0] * len(self.tokens)
+        depths = [0] * len(self.tokens)
+        for i in range(1, len(self.tokens)):
+            p = self.parents[i]
+            if not 0 <= p < i:
+                raise ValueError(f"node {i} has parent {p}: parents must come before children")
+            depths[i] = depths[p] + 1
+        self.depths = depths
+
+    @classmethod
+    def root_only(cls, token: int) -> DraftTree:
+        return cls([token], [-1])
+
+    @classmethod
+    def chain(cls, tokens: Sequence[int]) -> DraftTree:
+        """A linear draft: tokens[0] is the root, each next token the child of the previous."""
+        return cls(list(tokens), list(range(-1, len(tokens) - 1)))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def depth(self) -> int:
+        return max(self.depths)
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root to ``node`` inclusive."""
+        path = []
+        while node != -1:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+
+def pad_trees(trees: Sequence[DraftTree], pad_token: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stack ragged trees into padded tensors.
+
+    Returns tokens, parents, depths (each (B, N_max) long) and valid (B, N_max) bool. Padding nodes
+    get parent -1 and depth 0, and are masked out of everything by ``valid``.
+    """
+    n_max = max(len(t) for t in trees)
+    b = len(trees)
+    tokens = torch.full((b, n_max), pad_token, dtype=torch.long)
+    parents = torch.full((b, n_max), -1, dtype=torch.long)
+    depths = torch.zeros((b, n_max), dtype=torch.long)
+    valid = torch.zeros((b, n_max), dtype=torch.bool)
+    for i, t in enumerate(trees):
+        n = len(t)
+        tokens[i, :n] = torch.tensor(t.tokens)
+        parents[i, :n] = torch.tensor(t.parents)
+        depths[i, :n] = torch.tensor(t.depths)
+        valid[i, :n] = True
+    return tokens, parents, depths, valid
+
+
+def ancestor_mask(parents: torch.Tensor, depths: torch.Tensor) -> torch.Tensor:
+    """(B, N, N) bool: entry [b, i, j] is True iff node j is node i or one of its ancestors.
+
+    Built one depth level at a time (a node's row = its parent's row + itself), so the cost is
+    O(depth) tensor ops rather than O(nodes). Padding nodes (parent -1, depth 0) see only themselves.
+    """
+    b, n = parents.shape
+    eye = torch.eye(n, dtype=torch.bool, device=parents.device).expand(b, n, n).clone()
+    anc = eye
+    max_depth = int(depths.max()) if depths.numel() else 0
+    batch_idx = torch.arange(b, device=parents.device)[:, None].expand(b, n)
+    for d in range(1, max_depth + 1):
+        at_depth = depths == d  # (B, N)
+        if not at_depth.any():
+            continue
+        bi, ni = batch_idx[at_depth], torch.nonzero(at_depth, as_tuple=True)[1]
+        anc[bi, ni] = anc[bi, parents[at_depth]] | eye[bi, ni]
+    return anc
