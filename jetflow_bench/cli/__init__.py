@@ -7,6 +7,7 @@ see the traceback instead.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -23,9 +24,13 @@ app = typer.Typer(
 )
 
 
+# Command-group modules; importing one adds its commands to `app`.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
 def _register_commands() -> None:
-    # Imported for their side effect of adding commands to `app`.
-    from jetflow_bench.cli import bench_cmd, demo_cmd, suites_cmd, target_cmd  # noqa: F401
+    for module in COMMAND_MODULES:
+        importlib.import_module(f"jetflow_bench.cli.{module}")
 
 
 def main() -> None:
