@@ -1,0 +1,82 @@
+"""Prompt-lookup (n-gram) drafting: no model, no training.
+
+The last n committed tokens are searched for earlier in the sequence (prompt and output alike);
+what followed each earlier occurrence is proposed. Invariant: every proposed path is a verbatim
+continuation of some earlier occurrence of the current suffix, so on repetitive text the drafts
+are free and often right. Several occurrences that continue differently form a tree (a trie of
+their continuations, most recent occurrence first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from drafters.base import Drafter, SequenceView
+from jetflow_bench.tree import DraftTree
+
+
+def find_continuations(tokens: Sequence[int], max_ngram: int, min_ngram: int, depth: int, max_matches: int) -> list[list[int]]:
+    """Continuations of the longest suffix n-gram (n from max_ngram down) that occurs earlier.
+
+    Example: tokens = [5, 6, 7, 9, 5, 6, 8, 5, 6], max_ngram=2 -> suffix [5, 6] occurs at 0 and 4;
+    most recent first: [[8, 5, 6], [7, 9, 5]] with depth 3.
+    """
+    arr = np.asarray(tokens, dtype=np.int64)
+    for n in range(min(max_ngram, len(arr) - 1), min_ngram - 1, -1):
+        windows = sliding_window_view(arr[:-1], n)  # (L-n, n): window p = arr[p : p+n], continuation exists
+        hits = np.flatnonzero((windows == arr[-n:]).all(axis=1))[::-1][:max_matches]
+        if hits.size:
+            return [arr[p + n : p + n + depth].tolist() for p in hits]
+    return []
+
+
+def trie_tree(root: int, continuations: Sequence[Sequence[int]], budget: int) -> DraftTree:
+    """Merge continuations into one tree of at most ``budget`` nodes (root included).
+
+    Earlier continuations have priority; a node's score is how many continuations pass through it.
+    """
+    tokens, parents, scores = [root], [-1], [0.0]
+    child: dict[tuple[int, int], int] = {}
+    for cont in continuations:
+        node = 0
+        for token in cont:
+            key = (node, token)
+            if key not in child:
+                if len(tokens) >= budget:
+                    break
+                child[key] = len(tokens)
+                tokens.append(token)
+                parents.append(node)
+                scores.append(0.0)
+            node = child[key]
+            scores[node] += 1.0
+    return DraftTree(tokens, parents, scores)
+
+
+class NgramDrafter(Drafter):
+    """Prompt lookup; proposes a chain, or a tree when earlier matches continue differently."""
+
+    name = "ngram"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, max_depth: int = 16, max_matches: int = 8) -> None:
+        self.max_ngram = max_ngram  # longest suffix searched for
+        self.min_ngram = min_ngram  # shortest suffix accepted as a match
+        self.max_depth = max_depth  # longest continuation proposed
+        self.max_matches = max_matches  # most recent occurrences merged into the tree
+
+    def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
+        trees = []
+        for seq in seqs:
+            depth = min(self.max_depth, budget - 1)
+            conts = find_continuations(seq.tokens, self.max_ngram, self.min_ngram, depth, self.max_matches) if depth else []
+            trees.append(trie_tree(seq.tokens[-1], conts, budget))
+        return trees
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name, "max_ngram": self.max_ngram, "min_ngram": self.min_ngram,
+            "max_depth": self.max_depth, "max_matches": self.max_matches,
+        }

@@ -1,0 +1,48 @@
+"""Greedy tree acceptance (vectorised over a padded batch of trees).
+
+Rule: a drafted node is correct when its token equals the target's argmax at its parent; a node
+is accepted when it and all its ancestors are correct. The deepest accepted node wins (lowest
+index on ties), and the target's argmax at that node is the bonus token, so every verify step
+emits accepted + 1 tokens and the output equals plain greedy decoding token for token.
+
+Sampling (temperature > 0) will add a second acceptance function taking draft and target
+probabilities; the engine only needs ``Acceptance``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Acceptance:
+    best: list[int]  # (B,) node index of the deepest accepted node per row
+    accepted: list[int]  # (B,) accepted drafted tokens per row (= depth of best)
+    bonus: list[int]  # (B,) target argmax at the best node
+    paths: list[list[int]]  # per row: node indices root .. best
+
+
+def greedy_accept(
+    tokens: torch.Tensor,  # (B, N) node tokens
+    parents: torch.Tensor,  # (B, N) parent index, -1 for root/padding
+    depths: torch.Tensor,  # (B, N)
+    valid: torch.Tensor,  # (B, N) bool
+    ancestors: torch.Tensor,  # (B, N, N) bool, [b, i, j] = j is i or an ancestor of i
+    target_argmax: torch.Tensor,  # (B, N) target's greedy token after each node
+) -> Acceptance:
+    parent_choice = target_argmax.gather(1, parents.clamp(min=0))  # (B, N) target's pick at the parent
+    correct = (tokens == parent_choice) & valid
+    correct[:, 0] = True  # the root is committed already
+    # A node is accepted iff no node on its root path is incorrect.
+    accepted_mask = ~(ancestors & ~correct[:, None, :]).any(-1) & valid  # (B, N)
+    score = torch.where(accepted_mask, depths, torch.full_like(depths, -1))
+    best = score.argmax(1)  # (B,) first maximum = lowest index on ties
+    rows = torch.arange(tokens.shape[0], device=tokens.device)
+    bonus = target_argmax[rows, best]
+    path_mask = ancestors[rows, best]  # (B, N) nodes on the root..best path
+    best_l, bonus_l = best.tolist(), bonus.tolist()
+    accepted_l = depths[rows, best].tolist()
+    paths = [torch.nonzero(row, as_tuple=True)[0].tolist() for row in path_mask.cpu()]
+    return Acceptance(best_l, accepted_l, bonus_l, paths)

@@ -1,0 +1,215 @@
+"""The decoding engine: one path for every arm.
+
+The AR baseline is this engine with no drafter (every tree is just its root); a speculative arm
+passes a drafter. Batches of prompts decode together with ragged acceptance; finished rows leave
+the batch. Every verify step leaves raw counters and timings; all rates are derived later
+(`jetflow_bench.metrics`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from drafters.base import Drafter, SequenceView
+from jetflow_bench.acceptance import greedy_accept
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.runtime import synchronize
+from jetflow_bench.stopping import StopRule
+from jetflow_bench.target import TargetRunner
+from jetflow_bench.tree import DraftTree
+
+MAX_BUDGET = 1024
+
+
+@dataclass
+class StepRecord:
+    """Raw counters of one request in one verify step (times are the whole batched step's)."""
+
+    request: int
+    step: int  # verify-step index of this request
+    batch_step: int  # index of the batched forward; rows sharing it share the times below
+    active: int  # sequences in that forward
+    budget: int  # nodes allowed per tree, root included
+    drafted: int  # drafted nodes (root excluded)
+    accepted: int  # drafted tokens accepted
+    emitted: int  # tokens appended after stop truncation
+    depth: int  # tree depth
+    draft_s: float
+    verify_s: float
+    other_s: float
+
+
+@dataclass
+class RequestResult:
+    request: int
+    prompt_tokens: list[int]
+    output_tokens: list[int]  # generated ids up to and including the stop token
+    finish_reason: str  # eos | stop | length
+    ttft_s: float  # start -> first token (prefill)
+    decode_s: float  # first token -> finished
+    steps: int  # verify steps after prefill
+
+
+@dataclass
+class BatchResult:
+    requests: list[RequestResult]
+    steps: list[StepRecord] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def check_budget(budget: int, max_budget: int = MAX_BUDGET) -> None:
+    if not 1 <= budget <= max_budget:
+        raise JfbenchError(f"budget {budget} is out of range: use 1 <= budget <= {max_budget} (nodes incl. root)")
+
+
+class _Clock:
+    """perf_counter that first waits for queued device work (a sync point on GPUs)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def __call__(self) -> float:
+        synchronize(self.device)
+        return time.perf_counter()
+
+
+class _Batch:
+    """Book-keeping for one batch: committed tokens, stop checks, finished results."""
+
+    def __init__(self, prompts: Sequence[Sequence[int]], stop: StopRule, clock: _Clock) -> None:
+        self.seqs = [SequenceView(i, list(p), len(p)) for i, p in enumerate(prompts)]
+        self.results: list[RequestResult | None] = [None] * len(prompts)
+        self.checked = [0] * len(prompts)  # generated tokens already run through the stop rule
+        self.steps_done = [0] * len(prompts)  # verify steps per request
+        self.batch_steps = 0  # batched forwards so far
+        self.active = list(range(len(prompts)))
+        self.stop = stop
+        self.clock = clock
+        self.start = clock()
+        self.first_token_at = self.start
+
+    def views(self) -> list[SequenceView]:
+        return [self.seqs[i] for i in self.active]
+
+    def retire_finished(self) -> list[int]:
+        """Apply the stop rule to new tokens; truncate and record finished requests.
+
+        Returns the rows (positions in ``active``) that stay.
+        """
+        keep, now = [], None
+        for row, i in enumerate(self.active):
+            seq = self.seqs[i]
+            generated = seq.tokens[seq.prompt_len :]
+            end = self.stop.find_end(generated, self.checked[i])
+            self.checked[i] = len(generated)
+            if end is None:
+                keep.append(row)
+                continue
+            n, reason = end
+            del seq.tokens[seq.prompt_len + n :]
+            now = now or self.clock()
+            self.results[i] = RequestResult(
+                request=i, prompt_tokens=seq.tokens[: seq.prompt_len], output_tokens=seq.tokens[seq.prompt_len :],
+                finish_reason=reason, ttft_s=self.first_token_at - self.start,
+                decode_s=now - self.first_token_at, steps=self.steps_done[i],
+            )
+        return keep
+
+
+def generate(
+    target: TargetRunner,
+    prompts: Sequence[Sequence[int]],
+    stop: StopRule,
+    budget: int = 1,
+    drafter: Drafter | None = None,
+) -> BatchResult:
+    """Greedy-decode a batch of tokenised prompts; speculative when a drafter is given."""
+    check_budget(budget)
+    if drafter is None and budget != 1:
+        raise JfbenchError(f"budget {budget} needs a drafter: plain decoding verifies the root only (budget 1)")
+    clock = _Clock(target.device)
+    batch = _Batch(prompts, stop, clock)
+    capacity = max(len(p) for p in prompts) + stop.max_new_tokens + budget
+    out = target.prefill(prompts, capacity, taps=drafter.taps if drafter else ())
+    last = torch.tensor([len(p) - 1 for p in prompts], device=out.logits.device)
+    first = out.logits[torch.arange(len(prompts), device=last.device), last].argmax(-1).tolist()
+    batch.first_token_at = clock()
+    for seq, token in zip(batch.seqs, first):
+        seq.tokens.append(token)
+    keep = batch.retire_finished()
+    _shrink(target, batch, keep)
+    if drafter is not None:
+        drafter.reset(batch.seqs)
+        if batch.active:
+            features = None if out.hidden is None else [out.hidden[i, : len(prompts[i])] for i in batch.active]
+            drafter.observe(batch.views(), features)
+    steps: list[StepRecord] = []
+    while batch.active:
+        steps.extend(_speculative_step(target, batch, budget, drafter))
+    return BatchResult([r for r in batch.results if r is not None], steps, wall_s=clock() - batch.start)
+
+
+def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter: Drafter | None) -> list[StepRecord]:
+    """Draft -> verify -> accept -> commit for every active row.
+
+    Acceptance (greedy): keep the deepest tree node whose whole root path matches the target's
+    argmax at each parent, then append the target's argmax at that node (the bonus token).
+    """
+    views, clock = batch.views(), batch.clock
+    t0 = clock()
+    trees = drafter.propose(views, budget) if drafter else [DraftTree.root_only(v.tokens[-1]) for v in views]
+    t1 = clock()
+    _check_trees(trees, views, budget, drafter)
+    ver = target.verify(trees)
+    t2 = clock()
+    target_argmax = ver.logits.argmax(-1)  # (B, N)
+    acc = greedy_accept(ver.tokens, ver.parents, ver.depths, ver.valid, ver.ancestors, target_argmax)
+    target.commit(acc.paths)
+    rows = list(batch.active)
+    before = [len(v.tokens) for v in views]
+    for i in rows:
+        batch.steps_done[i] += 1
+    for row, seq in enumerate(views):
+        seq.tokens.extend(trees[row].tokens[node] for node in acc.paths[row][1:])
+        seq.tokens.append(acc.bonus[row])
+    keep = batch.retire_finished()
+    emitted = [len(v.tokens) - n for v, n in zip(views, before)]
+    _shrink(target, batch, keep)
+    t3 = clock()
+    if drafter is not None and keep:
+        features = None if ver.hidden is None else [ver.hidden[r, acc.paths[r]] for r in keep]
+        drafter.observe(batch.views(), features)
+    t4 = clock()
+    batch.batch_steps += 1
+    return [
+        StepRecord(
+            request=i, step=batch.steps_done[i] - 1, batch_step=batch.batch_steps - 1, active=len(rows),
+            budget=budget, drafted=len(trees[row]) - 1, accepted=acc.accepted[row], emitted=emitted[row],
+            depth=trees[row].depth, draft_s=(t1 - t0) + (t4 - t3), verify_s=t2 - t1, other_s=t3 - t2,
+        )
+        for row, i in enumerate(rows)
+    ]
+
+
+def _shrink(target: TargetRunner, batch: _Batch, keep: list[int]) -> None:
+    """Drop finished rows from the target cache and the active list."""
+    if len(keep) < len(batch.active):
+        if keep:
+            target.keep_rows(keep)
+        batch.active = [batch.active[r] for r in keep]
+
+
+def _check_trees(trees: list[DraftTree], views: list[SequenceView], budget: int, drafter: Drafter | None) -> None:
+    """A plug-in's tree must fit the budget and grow from the committed last token."""
+    name = drafter.name if drafter else "ar"
+    if len(trees) != len(views):
+        raise RuntimeError(f"drafter {name!r} returned {len(trees)} trees for {len(views)} sequences")
+    for tree, view in zip(trees, views):
+        if len(tree) > budget:
+            raise RuntimeError(f"drafter {name!r} proposed {len(tree)} nodes, over the budget of {budget}")
+        if tree.tokens[0] != view.tokens[-1]:
+            raise RuntimeError(f"drafter {name!r} proposed a tree whose root is not the last committed token")

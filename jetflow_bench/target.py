@@ -1,0 +1,231 @@
+"""The target runner: one forward path for prefill, plain decoding and tree verification.
+
+It drives any Hugging Face causal LM of the Llama / Qwen2 / Qwen3 / Mistral families (decoder
+layers with ``self_attn.{q,k,v,o}_proj``, optional ``q_norm``/``k_norm``, ``mlp`` and the two
+RMSNorms), reusing the loaded modules' weights and replacing only attention + cache handling
+(gpt-fast style), so that trees of ragged batches can be written into a preallocated cache
+in place. Prefill is the verification of a chain; plain decoding is the verification of a root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from jetflow_bench.attention import additive_mask, get_attention
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.kv_cache import KVCache
+from jetflow_bench.runtime import resolve_device, resolve_dtype
+from jetflow_bench.tree import DraftTree, ancestor_mask, pad_trees
+
+
+@dataclass
+class ForwardOutput:
+    logits: torch.Tensor  # (B, N, V) float32, one row per tree node (padding rows are garbage)
+    hidden: torch.Tensor | None  # (B, N, K, H) tapped layer outputs, None without taps
+    tokens: torch.Tensor  # (B, N) the node tokens that were run
+    parents: torch.Tensor  # (B, N) parent index per node, -1 for roots and padding
+    depths: torch.Tensor  # (B, N)
+    valid: torch.Tensor  # (B, N) bool, False for padding
+    ancestors: torch.Tensor  # (B, N, N) bool tree-causal mask
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class TargetRunner:
+    """A causal LM with a batched in-place KV cache; see the module docstring."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer,
+        name: str,
+        attention: str = "sdpa",
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.config = model.config
+        self.attend = get_attention(attention)
+        self.attention_backend = attention
+        decoder = model.model
+        self.embed = decoder.embed_tokens
+        self.layers = list(decoder.layers)
+        self.norm = decoder.norm
+        self.rotary = decoder.rotary_emb
+        self.lm_head = model.lm_head
+        first = self.layers[0].self_attn
+        self.head_dim = first.head_dim
+        self.q_heads = self.config.num_attention_heads
+        self.kv_heads = self.config.num_key_value_heads
+        self.scale = first.scaling
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.context_window = int(getattr(self.config, "max_position_embeddings", 1 << 30))
+        self.cache: KVCache | None = None
+        self.taps: tuple[int, ...] = ()
+
+    @classmethod
+    def load(
+        cls, name_or_path: str | Path, device: str | None = None, dtype: str | None = None, attention: str = "sdpa"
+    ) -> TargetRunner:
+        """Load by hub id or local directory, exactly as a real user's model would be."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        dev = resolve_device(device)
+        torch_dtype = resolve_dtype(dtype, dev)
+        name = str(name_or_path)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, attn_implementation="sdpa")
+        except (OSError, ValueError) as err:
+            reason = str(err).strip().splitlines()[0][:200]
+            raise JfbenchError(
+                f"cannot load target {name!r} ({reason}): pass a local model directory "
+                "(e.g. one made by `jfbench target train`) or a reachable Hugging Face hub id"
+            ) from err
+        _check_supported(model, name)
+        return cls(model.to(dev), tokenizer, name=name, attention=attention)
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        ids: set[int] = set()
+        gen = getattr(self.model, "generation_config", None)
+        for source in (getattr(gen, "eos_token_id", None), getattr(self.tokenizer, "eos_token_id", None)):
+            if isinstance(source, int):
+                ids.add(source)
+            elif source:
+                ids.update(source)
+        return tuple(sorted(ids))
+
+    # ----------------------------------------------------------------- public API
+    def prefill(
+        self, prompts: Sequence[Sequence[int]], capacity: int, taps: Sequence[int] = ()
+    ) -> ForwardOutput:
+        """Start a batch: allocate a cache of ``capacity`` slots per row and run every prompt.
+
+        Each prompt is verified as a chain, so afterwards the prompt is the committed prefix.
+        """
+        longest = max(len(p) for p in prompts)
+        if min(len(p) for p in prompts) == 0:
+            raise JfbenchError("an empty prompt was given: every prompt needs at least one token")
+        if longest > self.context_window:
+            raise JfbenchError(
+                f"a prompt has {longest} tokens, longer than the target's context of {self.context_window}: "
+                "shorten the prompt or use a model with a longer context"
+            )
+        if longest > capacity:
+            raise JfbenchError(f"cache capacity {capacity} is smaller than the longest prompt ({longest})")
+        bad = [t for t in taps if not 0 <= t < len(self.layers)]
+        if bad:
+            raise JfbenchError(f"tap layers {bad} do not exist: the target has {len(self.layers)} layers")
+        self.taps = tuple(sorted(set(taps)))  # hidden[..., k, :] is the k-th smallest tap
+        self.cache = KVCache(
+            len(self.layers), len(prompts), self.kv_heads, self.head_dim, capacity, self.dtype, self.device
+        )
+        out = self.verify([DraftTree.chain(p) for p in prompts])
+        self.cache.commit([range(len(p)) for p in prompts])
+        return out
+
+    def verify(self, trees: Sequence[DraftTree]) -> ForwardOutput:
+        """ONE forward over every row's tree (tree-causal mask, positions = length + depth)."""
+        cache = self._require_cache()
+        if len(trees) != cache.batch:
+            raise ValueError(f"{len(trees)} trees for a batch of {cache.batch} rows")
+        tokens, parents, depths, valid = (t.to(self.device) for t in pad_trees(trees))
+        n = tokens.shape[1]
+        lengths = torch.tensor(cache.lengths, device=self.device)  # (B,)
+        kv_len = max(cache.lengths) + n
+        if kv_len > cache.capacity:
+            raise JfbenchError(
+                f"a tree of {n} nodes does not fit the KV cache ({max(cache.lengths)} used of {cache.capacity}): "
+                "lower the budget or raise the cache capacity"
+            )
+        slots = lengths[:, None] + torch.arange(n, device=self.device)  # (B, N)
+        positions = lengths[:, None] + depths  # (B, N)
+        ancestors = ancestor_mask(parents, depths)  # (B, N, N)
+        mask = None if cache.batch == 1 and n == 1 else self._mask(ancestors, lengths, slots, kv_len)
+        logits, hidden = self._forward(tokens, positions, slots, mask, kv_len)
+        return ForwardOutput(logits, hidden, tokens, parents, depths, valid, ancestors)
+
+    def commit(self, paths: Sequence[Sequence[int]]) -> None:
+        """Keep each row's accepted path (node indices, root first); rejected nodes vanish."""
+        self._require_cache().commit(paths)
+
+    def keep_rows(self, rows: Sequence[int]) -> None:
+        self._require_cache().keep_rows(rows)
+
+    # ----------------------------------------------------------------- internals
+    def _require_cache(self) -> KVCache:
+        if self.cache is None:
+            raise RuntimeError("call prefill() before verify()/commit()")
+        return self.cache
+
+    def _mask(
+        self, ancestors: torch.Tensor, lengths: torch.Tensor, slots: torch.Tensor, kv_len: int
+    ) -> torch.Tensor:
+        """(B, 1, N, kv_len) additive mask: the row's committed prefix + the node's ancestors."""
+        b, n = slots.shape
+        allowed = torch.arange(kv_len, device=self.device)[None, None, :] < lengths[:, None, None]  # (B, 1, T)
+        allowed = allowed.expand(b, n, kv_len).clone()  # (B, N, T)
+        allowed.scatter_(2, slots[:, None, :].expand(b, n, n), ancestors)  # node j lives at slots[b, j]
+        return additive_mask(allowed, self.dtype)
+
+    @torch.inference_mode()
+    def _forward(
+        self,
+        tokens: torch.Tensor,  # (B, N)
+        positions: torch.Tensor,  # (B, N)
+        slots: torch.Tensor,  # (B, N) cache slot of each node
+        mask: torch.Tensor | None,  # (B, 1, N, T)
+        kv_len: int,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        cache = self._require_cache()
+        b, n = tokens.shape
+        h = self.embed(tokens)  # (B, N, H)
+        cos, sin = self.rotary(h, positions)  # (B, N, hd) each
+        cos, sin = cos[:, None], sin[:, None]  # broadcast over heads
+        tapped = []
+        for i, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            x = layer.input_layernorm(h)
+            q = attn.q_proj(x).view(b, n, self.q_heads, self.head_dim)
+            k = attn.k_proj(x).view(b, n, self.kv_heads, self.head_dim)
+            v = attn.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, H_kv, N, hd)
+            if hasattr(attn, "q_norm"):
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, N, hd)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            cache.write(i, slots, k, v)
+            keys, values = cache.view(i, kv_len)
+            o = self.attend(q, keys, values, mask, self.scale)  # (B, H_q, N, hd)
+            h = h + attn.o_proj(o.transpose(1, 2).reshape(b, n, -1))
+            mlp_out = layer.mlp(layer.post_attention_layernorm(h))
+            h = h + (mlp_out[0] if isinstance(mlp_out, tuple) else mlp_out)
+            if i in self.taps:
+                tapped.append(h)
+        logits = self.lm_head(self.norm(h)).float()  # (B, N, V)
+        hidden = torch.stack(tapped, dim=2) if tapped else None
+        return logits, hidden
+
+
+def _check_supported(model: nn.Module, name: str) -> None:
+    decoder = getattr(model, "model", None)
+    layers = getattr(decoder, "layers", None)
+    attn = getattr(layers[0], "self_attn", None) if layers else None
+    needed = ("q_proj", "k_proj", "v_proj", "o_proj")
+    if attn is None or not all(hasattr(attn, p) for p in needed) or not hasattr(decoder, "rotary_emb"):
+        raise JfbenchError(
+            f"target {name!r} ({type(model).__name__}) is not a supported architecture: jfbench drives "
+            "Llama / Qwen2 / Qwen3 / Mistral-style decoders (q/k/v/o projections with RoPE)"
+        )
+    if any(getattr(layer.self_attn, "sliding_window", None) for layer in layers):
+        raise JfbenchError(f"target {name!r} uses sliding-window attention, which jfbench does not support yet")
