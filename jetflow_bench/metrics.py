@@ -1,0 +1,312 @@
+"""Every benchmark rate, derived from the engine's raw counters (pure functions, DESIGN.md §4).
+
+The engine records counters, never rates; this module turns them into the summary table. Inputs
+are two tidy frames (plus an optional third):
+
+- steps — one row per (verify step, request): cell keys, `request`, `step`, `batch_step`,
+  `active`, `drafted` (nodes, root excluded), `accepted`, `emitted`, `depth`, `budget` (B, root
+  included), `draft_s` / `verify_s` / `other_s` (seconds of the whole *batched* step, repeated on
+  every row of that `batch_step`).
+- requests — one row per request: cell keys, `request`, `prompt_tokens`, `new_tokens`, `ttft_s`,
+  `decode_s`, `steps`, `correct` (bool or NA = not scored), `lossless`, `excused`.
+- cells (optional) — one row per cell: cell keys, `wall_s` (the cell's wall-clock span).
+
+A cell is one combination of the `keys` columns. Every ratio whose denominator is empty is NaN,
+never 0 or an error: "no data" must not read as "no acceptance".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from pandas.api.typing import DataFrameGroupBy
+
+from jetflow_bench.errors import JfbenchError
+
+STEP_TIME_COLUMNS = ("draft_s", "verify_s", "other_s")
+SPEEDUP_FIELDS = ("micro", "micro_lo", "micro_hi", "macro", "macro_lo", "macro_hi")
+TimeKind = Literal["decode", "e2e"]
+
+
+def _div(num: np.ndarray | pd.Series | float, den: np.ndarray | pd.Series | float) -> np.ndarray:
+    """num / den elementwise, NaN where den == 0 (an empty denominator has no rate)."""
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    out = np.full(np.broadcast(num, den).shape, np.nan)
+    np.divide(num, den, out=out, where=den != 0)
+    return out
+
+
+def _grouped(frame: pd.DataFrame, keys: list[str]) -> DataFrameGroupBy:
+    # dropna=False: a NaN key (e.g. no budget for the AR arm) is still a cell.
+    return frame.groupby(keys, dropna=False, sort=True)
+
+
+def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None = None) -> pd.DataFrame:
+    """Acceptance counters and rates per cell, one row per cell.
+
+    With N = number of step rows and sums over them:
+        tau               = 1 + Σaccepted / N          (tokens per verify step, bonus included)
+        alpha             = Σaccepted / Σdrafted       (NaN when nothing was drafted, e.g. AR)
+        budget_efficiency = Σaccepted / Σ(budget − 1)  (NaN when B = 1 throughout)
+        a_d               = #{steps: accepted ≥ d} / N,        d = 1..D
+        p_d               = a_d / a_{d−1},  a_0 = 1            (NaN when a_{d−1} = 0)
+        accept_hist       = JSON list, element k = #{steps: accepted = k}
+    D = `max_depth` if given (so several runs share columns) else the largest `accepted` in
+    `steps`; the histogram always runs to max(D, largest accepted) so it never drops a step.
+    Columns: keys..., n_steps, drafted, accepted, tau, alpha, budget_efficiency, a_1..a_D,
+    p_1..p_D, accept_hist.
+    """
+    most = int(steps["accepted"].max()) if len(steps) else 0
+    depth = most if max_depth is None else max_depth
+    sums = _grouped(steps.assign(slots=steps["budget"] - 1), keys).agg(
+        n_steps=("accepted", "size"), drafted=("drafted", "sum"), accepted=("accepted", "sum"),
+        slots=("slots", "sum"),
+    )
+    # counts[k] = steps accepting exactly k; at_least[d] = steps accepting ≥ d (reverse cumsum).
+    counts = (
+        _grouped(steps, [*keys, "accepted"]).size().unstack("accepted", fill_value=0)
+        .reindex(columns=range(max(depth, most) + 1), fill_value=0)
+        .reindex(sums.index)
+    )
+    at_least = counts.to_numpy()[:, ::-1].cumsum(axis=1)[:, ::-1]  # (cells, H+1); at_least[:, 0] = N
+    out = sums.drop(columns="slots")
+    out["tau"] = 1 + _div(sums["accepted"], sums["n_steps"])
+    out["alpha"] = _div(sums["accepted"], sums["drafted"])
+    out["budget_efficiency"] = _div(sums["accepted"], sums["slots"])
+    for d in range(1, depth + 1):
+        out[f"a_{d}"] = _div(at_least[:, d], at_least[:, 0])
+    for d in range(1, depth + 1):
+        out[f"p_{d}"] = _div(at_least[:, d], at_least[:, d - 1])
+    out["accept_hist"] = [json.dumps(row) for row in counts.to_numpy().tolist()]
+    return out.reset_index()
+
+
+def batch_step_times(steps: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per (cell, batch_step) with its draft/verify/other seconds.
+
+    Timings belong to the batched forward, so they are repeated on every row that shares a
+    `batch_step`; summing them over rows would count a batch of n sequences n times.
+    Raises ValueError when rows of one batch_step disagree (an engine bug, not user input).
+    """
+    per_batch = _grouped(steps, [*keys, "batch_step"])[list(STEP_TIME_COLUMNS)]
+    if (per_batch.nunique(dropna=False) > 1).any(axis=None):
+        raise ValueError("rows of one batch_step carry different draft/verify/other seconds")
+    return per_batch.first().reset_index()
+
+
+def time_stats(
+    steps: pd.DataFrame, requests: pd.DataFrame, keys: list[str], cells: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Time shares, throughput and latency per cell, one row per cell.
+
+        draft_s, verify_s, other_s = Σ over unique batch_steps (see `batch_step_times`)
+        other_share      = other_s / (draft_s + verify_s + other_s)
+        seq_tokens_per_s = Σnew_tokens / Σ(ttft_s + decode_s)   (per-sequence rate: in a batched
+                           cell requests overlap, so this is the rate one user sees)
+        wall_s           = the cell's wall-clock span from `cells` (NaN without it)
+        tokens_per_s     = Σnew_tokens / wall_s (aggregate throughput of the cell); falls back to
+                           seq_tokens_per_s when wall_s is unknown, which is close to it at batch size 1
+                           run back to back and understates it for batched cells
+        tpot_s           = Σdecode_s / Σ(new_tokens − 1)   (the first token belongs to prefill)
+        ttft_s           = mean ttft_s
+    Columns: keys..., new_tokens, tokens_per_s, seq_tokens_per_s, wall_s, tpot_s, ttft_s,
+    draft_s, verify_s, other_s, other_share.
+    """
+    step_times = _grouped(batch_step_times(steps, keys), keys)[list(STEP_TIME_COLUMNS)].sum()
+    per_request = requests.assign(
+        latency_s=requests["ttft_s"] + requests["decode_s"], decoded=requests["new_tokens"] - 1
+    )
+    sums = _grouped(per_request, keys).agg(
+        new_tokens=("new_tokens", "sum"), latency_s=("latency_s", "sum"), decode_s=("decode_s", "sum"),
+        decoded=("decoded", "sum"), ttft_s=("ttft_s", "mean"),
+    )
+    out = sums.join(step_times, how="outer").reset_index()
+    if cells is None:
+        out["wall_s"] = np.nan
+    else:
+        if cells.duplicated(keys).any():
+            raise ValueError("`cells` must hold one row per cell")
+        out = out.merge(cells[[*keys, "wall_s"]], on=keys, how="left")
+    out["seq_tokens_per_s"] = _div(out["new_tokens"], out["latency_s"])
+    out["tokens_per_s"] = np.where(
+        out["wall_s"].notna(), _div(out["new_tokens"], out["wall_s"]), out["seq_tokens_per_s"]
+    )
+    out["tpot_s"] = _div(out["decode_s"], out["decoded"])
+    out["other_share"] = _div(out["other_s"], out[list(STEP_TIME_COLUMNS)].sum(axis=1, min_count=1))
+    columns = ["tokens_per_s", "seq_tokens_per_s", "wall_s", "tpot_s", "ttft_s", *STEP_TIME_COLUMNS]
+    return out[[*keys, "new_tokens", *columns, "other_share"]]
+
+
+def _scores(correct: pd.Series) -> pd.Series:
+    """True/False → 1.0/0.0 and NA (not scored) → NaN, so a mean is the accuracy of scored rows."""
+    return correct.map({True: 1.0, False: 0.0}).astype(float)
+
+
+def quality_stats(requests: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Accuracy and losslessness per cell, one row per cell.
+
+        accuracy           = #correct / #scored  (scored = `correct` not NA; NaN if none scored)
+        lossless_unexcused = #{requests: not lossless and not excused}
+        lossless_excused   = #{requests: excused}  (divergence at an fp near-tie, DESIGN.md §5.4)
+    Columns: keys..., n_requests, accuracy, lossless_unexcused, lossless_excused.
+    """
+    flags = requests.assign(
+        score=_scores(requests["correct"]),
+        unexcused=~requests["lossless"].astype(bool) & ~requests["excused"].astype(bool),
+        excused_=requests["excused"].astype(bool),
+    )
+    return _grouped(flags, keys).agg(
+        n_requests=("request", "size"), accuracy=("score", "mean"),
+        lossless_unexcused=("unexcused", "sum"), lossless_excused=("excused_", "sum"),
+    ).reset_index()
+
+
+def request_time(requests: pd.DataFrame, kind: TimeKind) -> pd.Series:
+    """Per-request time indexed by `request`: decode → decode_s; e2e → ttft_s + decode_s."""
+    if kind not in ("decode", "e2e"):
+        raise ValueError(f"kind must be 'decode' or 'e2e', not {kind!r}")
+    if requests["request"].duplicated().any():
+        raise ValueError("speedup takes the requests of ONE cell; `request` ids repeat")
+    time = requests["decode_s"] + (requests["ttft_s"] if kind == "e2e" else 0.0)
+    return pd.Series(time.to_numpy(dtype=float), index=requests["request"].to_numpy())
+
+
+def paired_ratio_ci(
+    baseline_s: np.ndarray, method_s: np.ndarray, n_boot: int = 1000, seed: int = 0
+) -> dict[str, float]:
+    """Micro and macro speed-up of paired times, each with a percentile bootstrap 95% CI.
+
+        micro = Σ baseline_s / Σ method_s        (time-weighted: long prompts count more)
+        macro = mean_i (baseline_s[i] / method_s[i])  (every prompt counts once)
+    The bootstrap resamples prompts with replacement, keeping each (baseline, method) pair
+    together, `n_boot` times with `np.random.default_rng(seed)`; lo/hi are the 2.5th/97.5th
+    percentiles of the resampled statistic. No pairs → all NaN; n_boot = 0 → NaN bounds.
+    """
+    baseline_s, method_s = np.asarray(baseline_s, dtype=float), np.asarray(method_s, dtype=float)
+    n = len(baseline_s)
+    if n == 0:
+        return dict.fromkeys(SPEEDUP_FIELDS, float("nan"))
+    ratios = _div(baseline_s, method_s)  # (n,)
+    out = {"micro": float(_div(baseline_s.sum(), method_s.sum())), "macro": float(ratios.mean())}
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))  # (n_boot, n) prompt draws
+    boot = {
+        "micro": _div(baseline_s[idx].sum(axis=1), method_s[idx].sum(axis=1)),  # (n_boot,)
+        "macro": ratios[idx].mean(axis=1),  # (n_boot,)
+    }
+    for name, samples in boot.items():
+        lo, hi = np.percentile(samples, [2.5, 97.5]) if n_boot else (np.nan, np.nan)
+        out[f"{name}_lo"], out[f"{name}_hi"] = float(lo), float(hi)
+    return {name: out[name] for name in SPEEDUP_FIELDS}
+
+
+def speedup(
+    method_requests: pd.DataFrame,
+    baseline_requests: pd.DataFrame,
+    kind: TimeKind = "decode",
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Speed-up of one cell over its AR baseline on the same prompts, paired by `request`.
+
+    kind = "decode" compares decode_s (first token → finish; the TPOT speed-up when both arms
+    emit the same tokens), "e2e" compares ttft_s + decode_s. See `paired_ratio_ci` for the
+    micro/macro formulas and the CI. Returns {micro, micro_lo, micro_hi, macro, macro_lo, macro_hi}.
+    Raises JfbenchError when the two arms did not run the same prompts: an unpaired speed-up
+    would compare different workloads.
+    """
+    method, baseline = request_time(method_requests, kind), request_time(baseline_requests, kind)
+    unpaired = sorted(set(method.index) ^ set(baseline.index))
+    if unpaired:
+        raise JfbenchError(
+            f"speed-up needs the same prompts in both arms; request ids {unpaired[:10]} are in only "
+            "one of them: re-run the baseline (or the method) on the same prompts"
+        )
+    order = method.index.sort_values()
+    return paired_ratio_ci(baseline.loc[order].to_numpy(), method.loc[order].to_numpy(), n_boot, seed)
+
+
+def is_ar(requests: pd.DataFrame) -> pd.Series:
+    """Default baseline predicate: rows of the plain autoregressive arm (drafter == "ar")."""
+    return requests["drafter"] == "ar"
+
+
+def baseline_stats(
+    requests: pd.DataFrame,
+    keys: list[str],
+    pair_keys: list[str],
+    is_baseline: Callable[[pd.DataFrame], pd.Series] = is_ar,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Speed-ups and baseline accuracy of every cell against its baseline cell.
+
+    A cell's baseline is the one cell whose rows satisfy `is_baseline` and whose `pair_keys`
+    values (a subset of `keys`, e.g. suite, batch_size, repeat) equal the cell's. A cell with no
+    baseline gets NaN; the baseline cell itself gets exactly 1. Raises JfbenchError when several
+    baseline cells share pair_keys (add the key that tells them apart to pair_keys).
+    Columns: keys..., speedup_{decode,e2e}_{micro,macro}{,_lo,_hi}, baseline_accuracy.
+    """
+    if not set(pair_keys) <= set(keys):
+        raise ValueError(f"pair_keys {pair_keys} must be a subset of keys {keys}")
+    mask = is_baseline(requests).to_numpy(dtype=bool)
+    base_cells = requests.loc[mask, keys].drop_duplicates()
+    clashes = base_cells[base_cells.duplicated(pair_keys, keep=False)]
+    if len(clashes):
+        raise JfbenchError(
+            f"several baseline cells share pair_keys {pair_keys}: {clashes.to_dict('records')[:4]}; "
+            "add the key that tells them apart to pair_keys"
+        )
+    baselines = dict(iter(_grouped(requests[mask], pair_keys)))
+    rows = []
+    for cell, method in _grouped(requests, keys):
+        row = dict(zip(keys, cell, strict=True))
+        baseline = baselines.get(tuple(method[pair_keys].iloc[0]))
+        for kind in ("decode", "e2e"):
+            result = (
+                dict.fromkeys(SPEEDUP_FIELDS, np.nan) if baseline is None
+                else speedup(method, baseline, kind, n_boot, seed)
+            )
+            row.update({f"speedup_{kind}_{field}": value for field, value in result.items()})
+        row["baseline_accuracy"] = np.nan if baseline is None else _scores(baseline["correct"]).mean()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summarize(
+    steps: pd.DataFrame,
+    requests: pd.DataFrame,
+    keys: list[str],
+    pair_keys: list[str],
+    is_baseline: Callable[[pd.DataFrame], pd.Series] = is_ar,
+    cells: pd.DataFrame | None = None,
+    max_depth: int | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """The summary table: one row per cell, every column derived from the raw rows.
+
+    Joins `acceptance_stats`, `time_stats`, `baseline_stats` and `quality_stats` (see each for
+    its formulas) on `keys`. Column order: keys..., n_requests, n_steps, drafted, accepted, tau,
+    alpha, budget_efficiency, a_1..a_D, p_1..p_D, accept_hist, new_tokens, tokens_per_s,
+    seq_tokens_per_s, wall_s, tpot_s, ttft_s, draft_s, verify_s, other_s, other_share,
+    speedup_decode_micro(_lo, _hi), speedup_decode_macro(_lo, _hi), speedup_e2e_micro(_lo, _hi),
+    speedup_e2e_macro(_lo, _hi), accuracy, baseline_accuracy, lossless_unexcused, lossless_excused.
+    """
+    quality = quality_stats(requests, keys)
+    parts = [
+        quality[[*keys, "n_requests"]],
+        acceptance_stats(steps, keys, max_depth),
+        time_stats(steps, requests, keys, cells),
+        baseline_stats(requests, keys, pair_keys, is_baseline, n_boot, seed),
+        quality.drop(columns="n_requests"),
+    ]
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.merge(part, on=keys, how="outer")
+    columns = [c for c in out.columns if c != "baseline_accuracy"]
+    columns.insert(columns.index("accuracy") + 1, "baseline_accuracy")
+    return out[columns].sort_values(keys, ignore_index=True)

@@ -1,0 +1,189 @@
+"""Metrics from raw counters, checked against hand-computed values."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.metrics import (
+    acceptance_stats,
+    paired_ratio_ci,
+    quality_stats,
+    speedup,
+    summarize,
+    time_stats,
+)
+
+KEYS = ["suite", "drafter", "batch_size"]
+
+
+def make_steps(accepted: dict[int, list[int]], drafted: int, budget: int, **cell) -> pd.DataFrame:
+    """Batch-size-1 step rows: request r's steps run back to back, each its own batch_step."""
+    rows = [
+        {"request": r, "step": i, "accepted": a, "drafted": drafted, "budget": budget}
+        for r, accs in accepted.items() for i, a in enumerate(accs)
+    ]
+    frame = pd.DataFrame(rows).assign(**cell)
+    return frame.assign(
+        batch_step=range(len(frame)), active=1, emitted=frame["accepted"] + 1, depth=budget - 1,
+        draft_s=0.01, verify_s=0.02, other_s=0.01,
+    )
+
+
+def make_requests(decode_s: list[float], ttft_s: list[float], **cell) -> pd.DataFrame:
+    n = len(decode_s)
+    return pd.DataFrame({
+        "request": range(n), "prompt_tokens": 10, "new_tokens": 11, "ttft_s": ttft_s,
+        "decode_s": decode_s, "steps": 4, "correct": [True, False, None][:n],
+        "lossless": True, "excused": False,
+    }).assign(**cell)
+
+
+def test_tau_alpha_budget_efficiency_depths_and_histogram() -> None:
+    steps = make_steps({0: [0, 2, 3]}, drafted=3, budget=4, suite="s", drafter="jetflow", batch_size=1)
+    steps.loc[2, "drafted"] = 2  # a tree smaller than its budget: α and budget efficiency differ
+    row = acceptance_stats(steps, KEYS).iloc[0]
+    assert row["n_steps"] == 3 and row["accepted"] == 5 and row["drafted"] == 8
+    assert row["tau"] == pytest.approx(1 + 5 / 3)
+    assert row["alpha"] == pytest.approx(5 / 8)
+    assert row["budget_efficiency"] == pytest.approx(5 / 9)
+    assert [row["a_1"], row["a_2"], row["a_3"]] == pytest.approx([2 / 3, 2 / 3, 1 / 3])
+    assert [row["p_1"], row["p_2"], row["p_3"]] == pytest.approx([2 / 3, 1.0, 1 / 2])
+    assert json.loads(row["accept_hist"]) == [1, 0, 1, 1]
+
+
+def test_max_depth_pads_columns_and_empty_denominators_are_nan() -> None:
+    steps = pd.concat([
+        make_steps({0: [0, 2, 3]}, drafted=3, budget=4, suite="s", drafter="jetflow", batch_size=1),
+        make_steps({0: [0, 0]}, drafted=0, budget=1, suite="s", drafter="ar", batch_size=1),
+    ])
+    stats = acceptance_stats(steps, KEYS, max_depth=5).set_index("drafter")
+    assert [c for c in stats.columns if c[:2] in ("a_", "p_")] == [f"{x}_{d}" for x in "ap" for d in range(1, 6)]
+    jet, ar = stats.loc["jetflow"], stats.loc["ar"]
+    assert jet["a_4"] == 0 and jet["p_4"] == 0 and math.isnan(jet["p_5"])  # a_4 = 0 → p_5 = 0/0
+    assert json.loads(jet["accept_hist"]) == [1, 0, 1, 1, 0, 0]
+    assert ar["tau"] == 1.0 and ar["a_1"] == 0 and ar["p_1"] == 0
+    assert math.isnan(ar["alpha"]) and math.isnan(ar["budget_efficiency"]) and math.isnan(ar["p_2"])
+    assert json.loads(ar["accept_hist"]) == [2, 0, 0, 0, 0, 0]
+
+
+def test_batched_step_times_are_counted_once_per_batch_step() -> None:
+    # Two requests in one batch: batch_steps 0 and 1 hold both, batch_step 2 only request 1.
+    steps = pd.DataFrame({
+        "request": [0, 1, 0, 1, 1], "step": [0, 0, 1, 1, 2], "batch_step": [0, 0, 1, 1, 2],
+        "active": [2, 2, 2, 2, 1], "drafted": 3, "accepted": 1, "emitted": 2, "depth": 3, "budget": 4,
+        "draft_s": [0.1, 0.1, 0.1, 0.1, 0.05], "verify_s": [0.2, 0.2, 0.2, 0.2, 0.1],
+        "other_s": [0.1, 0.1, 0.1, 0.1, 0.05],
+    }).assign(suite="s", drafter="jetflow", batch_size=2)
+    requests = pd.DataFrame({
+        "request": [0, 1], "new_tokens": [5, 9], "ttft_s": [0.1, 0.1], "decode_s": [0.4, 0.8],
+    }).assign(suite="s", drafter="jetflow", batch_size=2)
+    row = time_stats(steps, requests, KEYS).iloc[0]
+    assert [row["draft_s"], row["verify_s"], row["other_s"]] == pytest.approx([0.25, 0.5, 0.25])
+    assert row["other_share"] == pytest.approx(0.25)
+    assert row["seq_tokens_per_s"] == pytest.approx(14 / 1.4)
+    assert row["tokens_per_s"] == row["seq_tokens_per_s"] and math.isnan(row["wall_s"])
+    assert row["tpot_s"] == pytest.approx(1.2 / 12)
+    assert row["ttft_s"] == pytest.approx(0.1)
+    cells = pd.DataFrame({"suite": ["s"], "drafter": ["jetflow"], "batch_size": [2], "wall_s": [0.7]})
+    walled = time_stats(steps, requests, KEYS, cells).iloc[0]
+    assert walled["tokens_per_s"] == pytest.approx(20.0) and walled["seq_tokens_per_s"] == pytest.approx(10.0)
+    steps.loc[1, "verify_s"] = 0.3
+    with pytest.raises(ValueError, match="batch_step"):
+        time_stats(steps, requests, KEYS)
+
+
+def test_micro_and_macro_speedup_differ() -> None:
+    baseline = make_requests([10.0, 10.0, 10.0], [1.0, 1.0, 1.0])
+    method = make_requests([5.0, 10.0, 2.0], [1.0, 1.0, 1.0])
+    decode = speedup(method, baseline, "decode", n_boot=500, seed=3)
+    assert decode["micro"] == pytest.approx(30 / 17)
+    assert decode["macro"] == pytest.approx((2 + 1 + 5) / 3)
+    for stat in ("micro", "macro"):
+        assert decode[f"{stat}_lo"] <= decode[stat] <= decode[f"{stat}_hi"]
+        assert decode[f"{stat}_lo"] < decode[f"{stat}_hi"]
+    e2e = speedup(method, baseline, "e2e", n_boot=500, seed=3)
+    assert e2e["micro"] == pytest.approx(33 / 20)
+    assert e2e["macro"] == pytest.approx((11 / 6 + 1 + 11 / 3) / 3)
+    assert speedup(method, baseline, "decode", n_boot=500, seed=3) == decode  # seeded
+
+
+def test_ci_is_degenerate_when_every_prompt_has_the_same_ratio() -> None:
+    result = paired_ratio_ci(np.array([2.0, 6.0, 8.0]), np.array([1.0, 3.0, 4.0]), n_boot=200)
+    assert result == dict.fromkeys(result, 2.0)
+
+
+def test_speedup_edge_cases() -> None:
+    assert all(math.isnan(v) for v in paired_ratio_ci(np.array([]), np.array([])).values())
+    assert math.isnan(paired_ratio_ci(np.array([1.0]), np.array([0.0]))["macro"])
+    with pytest.raises(JfbenchError, match="same prompts"):
+        speedup(make_requests([1.0, 2.0], [0.1, 0.1]), make_requests([1.0, 2.0, 3.0], [0.1] * 3))
+
+
+def test_quality_counts_and_unscored_accuracy_is_nan() -> None:
+    requests = make_requests([1.0, 1.0, 1.0], [0.1] * 3, suite="s", drafter="jetflow", batch_size=1)
+    requests["lossless"] = [True, False, False]
+    requests["excused"] = [False, True, False]
+    row = quality_stats(requests, KEYS).iloc[0]
+    assert row["accuracy"] == 0.5  # one of two scored; the NA request is not counted
+    assert (row["n_requests"], row["lossless_unexcused"], row["lossless_excused"]) == (3, 1, 1)
+    requests["correct"] = None
+    assert math.isnan(quality_stats(requests, KEYS).iloc[0]["accuracy"])
+
+
+def grid() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """AR and JetFlow arms on suite "s", plus a JetFlow cell on suite "t" that has no baseline."""
+    ar, jet, other = ({"suite": "s", "drafter": "ar"}, {"suite": "s", "drafter": "jetflow"},
+                      {"suite": "t", "drafter": "jetflow"})
+    steps = pd.concat([
+        make_steps({0: [0] * 4, 1: [0] * 4, 2: [0] * 4}, drafted=0, budget=1, batch_size=1, **ar),
+        make_steps({0: [3, 1], 1: [0, 2, 4], 2: [1]}, drafted=6, budget=8, batch_size=1, **jet),
+        make_steps({0: [2]}, drafted=6, budget=8, batch_size=1, **other),
+    ], ignore_index=True)
+    requests = pd.concat([
+        make_requests([4.0, 4.0, 4.0], [0.5] * 3, batch_size=1, **ar),
+        make_requests([1.0, 2.0, 1.0], [0.5] * 3, batch_size=1, **jet),
+        make_requests([1.0], [0.5], batch_size=1, **other),
+    ], ignore_index=True)
+    return steps, requests
+
+
+def test_summary_rows_are_rederivable_from_raw_rows() -> None:
+    steps, requests = grid()
+    summary = summarize(steps, requests, KEYS, pair_keys=["suite", "batch_size"], n_boot=300)
+    speedups = [f"speedup_{k}_{s}{b}" for k in ("decode", "e2e") for s in ("micro", "macro")
+                for b in ("", "_lo", "_hi")]
+    depth = [f"{x}_{d}" for x in "ap" for d in range(1, 5)]
+    assert list(summary.columns) == [
+        *KEYS, "n_requests", "n_steps", "drafted", "accepted", "tau", "alpha", "budget_efficiency",
+        *depth, "accept_hist", "new_tokens", "tokens_per_s", "seq_tokens_per_s", "wall_s", "tpot_s",
+        "ttft_s", "draft_s", "verify_s", "other_s", "other_share", *speedups, "accuracy",
+        "baseline_accuracy", "lossless_unexcused", "lossless_excused",
+    ]
+    rows = summary.set_index(["suite", "drafter"])
+    jet, ar = rows.loc[("s", "jetflow")], rows.loc[("s", "ar")]
+    jet_steps = steps[(steps["suite"] == "s") & (steps["drafter"] == "jetflow")]
+    assert jet["tau"] == pytest.approx(1 + jet_steps["accepted"].sum() / len(jet_steps)) == pytest.approx(1 + 11 / 6)
+    assert jet["alpha"] == pytest.approx(11 / 36) and jet["budget_efficiency"] == pytest.approx(11 / 42)
+    assert jet["a_3"] == pytest.approx(2 / 6) and jet["n_steps"] == 6
+    assert jet["draft_s"] == pytest.approx(0.06) and jet["other_share"] == pytest.approx(0.25)
+    assert ar["tau"] == 1.0 and ar["speedup_decode_micro"] == 1.0
+    assert ar["speedup_e2e_macro_lo"] == ar["speedup_e2e_macro_hi"] == 1.0
+    by_hand = speedup(requests[(requests["suite"] == "s") & (requests["drafter"] == "jetflow")],
+                      requests[requests["drafter"] == "ar"], "e2e", n_boot=300)
+    assert {k: jet[f"speedup_e2e_{k}"] for k in by_hand} == by_hand
+    assert jet["speedup_decode_micro"] == pytest.approx(12 / 4) and jet["speedup_decode_macro"] == pytest.approx(10 / 3)
+    assert jet["baseline_accuracy"] == ar["accuracy"] == 0.5
+    assert math.isnan(rows.loc[("t", "jetflow"), "speedup_decode_micro"])
+    assert math.isnan(rows.loc[("t", "jetflow"), "baseline_accuracy"])
+
+
+def test_summary_refuses_ambiguous_baselines() -> None:
+    steps, requests = grid()
+    with pytest.raises(JfbenchError, match="pair_keys"):
+        summarize(steps, requests.assign(batch_size=requests.index % 2), KEYS, pair_keys=["suite"])
+    with pytest.raises(ValueError, match="subset"):
+        summarize(steps, requests, KEYS, pair_keys=["repeat"])
