@@ -1,8 +1,8 @@
 """Drafter plug-ins. Built-ins are registered lazily by name; third parties use the
 ``jfbench.drafters`` entry-point group (value ``"module:Class"``)."""
 
-from jetflow_bench.registry import Registry
 from drafters.base import Drafter
+from jetflow_bench.registry import Registry
 
 DRAFTERS: Registry[type[Drafter]] = Registry("drafter", entry_point_group="jfbench.drafters")
 DRAFTERS.register("ngram", "drafters.ngram:NgramDrafter", aliases=("prompt-lookup", "pld"))

@@ -138,7 +138,7 @@ def generate(
     last = torch.tensor([len(p) - 1 for p in prompts], device=out.logits.device)
     first = out.logits[torch.arange(len(prompts), device=last.device), last].argmax(-1).tolist()
     batch.first_token_at = clock()
-    for seq, token in zip(batch.seqs, first):
+    for seq, token in zip(batch.seqs, first, strict=True):
         seq.tokens.append(token)
     keep = batch.retire_finished()
     _shrink(target, batch, keep)
@@ -177,7 +177,7 @@ def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter:
         seq.tokens.extend(trees[row].tokens[node] for node in acc.paths[row][1:])
         seq.tokens.append(acc.bonus[row])
     keep = batch.retire_finished()
-    emitted = [len(v.tokens) - n for v, n in zip(views, before)]
+    emitted = [len(v.tokens) - n for v, n in zip(views, before, strict=True)]
     _shrink(target, batch, keep)
     t3 = clock()
     if drafter is not None and keep:
@@ -208,7 +208,7 @@ def _check_trees(trees: list[DraftTree], views: list[SequenceView], budget: int,
     name = drafter.name if drafter else "ar"
     if len(trees) != len(views):
         raise RuntimeError(f"drafter {name!r} returned {len(trees)} trees for {len(views)} sequences")
-    for tree, view in zip(trees, views):
+    for tree, view in zip(trees, views, strict=True):
         if len(tree) > budget:
             raise RuntimeError(f"drafter {name!r} proposed {len(tree)} nodes, over the budget of {budget}")
         if tree.tokens[0] != view.tokens[-1]:
