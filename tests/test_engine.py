@@ -1,0 +1,113 @@
+"""The decode loop: losslessness, ragged batches, stop rules, raw step counters."""
+
+import math
+import random
+
+import pytest
+
+from drafters import DRAFTERS
+from drafters.oracle import OracleDrafter
+from jetflow_bench.engine import generate
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.stopping import StopRule
+from jetflow_bench.target import TargetRunner
+from tests.random_models import random_model
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return TargetRunner(random_model("qwen3", seed=1), None, "random-qwen3")
+
+
+def repetitive_prompts(n: int, seed: int = 0) -> list[list[int]]:
+    """Prompts with repeated phrases, so prompt lookup has something to find."""
+    rng = random.Random(seed)
+    prompts = []
+    for _ in range(n):
+        phrase = [rng.randrange(2, 40) for _ in range(rng.randrange(3, 7))]
+        prompts.append([rng.randrange(2, 64) for _ in range(rng.randrange(1, 6))] + phrase * rng.randrange(2, 5))
+    return prompts
+
+
+@pytest.mark.parametrize("budget", [1, 16, 64])
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_ngram_is_lossless(runner, budget, batch_size):
+    prompts = repetitive_prompts(8)
+    stop = StopRule(max_new_tokens=40, eos_token_ids=frozenset({1}))
+    reference = [r.output_tokens for r in generate(runner, prompts, stop).requests]
+    drafter = DRAFTERS.get("ngram")()
+    outputs = []
+    for start in range(0, len(prompts), batch_size):
+        result = generate(runner, prompts[start : start + batch_size], stop, budget=budget, drafter=drafter)
+        outputs += [r.output_tokens for r in result.requests]
+    assert outputs == reference
+    if budget > 1:
+        assert result.steps and max(s.drafted for s in result.steps) <= budget - 1
+
+
+@pytest.mark.parametrize("budget", [2, 8, 64])
+def test_oracle_reaches_the_budget_limited_maximum(runner, budget):
+    prompts = repetitive_prompts(3, seed=5)
+    stop = StopRule(max_new_tokens=30)
+    base = generate(runner, prompts, stop).requests
+    oracle = OracleDrafter({tuple(p): r.output_tokens for p, r in zip(prompts, base, strict=True)})
+    result = generate(runner, prompts, stop, budget=budget, drafter=oracle)
+    assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in base]
+    for r in result.requests:  # 1 token from prefill, then `budget` tokens per verify step
+        assert r.steps == math.ceil((len(r.output_tokens) - 1) / budget)
+    assert all(s.accepted == s.drafted for s in result.steps)
+
+
+def test_ar_baseline_records_one_token_per_step(runner):
+    result = generate(runner, repetitive_prompts(2), StopRule(max_new_tokens=10))
+    assert all(s.drafted == 0 and s.accepted == 0 and s.emitted == 1 for s in result.steps)
+    assert [r.steps for r in result.requests] == [9, 9]
+    assert {s.active for s in result.steps} == {2}
+
+
+def test_eos_and_ragged_finish(runner):
+    prompts = repetitive_prompts(4, seed=2)
+    free = generate(runner, prompts, StopRule(max_new_tokens=30)).requests
+    # make the 5th generated token of request 0 an EOS: it must stop there, the others go on
+    eos = free[0].output_tokens[4]
+    stop = StopRule(max_new_tokens=30, eos_token_ids=frozenset({eos}))
+    for drafter, budget in ((None, 1), (DRAFTERS.get("ngram")(), 16)):
+        out = generate(runner, prompts, stop, budget=budget, drafter=drafter).requests
+        first = free[0].output_tokens.index(eos)
+        assert out[0].output_tokens == free[0].output_tokens[: first + 1]
+        assert out[0].finish_reason == "eos"
+        for r, f in zip(out, free, strict=True):
+            end = f.output_tokens.index(eos) + 1 if eos in f.output_tokens else len(f.output_tokens)
+            assert r.output_tokens == f.output_tokens[:end]
+
+
+def test_stop_strings_cut_identically_in_every_arm(runner):
+    prompts = repetitive_prompts(3, seed=9)
+    free = generate(runner, prompts, StopRule(max_new_tokens=25)).requests
+    stop_token = free[1].output_tokens[6]
+
+    def decode(ids):
+        return " ".join(f"w{i}" for i in ids)
+
+    stop = StopRule(max_new_tokens=25, stop_strings=(f"w{stop_token} ",), decode=decode)
+    ar = generate(runner, prompts, stop).requests
+    spec = generate(runner, prompts, stop, budget=16, drafter=DRAFTERS.get("ngram")()).requests
+    assert [r.output_tokens for r in ar] == [r.output_tokens for r in spec]
+    assert ar[1].finish_reason in {"stop", "length"} and len(ar[1].output_tokens) <= 8
+
+
+def test_budget_out_of_range_is_a_user_error(runner):
+    stop = StopRule(max_new_tokens=5)
+    for budget in (0, -3, 1025):
+        with pytest.raises(JfbenchError, match="budget"):
+            generate(runner, [[1, 2]], stop, budget=budget, drafter=DRAFTERS.get("ngram")())
+    with pytest.raises(JfbenchError, match="needs a drafter"):
+        generate(runner, [[1, 2]], stop, budget=4)
+
+
+def test_stop_rule_is_independent_of_step_grouping():
+    rule = StopRule(max_new_tokens=6, eos_token_ids=frozenset({9}))
+    tokens = [4, 5, 9, 7, 7, 7, 7]
+    assert rule.find_end(tokens, 0) == (3, "eos")
+    assert rule.find_end(tokens[:2], 0) is None and rule.find_end(tokens, 2) == (3, "eos")
+    assert rule.find_end([1] * 8, 0) == (6, "length")
