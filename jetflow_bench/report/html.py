@@ -1,0 +1,119 @@
+"""One self-contained HTML report for one or more runs (`jfbench report`).
+
+Self-contained means the file is the whole report: figures are embedded as base64 PNG, styles and
+the table-sorting script are inline, and nothing is fetched from the network, so a report can be
+archived, mailed or opened on an air-gapped machine and still look the same.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from jetflow_bench import __version__
+from jetflow_bench.report.loading import Run, load_run
+from jetflow_bench.report.plots import CPU_NOTE, ReportFigure, ablation_deltas, make_figures
+from jetflow_bench.report.tables import (
+    Table,
+    delta_table,
+    divergent_cells,
+    frame_table,
+    headline,
+    manifest_items,
+    quality_table,
+    summary_table,
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A later run against the first one on matching cells."""
+
+    table: Table
+    only_base: int  # cells in the first run only
+    only_run: int  # cells in this run only
+
+
+@dataclass(frozen=True)
+class RunSection:
+    """Everything the template shows for one run."""
+
+    run: Run
+    headline: Table
+    figures: list[tuple[ReportFigure, str]]  # (figure, base64 PNG); the ablation figure excluded
+    summary: Table
+    quality: Table
+    divergent: Table  # cells with unexcused divergences (empty table when none)
+    divergences: Table | None  # the divergent requests with their positions, when requests.parquet has them
+    n_unexcused: int
+    n_excused: int
+    ablation: Table | None
+    ablation_figure: str | None  # base64 PNG
+    manifest: list[tuple[str, str]]
+    comparison: Comparison | None  # against the first run; None for the first run
+
+
+def _total(run: Run, column: str) -> int:
+    return int(run.summary[column].fillna(0).sum()) if column in run.summary else 0
+
+
+def _section(run: Run, first: Run | None) -> RunSection:
+    figures = make_figures(run)
+    ablation_fig = next((f for f in figures if f.name == ablation_deltas.__name__), None)
+    divergences = run.divergences()
+    comparison = None
+    if first is not None:
+        comparison = Comparison(*delta_table(first, run))
+    return RunSection(
+        run=run,
+        headline=headline(run),
+        figures=[(f, f.png_base64()) for f in figures if f is not ablation_fig],
+        summary=summary_table(run),
+        quality=quality_table(run),
+        divergent=frame_table(divergent_cells(run)),
+        divergences=None if divergences is None or divergences.empty else frame_table(divergences.head(50)),
+        n_unexcused=_total(run, "lossless_unexcused"),
+        n_excused=_total(run, "lossless_excused"),
+        ablation=None if run.ablation is None else frame_table(run.ablation),
+        ablation_figure=None if ablation_fig is None else ablation_fig.png_base64(),
+        manifest=manifest_items(run),
+        comparison=comparison,
+    )
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("jetflow_bench", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,  # a misspelt field fails the build, not the reader
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_report(runs: Sequence[Run], title: str | None = None) -> str:
+    """The report's HTML for `runs` (the first is the reference for deltas)."""
+    if not runs:
+        raise ValueError("render_report needs at least one run")
+    sections = [_section(run, None if k == 0 else runs[0]) for k, run in enumerate(runs)]
+    on_cpu = any("cpu" in run.device.lower() or not run.device for run in runs)
+    return _environment().get_template("report.html.j2").render(
+        title=title or "jfbench report: " + ", ".join(run.name for run in runs),
+        generated=dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        sections=sections,
+        cpu_note=CPU_NOTE,
+        on_cpu=on_cpu,
+        version=__version__,
+    )
+
+
+def write_report(run_paths: Sequence[str | Path], out: Path, title: str | None = None) -> Path:
+    """Load the run folders, render the report and write it to `out` (parent folders created)."""
+    html = render_report([load_run(path) for path in run_paths], title)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(html, encoding="utf-8")
+    return out

@@ -1,0 +1,129 @@
+"""Reading run folders (the output of `jfbench sweep` / `ablate`) for plots, reports and checks.
+
+A run folder holds `summary.parquet` (or `summary.csv`), one row per cell, and usually
+`manifest.json`, `steps.parquet`, `requests.parquet` and `ablation.parquet`/`.csv`. Only the
+summary is required: everything downstream is derived from it, and the raw tables are read lazily
+because they can be large. A folder that is not a run is a user error naming the folder and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from jetflow_bench.errors import JfbenchError
+
+# The columns that identify one cell; the AR baseline has drafter "ar", budget 1, variant "default".
+CELL_KEYS: tuple[str, ...] = ("suite", "drafter", "variant", "budget", "batch_size", "repeat")
+AR_DRAFTER = "ar"
+DEFAULT_VARIANT = "default"
+SPEEDUP = "speedup_decode_micro"  # the headline speed-up: decode-only, time-weighted (DESIGN.md §4)
+
+
+def _read_table(folder: Path, stem: str) -> pd.DataFrame | None:
+    """`stem`.parquet, else `stem`.csv, else None."""
+    if (folder / f"{stem}.parquet").is_file():
+        return pd.read_parquet(folder / f"{stem}.parquet")
+    if (folder / f"{stem}.csv").is_file():
+        return pd.read_csv(folder / f"{stem}.csv")
+    return None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder: its summary table (required), manifest and optional ablation table."""
+
+    path: Path
+    summary: pd.DataFrame  # one row per cell: CELL_KEYS + metric columns (see metrics.summarize)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    ablation: pd.DataFrame | None = None  # one row per variant × suite × budget, when present
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def device(self) -> str:
+        """The device string of the manifest ("" when unknown)."""
+        return str(self.manifest.get("device", ""))
+
+    @cached_property
+    def batch_steps(self) -> pd.Series:
+        """Number of batched verify steps per cell (indexed by CELL_KEYS), from steps.parquet.
+
+        Step timings belong to the batched forward, so "seconds per step" divides by this count,
+        not by `n_steps` (which counts one row per sequence). Without steps.parquet, `n_steps` is
+        exact only at batch size 1, so the other cells are NaN.
+        """
+        keys = list(CELL_KEYS)
+        if (self.path / "steps.parquet").is_file():
+            steps = pd.read_parquet(self.path / "steps.parquet", columns=[*keys, "batch_step"])
+            return steps.groupby(keys, dropna=False)["batch_step"].nunique().rename("batch_steps")
+        indexed = self.summary.set_index(keys)["n_steps"]
+        return indexed.where(indexed.index.get_level_values("batch_size") == 1).rename("batch_steps")
+
+    def divergences(self) -> pd.DataFrame | None:
+        """Requests whose output differs from the baseline without an fp near-tie excuse (cell keys,
+        `request`, `first_divergence` when recorded); None without a readable requests.parquet."""
+        path = self.path / "requests.parquet"
+        if not path.is_file():
+            return None
+        requests = pd.read_parquet(path)
+        if not {"lossless", "excused", *CELL_KEYS, "request"} <= set(requests.columns):
+            return None
+        bad = requests[~requests["lossless"].astype(bool) & ~requests["excused"].astype(bool)]
+        columns = [*CELL_KEYS, "request", *(["first_divergence"] if "first_divergence" in bad else [])]
+        return bad[columns].reset_index(drop=True)
+
+    def cells(self, drafters: bool = True) -> pd.DataFrame:
+        """Summary rows of the default variant; `drafters=False` keeps only the AR baseline."""
+        rows = self.summary[self.summary["variant"] == DEFAULT_VARIANT]
+        is_ar = rows["drafter"] == AR_DRAFTER
+        return rows[~is_ar if drafters else is_ar]
+
+
+def load_run(path: str | Path) -> Run:
+    """Read the run folder at `path`; raise JfbenchError naming the folder when it is not one."""
+    folder = Path(path)
+    fix = "pass a folder written by `jfbench sweep` or `jfbench ablate` (it holds summary.parquet)"
+    if not folder.is_dir():
+        raise JfbenchError(f"run folder {str(folder)!r} does not exist: {fix}")
+    summary = _read_table(folder, "summary")
+    if summary is None:
+        raise JfbenchError(f"{str(folder)!r} is not a run folder (no summary.parquet or summary.csv): {fix}")
+    missing = [key for key in (*CELL_KEYS, "tau") if key not in summary.columns]
+    if missing:
+        raise JfbenchError(
+            f"{str(folder / 'summary.parquet')!r} lacks the columns {missing}: re-run the sweep with this "
+            "version of jfbench so the summary carries every cell key"
+        )
+    manifest: dict[str, Any] = {}
+    if (folder / "manifest.json").is_file():
+        try:
+            manifest = json.loads((folder / "manifest.json").read_text())
+        except json.JSONDecodeError as err:
+            raise JfbenchError(
+                f"{str(folder / 'manifest.json')!r} is not valid JSON ({err}): restore it or re-run the sweep"
+            ) from err
+    return Run(folder, summary, manifest, _read_table(folder, "ablation"))
+
+
+def align(base: pd.DataFrame, other: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:
+    """Outer join of two summaries on the cell keys, for comparing runs cell by cell.
+
+    Columns: keys..., then every other column twice with suffixes `_base` and `_run`, and
+    `_merge` ∈ {"both", "left_only" (only in base), "right_only" (only in other)}.
+    """
+    keys = list(CELL_KEYS) if keys is None else keys
+    return base.merge(other, on=keys, how="outer", suffixes=("_base", "_run"), indicator=True)
+
+
+def depth_columns(summary: pd.DataFrame, prefix: str = "a") -> list[str]:
+    """`a_1, a_2, ...` (or `p_...`) present in `summary`, in depth order."""
+    found = [c for c in summary.columns if c.startswith(f"{prefix}_") and c[len(prefix) + 1:].isdigit()]
+    return sorted(found, key=lambda c: int(c[len(prefix) + 1:]))

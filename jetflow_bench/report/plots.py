@@ -1,0 +1,282 @@
+"""The report's figures, drawn from a run's summary table (no model, no GPU needed).
+
+Figures are built on `matplotlib.figure.Figure` directly, never through pyplot, so they need no
+display or global backend (Agg renders them on save) and nothing leaks between figures. Every
+drafter keeps its colour from `palette` in every figure. Repeats are averaged; speed-up bands are
+the mean of the repeats' bootstrap 95% CI bounds.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import textwrap
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from jetflow_bench.report.loading import AR_DRAFTER, CELL_KEYS, SPEEDUP, Run, depth_columns
+from jetflow_bench.report.palette import AR_COLOR, drafter_color, drafter_order
+
+CPU_NOTE = (
+    "On CPU, verification cost grows almost linearly with the budget (unlike a GPU, where verifying "
+    "256 tokens costs little more than one), so CPU speed-ups peak at small budgets; τ (tokens per "
+    "verify step) is the hardware-independent figure (DESIGN.md §8)."
+)
+PANEL = (4.2, 3.2)  # inches per facet
+STYLE = "whitegrid"
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+@dataclass(frozen=True)
+class ReportFigure:
+    """A drawn figure with the file stem, title and caption the report and `jfbench plot` use."""
+
+    name: str
+    title: str
+    caption: str
+    figure: Figure
+
+    def png_base64(self, dpi: int = 110) -> str:
+        """The figure as a base64 PNG, for embedding in a self-contained HTML page."""
+        buffer = io.BytesIO()
+        self.figure.savefig(buffer, format="png", dpi=dpi)
+        return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _grid(rows: int, cols: int, note: str | None = None, sharey: bool | str = True) -> tuple[Figure, np.ndarray]:
+    """A figure of rows × cols panels (axes array always 2-D); `note` is printed under the panels
+    so the PNG carries its own caption when it travels without the report."""
+    with sns.axes_style(STYLE):
+        figure = Figure(figsize=(PANEL[0] * cols + 1.6, PANEL[1] * rows + (0.7 if note else 0)), layout="constrained")
+        axes = figure.subplots(rows, cols, squeeze=False, sharey=sharey)
+    if note:
+        figure.get_layout_engine().set(rect=(0, 0.55 / figure.get_figheight(), 1, 1 - 0.55 / figure.get_figheight()))
+        figure.text(0.01, 0.01, textwrap.fill(note, width=int(figure.get_figwidth() * 15)), fontsize=7.5,
+                    ha="left", va="bottom", color="#444444")
+    return figure, axes
+
+
+def _budget_axis(ax: Axes, budgets: Iterable[int]) -> None:
+    """Log-2 budget axis with a tick at every budget that was run."""
+    ticks = sorted({int(b) for b in budgets})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [str(b) for b in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("budget B (tokens per verify)")
+
+
+def _drafter_legend(figure: Figure, names: Iterable[str], extra: list[Line2D] | None = None) -> None:
+    handles = [Line2D([], [], color=drafter_color(n), marker="o", label=n) for n in drafter_order(names)]
+    figure.legend(handles=handles + (extra or []), loc="outside right upper", frameon=False)
+
+
+def _mean_over_repeats(frame: pd.DataFrame, by: list[str], columns: list[str]) -> pd.DataFrame:
+    return frame.groupby(by, as_index=False, dropna=False)[columns].mean()
+
+
+def speedup_vs_budget(run: Run) -> ReportFigure | None:
+    """Decode speed-up (micro, 95% CI band) against the budget: rows = batch size, cols = suite."""
+    cells = run.cells()
+    if cells.empty or SPEEDUP not in cells:
+        return None
+    data = _mean_over_repeats(cells, ["suite", "batch_size", "drafter", "budget"],
+                              [SPEEDUP, f"{SPEEDUP}_lo", f"{SPEEDUP}_hi"])
+    suites, sizes = sorted(data["suite"].unique()), sorted(data["batch_size"].unique())
+    figure, axes = _grid(len(sizes), len(suites), CPU_NOTE)
+    for (i, size), (j, suite) in ((a, b) for a in enumerate(sizes) for b in enumerate(suites)):
+        ax, panel = axes[i, j], data[(data["suite"] == suite) & (data["batch_size"] == size)]
+        for drafter, line in panel.groupby("drafter"):
+            line = line.sort_values("budget")
+            color = drafter_color(drafter)
+            ax.plot(line["budget"], line[SPEEDUP], marker="o", color=color, label=drafter)
+            ax.fill_between(line["budget"], line[f"{SPEEDUP}_lo"], line[f"{SPEEDUP}_hi"], color=color, alpha=0.2, lw=0)
+        ax.axhline(1.0, color=AR_COLOR, ls="--", lw=1)
+        _budget_axis(ax, data["budget"])
+        ax.set_title(f"{suite} · batch {size}")
+        ax.set_ylabel("decode speed-up ×")
+    _drafter_legend(figure, data["drafter"], [Line2D([], [], color=AR_COLOR, ls="--", label="AR = 1×")])
+    caption = ("Decode-only speed-up over the AR baseline on the same prompts (Σ baseline time / Σ method "
+               "time), bands = bootstrap 95% CI over prompts. " + CPU_NOTE)
+    return ReportFigure("speedup_vs_budget", "Speed-up vs budget", caption, figure)
+
+
+def tau_vs_budget(run: Run) -> ReportFigure | None:
+    """Acceptance length τ against the budget, one panel per suite (mean over batch sizes/repeats)."""
+    cells = run.cells()
+    if cells.empty:
+        return None
+    data = cells.groupby(["suite", "drafter", "budget"], as_index=False)["tau"].agg(["mean", "min", "max"])
+    suites = sorted(data["suite"].unique())
+    figure, axes = _grid(1, len(suites))
+    for ax, suite in zip(axes[0], suites, strict=True):
+        for drafter, line in data[data["suite"] == suite].groupby("drafter"):
+            line = line.sort_values("budget")
+            ax.errorbar(line["budget"], line["mean"], yerr=[line["mean"] - line["min"], line["max"] - line["mean"]],
+                        marker="o", capsize=3, color=drafter_color(drafter))
+        ax.axhline(1.0, color=AR_COLOR, ls="--", lw=1)
+        _budget_axis(ax, data["budget"])
+        ax.set_title(suite)
+        ax.set_ylabel("τ (tokens per verify step)")
+    _drafter_legend(figure, data["drafter"], [Line2D([], [], color=AR_COLOR, ls="--", label="AR: τ = 1")])
+    caption = ("Acceptance length τ = 1 + accepted drafted tokens per verify step (bonus token included); "
+               "error bars span batch sizes and repeats. τ does not depend on the hardware.")
+    return ReportFigure("tau_vs_budget", "τ vs budget", caption, figure)
+
+
+def depth_acceptance(run: Run) -> ReportFigure | None:
+    """Per-depth acceptance a_d (share of steps accepting ≥ d tokens): colour = drafter, dash = budget."""
+    cells, columns = run.cells(), depth_columns(run.summary)
+    if cells.empty or not columns:
+        return None
+    data = _mean_over_repeats(cells, ["suite", "drafter", "budget"], columns)
+    reached = [c for c in columns if (data[c] >= 0.01).any()] or columns[:1]
+    budgets = sorted(data["budget"].unique(), reverse=True)
+    dashes = {b: LINESTYLES[k % len(LINESTYLES)] for k, b in enumerate(budgets)}
+    depths = [int(c.split("_")[1]) for c in reached]
+    suites = sorted(data["suite"].unique())
+    figure, axes = _grid(1, len(suites))
+    for ax, suite in zip(axes[0], suites, strict=True):
+        for (drafter, budget), row in data[data["suite"] == suite].groupby(["drafter", "budget"]):
+            ax.plot(depths, row[reached].iloc[0].to_numpy(), color=drafter_color(drafter), ls=dashes[budget], marker=".")
+        ax.set(title=suite, xlabel="depth d", ylabel="a_d = P(accepted ≥ d)", ylim=(0, 1.02))
+    _drafter_legend(figure, data["drafter"],
+                    [Line2D([], [], color="#333333", ls=dashes[b], label=f"B = {b}") for b in budgets])
+    caption = ("Per-depth acceptance a_d: the share of verify steps that accepted at least d drafted tokens "
+               "(Σ_d a_d = τ − 1). Hardware-independent.")
+    return ReportFigure("depth_acceptance", "Per-depth acceptance", caption, figure)
+
+
+def time_breakdown(run: Run) -> ReportFigure | None:
+    """Stacked draft / verify / other milliseconds per batched verify step, one panel per drafter,
+    with the AR baseline's plain decode step as a dashed reference line."""
+    keys = list(CELL_KEYS)
+    rows = run.summary[run.summary["variant"] == "default"]
+    rows = rows[rows["batch_size"] == rows["batch_size"].min()]
+    parts = ("draft_s", "verify_s", "other_s")
+    if rows.empty or not set(parts) <= set(rows):
+        return None
+    steps = rows.join(run.batch_steps, on=keys)["batch_steps"]
+    per_step = rows[["drafter", "budget"]].assign(**{p: 1e3 * rows[p] / steps for p in parts}).dropna()
+    data = per_step.groupby(["drafter", "budget"], as_index=False)[list(parts)].mean()
+    ar_ms = data.loc[data["drafter"] == AR_DRAFTER, list(parts)].sum(axis=1)
+    drafters = [d for d in drafter_order(data["drafter"]) if d != AR_DRAFTER]
+    if not drafters:
+        return None
+    cols = min(len(drafters), 3)
+    figure, axes = _grid(-(-len(drafters) // cols), cols, CPU_NOTE)
+    shades = {"draft_s": (1.0, None), "verify_s": (0.55, None), "other_s": (0.25, "//")}
+    for ax, drafter in zip(axes.flat, drafters, strict=False):
+        bars = data[data["drafter"] == drafter].sort_values("budget")
+        labels, bottom = [str(b) for b in bars["budget"]], np.zeros(len(bars))
+        for part, (alpha, hatch) in shades.items():
+            ax.bar(labels, bars[part], bottom=bottom, color=drafter_color(drafter), alpha=alpha, hatch=hatch,
+                   edgecolor="white")
+            bottom += bars[part].to_numpy()
+        if len(ar_ms):
+            ax.axhline(ar_ms.iloc[0], color=AR_COLOR, ls="--", lw=1)
+        ax.set(title=drafter, xlabel="budget B", ylabel="ms per verify step")
+    for ax in axes.flat[len(drafters):]:
+        ax.set_visible(False)
+    legend = [Patch(facecolor="#555555", alpha=a, hatch=h, label=p.removesuffix("_s")) for p, (a, h) in shades.items()]
+    legend += [Line2D([], [], color=AR_COLOR, ls="--", label="AR decode step")] if len(ar_ms) else []
+    figure.legend(handles=legend, loc="outside right upper", frameon=False)
+    size = int(rows["batch_size"].min())
+    caption = (f"Where a verify step's time goes at batch size {size} (mean over suites and repeats): "
+               "drafting (solid), target verification (light), other bookkeeping (hatched); dashed = one "
+               "plain AR decode step. " + CPU_NOTE)
+    return ReportFigure("time_breakdown", "Time per step", caption, figure)
+
+
+def throughput_vs_batch(run: Run) -> ReportFigure | None:
+    """Aggregate tokens/s against batch size at each drafter's best budget (labelled on the points)."""
+    rows = run.summary[run.summary["variant"] == "default"]
+    if rows.empty or "tokens_per_s" not in rows:
+        return None
+    data = _mean_over_repeats(rows, ["suite", "drafter", "batch_size", "budget"], ["tokens_per_s"])
+    best = data.loc[data.groupby(["suite", "drafter", "batch_size"])["tokens_per_s"].idxmax()]
+    suites = sorted(best["suite"].unique())
+    figure, axes = _grid(1, len(suites), CPU_NOTE, sharey=False)
+    for ax, suite in zip(axes[0], suites, strict=True):
+        for drafter, line in best[best["suite"] == suite].groupby("drafter"):
+            line = line.sort_values("batch_size")
+            ax.plot(line["batch_size"], line["tokens_per_s"], marker="o", color=drafter_color(drafter),
+                    ls="--" if drafter == AR_DRAFTER else "-")
+            if drafter != AR_DRAFTER:
+                for x, y, b in line[["batch_size", "tokens_per_s", "budget"]].itertuples(index=False):
+                    ax.annotate(f"B={b}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                                color=drafter_color(drafter))
+        sizes = sorted(best["batch_size"].unique())
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.minorticks_off()
+        ax.set(title=suite, xlabel="batch size", ylabel="tokens / s (all sequences)")
+    _drafter_legend(figure, best["drafter"])
+    caption = ("Aggregate throughput (new tokens / cell wall time) against batch size, each drafter at "
+               "its best budget for that batch size (label); the best budget shrinks as load grows. " + CPU_NOTE)
+    return ReportFigure("throughput_vs_batch", "Throughput vs batch size", caption, figure)
+
+
+def ablation_deltas(run: Run) -> ReportFigure | None:
+    """Horizontal bars of each variant's τ and speed-up change vs the default, with CI whiskers:
+    one row of panels per suite × batch size, one bar per budget in shades of the drafter's colour."""
+    table = run.ablation
+    metrics = [m for m in ("tau_delta", "speedup_delta") if table is not None and m in table]
+    if table is None or table.empty or not metrics:
+        return None
+    table = table.assign(drafter=table.get("drafter", "jetflow"), batch_size=table.get("batch_size", 1))
+    arms = sorted(set(zip(table["drafter"], table["variant"], strict=True)), reverse=True)
+    labels = [variant if table["drafter"].nunique() == 1 else f"{drafter} · {variant}" for drafter, variant in arms]
+    budgets = sorted(table["budget"].unique())
+    shades = {d: sns.light_palette(drafter_color(d), len(budgets) + 1)[1:] for d in table["drafter"].unique()}
+    panels = sorted(set(zip(table["suite"], table["batch_size"], strict=True)))
+    figure, axes = _grid(len(panels), len(metrics), sharey=True)
+    height = 0.8 / len(budgets)
+    for (i, (suite, size)), (j, metric) in ((a, b) for a in enumerate(panels) for b in enumerate(metrics)):
+        ax, rows = axes[i, j], table[(table["suite"] == suite) & (table["batch_size"] == size)]
+        for k, budget in enumerate(budgets):
+            bars = rows[rows["budget"] == budget].set_index(["drafter", "variant"]).reindex(arms)
+            lo, hi = bars.get(f"{metric}_lo"), bars.get(f"{metric}_hi")
+            xerr = None if lo is None or hi is None else [bars[metric] - lo, hi - bars[metric]]
+            ax.barh(np.arange(len(arms)) + k * height, bars[metric], height=height, xerr=xerr, capsize=2,
+                    color=[shades[d][k] for d, _ in arms])
+        ax.axvline(0, color="#333333", lw=0.8)
+        ax.set_yticks(np.arange(len(arms)) + height * (len(budgets) - 1) / 2, labels)
+        ax.set(title=f"{suite} · batch {size}", xlabel="Δτ" if metric == "tau_delta" else "Δ speed-up ×")
+    first = sorted(shades)[0]
+    figure.legend(handles=[Patch(color=shades[first][k], label=f"B = {b}") for k, b in enumerate(budgets)],
+                  loc="outside right upper", frameon=False)
+    caption = ("Change of each ablation variant against the default configuration of the same drafter "
+               "(negative = worse), whiskers = paired bootstrap 95% CI over prompts. Δτ is hardware-"
+               "independent; Δ speed-up is measured on this run's device.")
+    return ReportFigure("ablation_deltas", "Ablation deltas", caption, figure)
+
+
+FIGURES: tuple[Callable[[Run], ReportFigure | None], ...] = (
+    speedup_vs_budget, tau_vs_budget, depth_acceptance, time_breakdown, throughput_vs_batch, ablation_deltas,
+)
+
+
+def make_figures(run: Run) -> list[ReportFigure]:
+    """Every figure the run has data for (a run without an ablation table has no ablation figure)."""
+    return [figure for build in FIGURES if (figure := build(run)) is not None]
+
+
+def save_figures(figures: Iterable[ReportFigure], out_dir: Path, formats: Iterable[str] = ("png", "svg")) -> list[Path]:
+    """Write each figure as `name.<format>` under `out_dir` (created); returns the written paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fig in figures:
+        for fmt in formats:
+            path = out_dir / f"{fig.name}.{fmt}"
+            fig.figure.savefig(path, format=fmt, dpi=150)
+            written.append(path)
+    return written

@@ -1,0 +1,166 @@
+"""The report's tables, computed from run summaries and kept as plain cells for the template.
+
+Every table is a `Table` of `Cell`s carrying both the text shown and the raw value the page sorts
+by, so one template macro renders (and one script sorts) all of them. Numbers are rounded for
+reading only; the raw values stay in the data attributes and in the run's Parquet files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run, align
+from jetflow_bench.report.palette import drafter_color, drafter_order
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    sort: str  # what the column sorts by: a JS number literal when `numeric`, else the text
+    numeric: bool = False
+    css: str = ""  # "bad" / "good" / "" — colours the cell
+    color: str = ""  # a drafter's colour swatch, for drafter-name cells
+
+
+@dataclass(frozen=True)
+class Table:
+    columns: list[str]
+    rows: list[list[Cell]] = field(default_factory=list)
+
+
+def fmt(value: object, digits: int = 3) -> str:
+    """Human text for a table value: NaN/None → "—", floats to `digits` significant decimals."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) >= 1e4 or (value and abs(value) < 1e-3) else f"{value:.{digits}f}"
+    return str(value)
+
+
+def _sort_key(number: float) -> str:
+    """A JS-parsable number; NaN sorts below every number."""
+    return "-Infinity" if math.isnan(number) else repr(number)
+
+
+def cell(value: object, css: str = "", digits: int = 3) -> Cell:
+    """A Cell for `value`: numbers sort numerically (NaN lowest), the rest as text."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return Cell(fmt(value, digits), _sort_key(float(value)), True, css)
+    return Cell(fmt(value), fmt(value), css=css)
+
+
+def drafter_cell(name: str) -> Cell:
+    return Cell(name, name, color=drafter_color(name))
+
+
+def _interval(value: float, lo: float, hi: float) -> Cell:
+    """"2.10× [1.80, 2.40]", green when the whole CI is above 1×, red when it is below."""
+    text = f"{fmt(value, 2)}× [{fmt(lo, 2)}, {fmt(hi, 2)}]" if not math.isnan(value) else "—"
+    return Cell(text, _sort_key(value), True, "good" if lo > 1 else "bad" if hi < 1 else "")
+
+
+def headline(run: Run) -> Table:
+    """Best decode speed-up per drafter and suite (over budgets and batch sizes, mean over repeats),
+    where it was reached, and the largest τ for comparison."""
+    cells = run.cells()
+    table = Table(["suite", "drafter", "best speed-up [95% CI]", "budget", "batch", "τ there", "best τ", "at budget"])
+    if cells.empty or SPEEDUP not in cells:
+        return table
+    cols = [SPEEDUP, f"{SPEEDUP}_lo", f"{SPEEDUP}_hi", "tau"]
+    means = cells.groupby(["suite", "drafter", "budget", "batch_size"], as_index=False)[cols].mean()
+    for (suite, drafter), group in means.groupby(["suite", "drafter"]):
+        fastest = group.loc[group[SPEEDUP].idxmax()] if group[SPEEDUP].notna().any() else group.iloc[0]
+        most = group.loc[group["tau"].idxmax()]
+        table.rows.append([
+            cell(suite), drafter_cell(drafter),
+            _interval(fastest[SPEEDUP], fastest[f"{SPEEDUP}_lo"], fastest[f"{SPEEDUP}_hi"]),
+            cell(int(fastest["budget"])), cell(int(fastest["batch_size"])), cell(fastest["tau"], digits=2),
+            cell(most["tau"], digits=2), cell(int(most["budget"])),
+        ])
+    order = {name: k for k, name in enumerate(drafter_order(means["drafter"]))}
+    table.rows.sort(key=lambda row: (row[0].text, order[row[1].text]))
+    return table
+
+
+def frame_table(frame: pd.DataFrame, bad: dict[str, float] | None = None) -> Table:
+    """Every row and column of `frame`; a cell in column c is marked bad when it exceeds bad[c]."""
+    bad = bad or {}
+    table = Table([str(c) for c in frame.columns])
+    for record in frame.itertuples(index=False):
+        row = []
+        for column, value in zip(frame.columns, record, strict=True):
+            value = value.item() if hasattr(value, "item") else value
+            if column == "drafter":
+                row.append(drafter_cell(str(value)))
+                continue
+            flagged = column in bad and isinstance(value, int | float) and value > bad[column]
+            row.append(cell(value, "bad" if flagged else ""))
+        table.rows.append(row)
+    return table
+
+
+def summary_table(run: Run) -> Table:
+    """The full summary (every cell and column; the JSON histogram is left to the Parquet file)."""
+    frame = run.summary.drop(columns=["accept_hist"], errors="ignore")
+    return frame_table(frame, bad={"lossless_unexcused": 0})
+
+
+def divergent_cells(run: Run) -> pd.DataFrame:
+    """Cells with at least one unexcused lossless divergence (cell keys + the count)."""
+    if "lossless_unexcused" not in run.summary:
+        return run.summary.iloc[0:0][list(CELL_KEYS)]
+    rows = run.summary[run.summary["lossless_unexcused"].fillna(0) > 0]
+    return rows[[*CELL_KEYS, "lossless_unexcused"]]
+
+
+def quality_table(run: Run) -> Table:
+    """Accuracy per suite × drafter (mean over budgets, batch sizes, repeats) beside the AR baseline's,
+    with divergence counts. Greedy speculative decoding is lossless, so the two accuracies must agree."""
+    columns = [c for c in ("accuracy", "baseline_accuracy", "lossless_unexcused", "lossless_excused")
+               if c in run.summary]
+    if not columns:
+        return Table(["suite", "drafter"])
+    stats = run.summary.groupby(["suite", "drafter"], as_index=False).agg(
+        {c: ("sum" if c.startswith("lossless") else "mean") for c in columns}
+    )
+    return frame_table(stats, bad={"lossless_unexcused": 0})
+
+
+def delta_table(base: Run, other: Run) -> tuple[Table, int, int]:
+    """τ, speed-up and throughput of `other` against `base` on matching cells.
+
+    Returns the table (relative changes in %), the number of cells only in `base` and the number
+    only in `other`.
+    """
+    metrics = [m for m in ("tau", SPEEDUP, "tokens_per_s") if m in base.summary and m in other.summary]
+    joined = align(base.summary[[*CELL_KEYS, *metrics]], other.summary[[*CELL_KEYS, *metrics]])
+    both = joined[joined["_merge"] == "both"]
+    columns = list(CELL_KEYS)
+    for metric in metrics:
+        columns += [f"{metric} ({base.name})", f"{metric} ({other.name})", f"Δ {metric} %"]
+    table = Table(columns)
+    for _, row in both.iterrows():
+        cells = [drafter_cell(row[k]) if k == "drafter" else cell(row[k]) for k in CELL_KEYS]
+        for metric in metrics:
+            old, new = float(row[f"{metric}_base"]), float(row[f"{metric}_run"])
+            change = 100 * (new - old) / old if old else float("nan")
+            css = "bad" if change < -5 else "good" if change > 5 else ""
+            cells += [cell(old), cell(new), cell(change, css, digits=1)]
+        table.rows.append(cells)
+    counts = joined["_merge"].value_counts()
+    return table, int(counts.get("left_only", 0)), int(counts.get("right_only", 0))
+
+
+def manifest_items(run: Run) -> list[tuple[str, str]]:
+    """(key, text) pairs of the manifest, the provenance fields first; nested values as JSON."""
+    first = ("command", "config_hash", "device", "git_commit", "versions", "seeds", "started", "finished")
+    keys = [k for k in first if k in run.manifest] + [k for k in run.manifest if k not in first]
+    return [
+        (key, json.dumps(run.manifest[key], indent=1, sort_keys=True) if isinstance(run.manifest[key], dict | list)
+         else str(run.manifest[key]))
+        for key in keys
+    ]
