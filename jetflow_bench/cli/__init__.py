@@ -25,7 +25,7 @@ app = typer.Typer(
 
 
 # Command-group modules; importing one adds its commands to `app`.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("suites_cmd",)
 
 
 def _register_commands() -> None:
