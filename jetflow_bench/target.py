@@ -78,7 +78,9 @@ class TargetRunner:
     ) -> TargetRunner:
         """Load by hub id or local directory, exactly as a real user's model would be."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # our own progress display owns the terminal
         dev = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, dev)
         name = str(name_or_path)
