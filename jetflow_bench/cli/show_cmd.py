@@ -1,0 +1,149 @@
+"""`jfbench show RUN`: a run folder's summary as tables (rich, markdown) or rows (csv, json)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from jetflow_bench.cli import app
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.sweep.store import MANIFEST, read_json
+
+
+class ShowFormat(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    csv = "csv"
+    json = "json"
+
+
+class ShowTable(str, Enum):
+    summary = "summary"
+    ablation = "ablation"
+    cells = "cells"
+
+
+ARM_KEYS = ["suite", "drafter", "variant", "budget", "batch_size"]
+
+
+def compact(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per arm (repeats pooled): the figures a reader compares, formatted as text.
+
+    Numbers are means over repeats; the decode speed-up's bracket is the mean of its per-repeat
+    bootstrap 95% bounds and "sd" its standard deviation across repeats (blank for one repeat).
+    """
+    rows = []
+    for keys, g in summary.groupby(ARM_KEYS, sort=True, dropna=False):
+        arm = dict(zip(ARM_KEYS, keys, strict=True))
+        name = arm["drafter"] if arm["variant"] == "default" else f"{arm['drafter']}[{arm['variant']}]"
+        sd = g["speedup_decode_micro"].std() if len(g) > 1 else math.nan
+        rows.append({
+            "suite": arm["suite"], "arm": name, "B": arm["budget"], "bs": arm["batch_size"], "n": len(g),
+            "tau": _f(g["tau"].mean(), 2), "alpha": _f(g["alpha"].mean(), 2),
+            "fill": _f(g["budget_fill"].mean(), 2), "tok/s": _f(g["tokens_per_s"].mean(), 1),
+            "TPOT ms": _f(1e3 * g["tpot_s"].mean(), 2), "TTFT ms": _f(1e3 * g["ttft_s"].mean(), 1),
+            "decode x [CI95]": f"{_f(g['speedup_decode_micro'].mean(), 2)} [{_f(g['speedup_decode_micro_lo'].mean(), 2)}"
+                               f", {_f(g['speedup_decode_micro_hi'].mean(), 2)}]",
+            "sd": _f(sd, 2), "e2e x": _f(g["speedup_e2e_micro"].mean(), 2),
+            "acc": f"{_f(g['accuracy'].mean(), 2)}/{_f(g['baseline_accuracy'].mean(), 2)}",
+            "diverged": f"{int(g['lossless_unexcused'].sum())}+{int(g['lossless_excused'].sum())}",
+            "other": _f(g["other_share"].mean(), 3),
+        })
+    return pd.DataFrame(rows)
+
+
+def compact_ablation(ablation: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "arm": f"{r.drafter}[{r.variant}]", "suite": r.suite, "B": r.budget, "bs": r.batch_size, "n": r.n_prompts,
+        "tau": _f(r.tau, 2), "d tau": f"{_f(r.tau_delta, 2, sign=True)} [{_f(r.tau_delta_lo, 2)}, {_f(r.tau_delta_hi, 2)}]",
+        "decode x": _f(r.speedup_decode_micro, 2),
+        "d x": f"{_f(r.speedup_delta, 2, sign=True)} [{_f(r.speedup_delta_lo, 2)}, {_f(r.speedup_delta_hi, 2)}]",
+    } for r in ablation.itertuples()])
+
+
+def _f(value: float, digits: int, sign: bool = False) -> str:
+    if value is None or pd.isna(value):
+        return ""
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    cells = [[str(v).replace("|", "\\|") for v in row] for row in frame.itertuples(index=False)]
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
+
+
+def rich_table(frame: pd.DataFrame, title: str, caption: str | None = None) -> Table:
+    table = Table(title=title, caption=caption, show_lines=False)
+    for column in frame.columns:
+        table.add_column(column, justify="left" if column in ("suite", "arm") else "right")
+    for row in frame.itertuples(index=False):
+        table.add_row(*(str(v) for v in row))
+    return table
+
+
+def _read(run: Path, name: str) -> pd.DataFrame:
+    path = run / f"{name}.parquet"
+    if not path.exists():
+        hint = "run `jfbench ablate`" if name == "ablation" else "no cell has finished yet"
+        raise JfbenchError(f"{path} does not exist ({hint}): check the run folder")
+    return pd.read_parquet(path)
+
+
+def _caption(run: Path, manifest: dict) -> str:
+    config = manifest.get("config", {})
+    done = len(list((run / "cells").glob("*.json")))
+    parts = [f"target {config.get('target')}", f"{manifest.get('device')}", f"config {manifest.get('config_hash')}",
+             f"{done}/{manifest.get('n_cells', '?')} cells"]
+    if config.get("device", "").startswith("cpu"):
+        parts.append("CPU: verification cost grows with B, so tau is the hardware-independent figure")
+    return "; ".join(parts)
+
+
+@app.command("show")
+def show(
+    run: Annotated[Path, typer.Argument(help="A run folder written by `jfbench sweep` or `jfbench ablate`.")],
+    format: Annotated[ShowFormat, typer.Option("--format", help="table (rich), markdown, csv or json.")] = ShowFormat.table,
+    table: Annotated[ShowTable, typer.Option("--table", help="Which table csv/json print (all its columns).")] = ShowTable.summary,
+) -> None:
+    """Print a run's summary. table/markdown: one row per arm, repeats pooled (τ, α, budget fill,
+    tokens/s, TPOT, TTFT, decode speed-up with CI and spread, e2e speed-up, accuracy vs AR,
+    diverged = unexcused+excused requests, other = engine overhead share). csv/json: every column of
+    summary.parquet (or --table ablation / cells), one row per cell, for scripts.
+
+    Examples:
+
+        jfbench show results/qwen8b
+
+        jfbench show results/qwen8b --format csv > summary.csv
+
+        jfbench show results/ablate-head --format json --table ablation | jq '.[0]'
+    """
+    manifest = read_json(run / MANIFEST)
+    if manifest is None:
+        raise JfbenchError(f"{run} holds no jfbench run ({MANIFEST} missing): pass a folder written by `jfbench sweep`")
+    if format in (ShowFormat.csv, ShowFormat.json):
+        frame = _read(run, table.value)
+        if format == ShowFormat.csv:
+            frame.to_csv(sys.stdout, index=False)
+        else:
+            print(json.dumps(json.loads(frame.to_json(orient="records")), indent=1))
+        return
+    views = [("summary", compact(_read(run, "summary")))]
+    if (run / "ablation.parquet").exists():
+        views.append(("ablation (variant - default)", compact_ablation(_read(run, "ablation"))))
+    if format == ShowFormat.markdown:
+        print("\n\n".join(f"**{title}**\n\n{markdown(frame)}" for title, frame in views))
+        return
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 220)  # pipes: no squeezing
+    for title, frame in views:
+        console.print(rich_table(frame, f"{run.name}: {title}", _caption(run, manifest) if title == "summary" else None))

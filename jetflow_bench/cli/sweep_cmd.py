@@ -1,0 +1,245 @@
+"""`jfbench sweep` and `jfbench ablate`: run a grid of cells into a resumable run folder."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+
+from drafters import DRAFTERS
+from jetflow_bench.cli import app
+from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.runtime import resolve_device, resolve_dtype, set_threads
+from jetflow_bench.sweep.ablation import AXES, ablation_table, variants, with_checkpoints
+from jetflow_bench.sweep.driver import SweepOutcome, run_sweep
+from jetflow_bench.sweep.grid import (
+    DrafterSpec,
+    SweepConfig,
+    parse_budgets,
+    parse_drafters,
+    parse_ints,
+    parse_names,
+    parse_value,
+)
+from jetflow_bench.sweep.runner import ENGINES
+from suites import SUITES
+
+SuitesOpt = Annotated[str, typer.Option("--suites", help="Comma-separated suites, e.g. gsm8k,math500.")]
+BudgetsOpt = Annotated[
+    str, typer.Option("--budgets", help="Comma-separated budgets B (tree nodes incl. root), 1 <= B <= 1024.")
+]
+BatchSizesOpt = Annotated[
+    str, typer.Option("--batch-sizes", help="Comma-separated batch sizes; the AR baseline runs at each.")
+]
+RepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="Timing repeats (>= 3 for reported speed-ups).")]
+LimitOpt = Annotated[int | None, typer.Option("--limit", min=1, help="Prompts per suite. Default: all.")]
+MaxNewOpt = Annotated[
+    int | None, typer.Option("--max-new-tokens", min=1, help="New tokens per prompt. Default: each suite's own.")
+]
+TemperatureOpt = Annotated[float, typer.Option("--temperature", help="Sampling temperature; only 0 (greedy) for now.")]
+OutOpt = Annotated[Path, typer.Option("--out", help="Run folder; an interrupted run resumes when re-run.")]
+SampleSeedOpt = Annotated[
+    int | None, typer.Option("--sample-seed", help="Sample --limit prompts at random with this seed. Default: first N.")
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="torch seed set before every cell; also seeds the bootstrap.")]
+EngineOpt = Annotated[str, typer.Option("--engine", help="Decoding engine: hf (this package's).")]
+TieEpsOpt = Annotated[
+    float, typer.Option("--tie-eps", min=0.0, help="Excuse a divergence when the top-2 logits differ by < this.")
+]
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="Exit 1 (after writing results) on any unexcused divergence.")
+]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Discard results of another config in --out.")]
+ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress display on stderr.")]
+
+
+def resolve_target(target: str) -> str:
+    """A local folder becomes an absolute path (so the config hash names it); a hub id stays."""
+    local = Path(target).expanduser()
+    return str(local.resolve()) if local.exists() else target
+
+
+def grid_config(
+    target: str, drafters: list[DrafterSpec], suites: str, budgets: str, batch_sizes: str, repeats: int,
+    limit: int | None, max_new_tokens: int | None, temperature: float, device: str | None, dtype: str | None,
+    threads: int | None, sample_seed: int | None, seed: int, engine: str, tie_eps: float,
+    extra: tuple = (),
+) -> SweepConfig:  # fmt: skip
+    """Validate every flag (before any model loads) and resolve the config."""
+    if temperature != 0:
+        raise JfbenchError(f"--temperature {temperature}: sampling is not supported yet; use --temperature 0 (greedy)")
+    budget_list = parse_budgets(budgets)
+    sizes = parse_ints(batch_sizes, "--batch-sizes")
+    suite_names = tuple(dict.fromkeys(SUITES.canonical(n) for n in parse_names(suites, "--suites")))
+    dev = resolve_device(device)
+    set_threads(threads)
+    return SweepConfig(
+        target=resolve_target(target), drafters=tuple(drafters), suites=suite_names,
+        budgets=budget_list, batch_sizes=sizes, repeats=repeats, device=str(dev),
+        dtype=str(resolve_dtype(dtype, dev)).removeprefix("torch."), threads=torch.get_num_threads(),
+        limit=limit, max_new_tokens=max_new_tokens, temperature=temperature, sample_seed=sample_seed,
+        seed=seed, engine=ENGINES.canonical(engine), tie_eps=tie_eps, extra=extra,
+    )
+
+
+def finish(outcome: SweepOutcome, out: Path, strict: bool) -> None:
+    """Notes and the one-line result on stderr; exit 1 under --strict when outputs diverged."""
+    for note in outcome.notes:
+        print(note, file=sys.stderr)
+    print(f"{out}: {outcome.ran} cell(s) run, {outcome.skipped} already done; see `jfbench show {out}`",
+          file=sys.stderr)
+    if outcome.unexcused:
+        print(f"{'error' if strict else 'warning'}: {outcome.unexcused} request(s) diverge from the AR baseline "
+              "beyond fp near-ties (see requests.parquet: lossless, first_divergence)", file=sys.stderr)
+        if strict:
+            raise typer.Exit(1)
+
+
+@app.command("sweep")
+def sweep(
+    target: TargetOpt,
+    out: OutOpt,
+    drafters: Annotated[
+        str, typer.Option("--drafters", help="Comma-separated drafters, NAME or NAME=CHECKPOINT_DIR.")
+    ] = "ngram",
+    suites: SuitesOpt = "gsm8k",
+    budgets: BudgetsOpt = "16,64,256",
+    batch_sizes: BatchSizesOpt = "1",
+    repeats: RepeatsOpt = 3,
+    limit: LimitOpt = None,
+    max_new_tokens: MaxNewOpt = None,
+    temperature: TemperatureOpt = 0.0,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    data_dir: DataDirOpt = None,
+    sample_seed: SampleSeedOpt = None,
+    threads: ThreadsOpt = None,
+    seed: SeedOpt = 0,
+    engine: EngineOpt = "hf",
+    tie_eps: TieEpsOpt = 1e-4,
+    strict: StrictOpt = False,
+    force: ForceOpt = False,
+    progress: ProgressOpt = True,
+) -> None:
+    """Run every drafter × suite × budget × batch size × repeat, plus the AR baseline at each
+    batch size, on the same prompts; write tidy tables and a summary to --out.
+
+    Re-running the same command resumes an interrupted run without recomputing finished cells.
+
+    Examples:
+
+        jfbench sweep --target Qwen/Qwen3-8B --drafters ngram,eagle=heads/eagle,jetflow=heads/jf
+            --suites gsm8k,math500 --budgets 16,64,256 --batch-sizes 1,4 --repeats 3 --out results/qwen8b
+
+        jfbench sweep --target ~/.cache/jfbench/targets/micro-seed0-XXXX --drafters ngram
+            --suites gsm8k --budgets 8,32 --limit 4 --max-new-tokens 32 --repeats 1 --out results/smoke
+    """
+    specs = [
+        DrafterSpec(DRAFTERS.canonical(name), checkpoint=str(ckpt) if ckpt else None)
+        for name, ckpt in parse_drafters(drafters)
+    ]
+    config = grid_config(target, specs, suites, budgets, batch_sizes, repeats, limit, max_new_tokens, temperature,
+                         device, dtype, threads, sample_seed, seed, engine, tie_eps)
+    outcome = run_sweep(config, out, command=sys.argv, data_dir=data_dir, force=force, show_progress=progress)
+    finish(outcome, out, strict)
+
+
+def _values(flag: str, text: str | None) -> list:
+    return [] if text is None else [parse_value(v) for v in parse_names(text, flag)]
+
+
+def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise JfbenchError(f"{flag} {item!r}: use {flag} NAME=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _head_trainer():
+    """The drafter package's cached head trainer, if it is installed (learned drafters only)."""
+    try:
+        from drafters.training import ensure_head
+    except ImportError:
+        return None
+    return ensure_head
+
+
+@app.command("ablate")
+def ablate(
+    target: TargetOpt,
+    out: OutOpt,
+    drafter: Annotated[
+        str, typer.Option("--drafter", help="The base drafter, NAME or NAME=CHECKPOINT_DIR (its default variant).")
+    ] = "jetflow",
+    head: Annotated[str | None, typer.Option("--head", help="Head mask variants, e.g. diffusion.")] = None,
+    loss: Annotated[str | None, typer.Option("--loss", help="Training-loss variants: rkl, sft.")] = None,
+    data: Annotated[str | None, typer.Option("--data", help="Training-data variants: raw.")] = None,
+    refine_passes: Annotated[str | None, typer.Option("--refine-passes", help="Refinement passes, e.g. 0,1,2.")] = None,
+    scoring: Annotated[str | None, typer.Option("--scoring", help="Tree scoring variants: entropy.")] = None,
+    construction: Annotated[str | None, typer.Option("--construction", help="Tree construction: spine-first.")] = None,
+    option: Annotated[
+        list[str] | None, typer.Option("--option", help="Any build option's values: KEY=V1,V2 (repeatable).")
+    ] = None,
+    checkpoint: Annotated[
+        list[str] | None, typer.Option("--checkpoint", help="A variant's head: VARIANT=DIR (repeatable).")
+    ] = None,
+    suites: SuitesOpt = "gsm8k",
+    budgets: BudgetsOpt = "16,64,256",
+    batch_sizes: BatchSizesOpt = "1",
+    repeats: RepeatsOpt = 3,
+    limit: LimitOpt = None,
+    max_new_tokens: MaxNewOpt = None,
+    temperature: TemperatureOpt = 0.0,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    data_dir: DataDirOpt = None,
+    sample_seed: SampleSeedOpt = None,
+    threads: ThreadsOpt = None,
+    seed: SeedOpt = 0,
+    engine: EngineOpt = "hf",
+    tie_eps: TieEpsOpt = 1e-4,
+    strict: StrictOpt = False,
+    force: ForceOpt = False,
+    progress: ProgressOpt = True,
+) -> None:
+    """Run the base drafter's default configuration and each named variant on the same grid;
+    write ablation.parquet/csv with τ and speed-up deltas vs the default (paired bootstrap CI).
+
+    Variants that need other weights (--head, --loss, --data) use --checkpoint VARIANT=DIR or are
+    trained on demand and cached by their training config.
+
+    Examples:
+
+        jfbench ablate --target T --drafter jetflow=heads/jf --head diffusion --refine-passes 0,2
+            --suites math500 --budgets 16,64,256 --out results/ablate-head
+
+        jfbench ablate --target T --drafter ngram --option max_ngram=1,2 --suites gsm8k --out results/ng
+    """
+    parsed = parse_drafters(drafter)
+    if len(parsed) != 1:
+        raise JfbenchError(f"--drafter {drafter!r}: ablate one base drafter at a time, e.g. --drafter jetflow=DIR")
+    ((name, ckpt),) = parsed
+    base = DrafterSpec(DRAFTERS.canonical(name), checkpoint=str(ckpt) if ckpt else None)
+    flags = {"head": head, "loss": loss, "data": data, "refine_passes": refine_passes, "scoring": scoring,
+             "construction": construction}
+    axes = {flag: _values(f"--{flag.replace('_', '-')}", text) for flag, text in flags.items() if text is not None}
+    generic = {k: _values(f"--option {k}", v) for k, v in _pairs(option, "--option").items()}
+    clash = sorted(set(generic) & {key for _, key in AXES.values()})
+    if clash:
+        raise JfbenchError(f"--option {clash[0]}: use its own flag (--{clash[0].replace('_', '-')}) instead")
+    specs = variants(base, axes, generic)
+    given = {k: Path(v).expanduser().resolve() for k, v in _pairs(checkpoint, "--checkpoint").items()}
+    specs = with_checkpoints(specs, given, resolve_target(target), _head_trainer())
+    config = grid_config(target, specs, suites, budgets, batch_sizes, repeats, limit, max_new_tokens, temperature,
+                         device, dtype, threads, sample_seed, seed, engine, tie_eps, extra=(("ablation", True),))
+    derived = {"ablation": lambda requests: ablation_table(requests, config.n_boot, config.seed)}
+    outcome = run_sweep(config, out, command=sys.argv, data_dir=data_dir, force=force, kind="ablation",
+                        show_progress=progress, derived=derived)
+    finish(outcome, out, strict)

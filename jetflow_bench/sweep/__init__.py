@@ -1,0 +1,43 @@
+"""`jfbench sweep` / `jfbench ablate`: run a grid of cells and keep tidy, resumable results.
+
+Run-folder layout (``--out RUN``; plots, reports and regression checks read these names):
+
+    RUN/
+      manifest.json      command line, resolved config + config_hash, run_id, versions, torch
+                         threads, device, git commit (+ dirty flag), seeds, data sources, started /
+                         finished times, and one entry per session (a resumed run has several)
+      steps.parquet      one row per (verify step, request)
+      requests.parquet   one row per request
+      cells.parquet      one row per finished cell
+      summary.parquet    one row per cell, derived only from the three tables above
+      summary.csv        the same
+      ablation.parquet   `jfbench ablate` only: one row per variant × suite × budget × batch size
+      ablation.csv       the same
+      cells/             the source of truth: per cell <cell_id>.steps.parquet,
+                         <cell_id>.requests.parquet, <cell_id>.json (written last = finished)
+      .lock              held while a sweep writes the folder (pid + host inside)
+
+Cell keys (first columns of every table): suite, drafter, variant, budget, batch_size, repeat.
+The AR baseline is drafter "ar", variant "default", budget 1.
+
+steps:    run_id, <cell keys>, request, step, batch_step, active, drafted, accepted, emitted, depth,
+          draft_s, verify_s, other_s  (the three times belong to the whole batched forward
+          `batch_step`, repeated on each of its rows; `budget` is the cell's B, root included)
+requests: run_id, <cell keys>, request, record_id, prompt, prompt_hash, prompt_tokens (count),
+          output_ids, output, new_tokens, finish_reason, ttft_s, decode_s, steps, drafted,
+          accepted, tau, lossless, excused, first_divergence (index into the generated tokens,
+          NA when lossless), tie_gap, correct (NA when the suite does not score), config_hash
+cells:    run_id, <cell keys>, cell_id, config_hash, engine, n_requests, wall_s, peak_mem_bytes,
+          drafted_mean, drafted_max, budget_fill, started, finished
+summary:  <cell keys>, then `jetflow_bench.metrics.summarize`'s columns (tau, alpha,
+          budget_efficiency, a_1..a_D, p_1..p_D, accept_hist, tokens_per_s, tpot_s, ttft_s,
+          other_share, speedup_{decode,e2e}_{micro,macro}{,_lo,_hi}, accuracy, baseline_accuracy,
+          lossless_unexcused, lossless_excused, ...), then drafted_mean, drafted_max,
+          budget_fill, peak_mem_bytes, engine, config_hash
+ablation: see `jetflow_bench.sweep.ablation`.
+
+`request` is the prompt's position in its suite's selected records, so it pairs arms, batch
+sizes and repeats. Speed-ups pair each cell with the AR cell of the same suite, batch size and
+repeat. `peak_mem_bytes` is the device peak on GPUs and the process's resident high-water mark
+on CPU (monotonic over a run there).
+"""

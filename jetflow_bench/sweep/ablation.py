@@ -1,0 +1,141 @@
+"""`jfbench ablate`: variants of one drafter on one grid, and their deltas against the default.
+
+A variant is a named set of overrides of the base drafter spec (`grid.DrafterSpec`): inference
+overrides go to the drafter's ``build`` (same weights), training overrides need their own head,
+trained on demand and cached by its training config. Every variant runs as its own arm of an
+ordinary sweep (drafter = the base name, variant = e.g. "head=diffusion"), next to the default
+arm (variant "default") and the AR baseline, so resume, losslessness and the summary come free.
+
+ablation table — one row per drafter × variant × suite × budget × batch size, repeats pooled:
+    tau, tau_default, tau_delta (+ _lo, _hi)
+    speedup_decode_micro, speedup_default, speedup_delta (+ _lo, _hi)
+with tau = 1 + Σaccepted / Σsteps and speedup = Σ AR decode_s / Σ arm decode_s over the prompts
+(both arms' sums pool all repeats). The CI is a paired percentile bootstrap over prompts: each
+resample draws prompts with replacement and uses the same draw for the variant, the default
+and the AR baseline, so prompt difficulty cancels out of the deltas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.metrics import _div
+from jetflow_bench.sweep.grid import AR, DEFAULT_VARIANT, DrafterSpec
+
+# Ablation flag -> (stage, drafter option). "train" options need their own weights.
+AXES: dict[str, tuple[str, str]] = {
+    "head": ("train", "head"),  # causal | diffusion block mask in the head
+    "loss": ("train", "loss"),  # fkl | rkl | sft
+    "data": ("train", "data"),  # target-regenerated | raw corpus
+    "refine_passes": ("infer", "refine_passes"),
+    "scoring": ("infer", "scoring"),
+    "construction": ("infer", "construction"),
+}
+DELTA_FIELDS = ("tau", "speedup")
+HeadTrainer = Callable[..., Path]  # ensure_head(target, drafter, **train_options) -> checkpoint
+
+
+def variants(
+    base: DrafterSpec, axes: Mapping[str, Sequence[Any]], options: Mapping[str, Sequence[Any]]
+) -> list[DrafterSpec]:
+    """The base spec (variant "default") plus one spec per value of every axis.
+
+    ``axes`` uses the `AXES` flags (stage from the table); ``options`` holds generic inference
+    overrides (``--option max_ngram=2,4``). Example: axes {"refine_passes": [0, 2]} ->
+    [default, refine_passes=0, refine_passes=2].
+    """
+    specs = [base]
+    for flag, values in [*axes.items(), *options.items()]:
+        stage, key = AXES.get(flag, ("infer", flag))
+        field_ = "train" if stage == "train" else "options"
+        for value in values:
+            overrides = {**dict(getattr(base, field_)), key: value}
+            changes: dict[str, Any] = {"variant": f"{key}={value}", field_: tuple(sorted(overrides.items()))}
+            if stage == "train":
+                changes["checkpoint"] = None  # other weights: given per variant or trained
+            spec = dataclasses.replace(base, **changes)
+            if spec.variant in {s.variant for s in specs}:
+                raise JfbenchError(f"variant {spec.variant!r} is named twice: list each value once")
+            specs.append(spec)
+    if len(specs) == 1:
+        raise JfbenchError("nothing to ablate: name at least one variant, e.g. --head diffusion or --refine-passes 0,2")
+    return specs
+
+
+def with_checkpoints(
+    specs: Sequence[DrafterSpec], given: Mapping[str, Path], target: str, ensure_head: HeadTrainer | None
+) -> list[DrafterSpec]:
+    """Fill in checkpoints: ``given[variant]`` first, else a cached head trained for the spec.
+
+    Only specs with training overrides (or a learned default without a checkpoint, when a trainer
+    is available) are trained; inference variants share the default's checkpoint.
+    """
+    unknown = sorted(set(given) - {s.variant for s in specs})
+    if unknown:
+        raise JfbenchError(f"--checkpoint names unknown variant(s) {unknown}: use one of {[s.variant for s in specs]}")
+    out = []
+    default = next(s for s in specs if s.variant == DEFAULT_VARIANT)
+    default_ckpt = given.get(DEFAULT_VARIANT) or default.checkpoint
+    for spec in specs:
+        ckpt = given.get(spec.variant) or spec.checkpoint or (None if spec.train else default_ckpt)
+        if ckpt is None and ensure_head is not None and (spec.train or spec.variant == DEFAULT_VARIANT):
+            ckpt = ensure_head(target, spec.name, **dict(spec.train))
+        if ckpt is None and spec.train:
+            raise JfbenchError(
+                f"variant {spec.variant!r} needs its own trained head: pass --checkpoint {spec.variant}=DIR "
+                f"(drafter {spec.name!r} has no trainer)"
+            )
+        out.append(dataclasses.replace(spec, checkpoint=str(ckpt) if ckpt else None))
+    return out
+
+
+def _per_prompt(requests: pd.DataFrame) -> pd.DataFrame:
+    """Sums over repeats per prompt: accepted, steps, decode_s (index: request)."""
+    return requests.groupby("request")[["accepted", "steps", "decode_s"]].sum()
+
+
+def _stats(arm: pd.DataFrame, ar: pd.DataFrame, idx: np.ndarray) -> dict[str, np.ndarray]:
+    """tau and micro speed-up of ``arm`` for each row of prompt positions ``idx`` (n_boot, n)."""
+    acc, steps, time = (arm[c].to_numpy(float)[idx].sum(axis=-1) for c in ("accepted", "steps", "decode_s"))
+    return {"tau": 1 + _div(acc, steps), "speedup": _div(ar["decode_s"].to_numpy(float)[idx].sum(axis=-1), time)}
+
+
+def ablation_table(requests: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Deltas of every non-default variant against its default arm; see the module docstring."""
+    group_keys = ["suite", "budget", "batch_size"]
+    arms = requests[requests["drafter"] != AR]
+    rows = []
+    for (drafter, variant, suite, budget, batch_size), arm in arms.groupby(["drafter", "variant", *group_keys]):
+        if variant == DEFAULT_VARIANT:
+            continue
+        same = (requests["suite"] == suite) & (requests["batch_size"] == batch_size)
+        default = requests[same & (requests["drafter"] == drafter) & (requests["variant"] == DEFAULT_VARIANT)
+                           & (requests["budget"] == budget)]
+        ar = requests[same & (requests["drafter"] == AR)]
+        if default.empty or ar.empty:
+            continue
+        frames = [_per_prompt(f) for f in (arm, default, ar)]
+        prompts = frames[0].index.intersection(frames[1].index).intersection(frames[2].index)
+        var, dflt, base = (f.loc[prompts] for f in frames)
+        n = len(prompts)
+        full = np.arange(n)[None, :]  # (1, n): the sample itself
+        boot = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))  # (n_boot, n)
+        point = {k: (_stats(var, base, full)[k][0], _stats(dflt, base, full)[k][0]) for k in DELTA_FIELDS}
+        v_boot, d_boot = _stats(var, base, boot), _stats(dflt, base, boot)
+        row = {"drafter": drafter, "variant": variant, "suite": suite, "budget": budget, "batch_size": batch_size,
+               "n_prompts": n, "repeats": arm["repeat"].nunique()}
+        for k, name in (("tau", "tau"), ("speedup", "speedup_decode_micro")):
+            row[name], row[f"{k}_default"] = point[k]
+            row[f"{k}_delta"] = point[k][0] - point[k][1]
+            delta = v_boot[k] - d_boot[k]
+            lo, hi = np.nanpercentile(delta, [2.5, 97.5]) if n_boot else (np.nan, np.nan)
+            row[f"{k}_delta_lo"], row[f"{k}_delta_hi"] = float(lo), float(hi)
+        rows.append(row)
+    return pd.DataFrame(rows)

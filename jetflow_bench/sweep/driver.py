@@ -1,0 +1,238 @@
+"""Running a whole grid: load once, run every unfinished cell, store it, rebuild the tables.
+
+Per cell: torch seed, untimed warm-up, timed decode of every prompt batch (`runner.run_cell`),
+then — outside the timed region — losslessness against the paired AR cell, answer checks, and an
+atomic write of the cell (`store.RunStore`). Finished cells of an earlier, interrupted run of the
+same config are skipped, and their AR outputs still serve as references.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from drafters import Drafter
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.stopping import StopRule
+from jetflow_bench.sweep.grid import (
+    AR,
+    DEFAULT_VARIANT,
+    Cell,
+    DrafterSpec,
+    SweepConfig,
+    cell_hash,
+    cells,
+    config_dict,
+    config_hash,
+    spec_for,
+)
+from jetflow_bench.sweep.lossless import Verdict, judge
+from jetflow_bench.sweep.progress import SweepProgress
+from jetflow_bench.sweep.runner import ENGINES, Engine, Prompt, run_cell
+from jetflow_bench.sweep.store import Derived, RunStore, now_iso
+from jetflow_bench.sweep.tables import cell_frames
+from suites import Record, Request, Suite, get_suite
+from suites.base import has_chat_template
+
+VERSIONED = ("jetflow-bench", "torch", "transformers", "tokenizers", "numpy", "pandas", "pyarrow")
+
+
+@dataclass
+class Workload:
+    """One suite's prompts, tokenised once and shared by every cell of the suite."""
+
+    suite: Suite
+    records: dict[str, Record]
+    requests: list[Request]
+    prompts: list[Prompt]
+    source: dict[str, Any]  # where the data came from, for the manifest
+
+
+@dataclass
+class SweepOutcome:
+    summary: pd.DataFrame
+    ran: int  # cells run by this invocation
+    skipped: int  # cells already finished by an earlier one
+    unexcused: int  # requests with an unexcused divergence, over the whole run
+    notes: list[str] = field(default_factory=list)
+
+
+def load_workload(name: str, engine: Engine, config: SweepConfig, data_dir: Path | None) -> Workload:
+    suite = get_suite(name)
+    loaded = suite.load(data_dir, limit=config.limit, sample_seed=config.sample_seed)
+    if not len(loaded):
+        raise JfbenchError(f"suite {name!r} has no records in {loaded.source}: check --data-dir")
+    tokenizer = engine.tokenizer
+    requests = suite.requests(loaded, tokenizer, config.max_new_tokens)
+    add_special = not has_chat_template(tokenizer)  # a chat template writes its own BOS
+    eos = frozenset(engine.eos_token_ids)
+    stops: dict[tuple[int, tuple[str, ...]], StopRule] = {}
+    prompts = []
+    for i, request in enumerate(requests):
+        key = (request.max_new_tokens, request.stop)
+        stop = stops.setdefault(key, StopRule(request.max_new_tokens, eos, request.stop, tokenizer.decode))
+        prompts.append(Prompt(i, tokenizer.encode(request.prompt, add_special_tokens=add_special), stop))
+    source = {"kind": loaded.kind, "source": loaded.source, "total": loaded.total, "skipped": loaded.skipped,
+              "selected": len(loaded)}
+    return Workload(suite, {r.id: r for r in loaded.records}, requests, prompts, source)
+
+
+def environment(engine: Engine, config: SweepConfig) -> dict[str, Any]:
+    """Versions, device, threads and git commit: what a reader needs to trust (or redo) a number."""
+    versions = {"python": sys.version.split()[0]}
+    for package in VERSIONED:
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            versions[package] = None
+    info = engine.describe()
+    return {
+        "versions": versions, "torch_threads": torch.get_num_threads(), "device_info": info,
+        "device": f"{info.get('device_name', info.get('device'))} ({info.get('device')}, "
+                  f"{torch.get_num_threads()} threads)",
+        **_git(), "host": socket.gethostname(), "user": getpass.getuser(),
+        "seeds": {"seed": config.seed, "sample_seed": config.sample_seed},
+    }
+
+
+def _git() -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        status = subprocess.run(["git", "-C", root, "status", "--porcelain"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return {"git_commit": None, "git_dirty": None}
+    if commit.returncode:
+        return {"git_commit": None, "git_dirty": None}
+    return {"git_commit": commit.stdout.strip(), "git_dirty": bool(status.stdout.strip())}
+
+
+def run_sweep(
+    config: SweepConfig,
+    out: Path,
+    *,
+    command: list[str],
+    data_dir: Path | None = None,
+    force: bool = False,
+    kind: str = "sweep",
+    show_progress: bool = True,
+    derived: Derived | None = None,
+) -> SweepOutcome:
+    """Run (or finish) the grid of ``config`` in the run folder ``out``.
+
+    ``derived`` adds tables computed from the requests rows (the ablation), rebuilt with the rest.
+    """
+    chash = config_hash(config)
+    store = RunStore(out)
+    with store.locked():
+        previous = store.prepare(chash, force)
+        engine = ENGINES.get(config.engine)(config.target, config.device, config.dtype)
+        workloads = {name: load_workload(name, engine, config, data_dir) for name in config.suites}
+        grid = list(cells(config))
+        hashes = {c.cell_id: cell_hash(config, c, spec_for(config, c)) for c in grid}
+        finished = store.finished(hashes)
+        session = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": now_iso(),
+                   "finished": None, "cells_done_before": len(finished)}
+        manifest = previous or {"run_id": f"{now_iso()[:10]}-{chash[:8]}-{uuid.uuid4().hex[:6]}",
+                                "kind": kind, "started": session["started"], "sessions": []}
+        manifest.update({
+            "command": " ".join(command), "config": config_dict(config), "config_hash": chash,
+            **environment(engine, config), "data_dir": str(data_dir) if data_dir else None,
+            "suites": {n: w.source for n, w in workloads.items()}, "n_cells": len(grid), "finished": None,
+        })
+        manifest["sessions"].append(session)
+        store.write_manifest(manifest)
+        todo = [c for c in grid if c.cell_id not in finished]
+        sweep = _CellLoop(engine, store, config, manifest["run_id"], workloads)
+        with SweepProgress(len(grid), len(finished), show_progress) as progress:
+            for cell in todo:
+                progress.start_cell(cell, len(workloads[cell.suite].prompts))
+                sweep.run(cell, hashes[cell.cell_id], progress)
+                finished.add(cell.cell_id)
+                store.rebuild([c.cell_id for c in grid if c.cell_id in finished], config.n_boot, config.seed, derived)
+                progress.end_cell()
+        summary = store.rebuild([c.cell_id for c in grid], config.n_boot, config.seed, derived)
+        session["finished"] = manifest["finished"] = now_iso()
+        store.write_manifest(manifest)
+    unexcused = int(summary["lossless_unexcused"].sum())
+    return SweepOutcome(summary, len(todo), len(grid) - len(todo), unexcused, fill_notes(summary))
+
+
+class _CellLoop:
+    """Runs single cells with shared state: engine, drafters (built once), prompts, the store."""
+
+    def __init__(
+        self, engine: Engine, store: RunStore, config: SweepConfig, run_id: str, workloads: dict[str, Workload]
+    ) -> None:
+        self.engine, self.store, self.config, self.run_id, self.workloads = engine, store, config, run_id, workloads
+        self.drafters: dict[DrafterSpec, Drafter] = {}
+
+    def drafter(self, cell: Cell) -> Drafter | None:
+        if cell.is_baseline:
+            return None
+        spec = spec_for(self.config, cell)
+        if spec not in self.drafters:
+            checkpoint = Path(spec.checkpoint) if spec.checkpoint else None
+            self.drafters[spec] = self.engine.build_drafter(spec, checkpoint)
+        return self.drafters[spec]
+
+    def run(self, cell: Cell, chash: str, progress: SweepProgress) -> None:
+        """Decode (timed), then judge losslessness and answers (untimed), then store the cell."""
+        work, config = self.workloads[cell.suite], self.config
+        torch.manual_seed(config.seed)
+        run = run_cell(self.engine, cell, work.prompts, self.drafter(cell), config.warmup_tokens, progress.advance)
+        ids = sorted(run.outputs)
+        outputs = {i: run.outputs[i].output_tokens for i in ids}
+        verdicts = self.verdicts(cell, work, outputs)
+        texts = {i: self.engine.tokenizer.decode(outputs[i], skip_special_tokens=True) for i in ids}
+        if work.suite.scored:
+            items = [(work.records[work.requests[i].record_id], work.requests[i].cut(texts[i])) for i in ids]
+            correct = dict(zip(ids, work.suite.check_many(items), strict=True))
+        else:
+            correct = dict.fromkeys(ids)
+        labels = {i: (work.requests[i].record_id, work.requests[i].prompt, texts[i]) for i in ids}
+        steps, requests, row = cell_frames(self.run_id, cell, chash, config.engine, run, labels, verdicts, correct)
+        self.store.write_cell(cell.cell_id, steps, requests, row)
+        bad = [v for v in verdicts.values() if not v.lossless and not v.excused]
+        if bad:
+            progress.note(f"warning: {cell.label()}: {len(bad)} request(s) diverge from the AR baseline "
+                          f"(first at token {bad[0].first_divergence}) and are not fp near-ties")
+
+    def verdicts(self, cell: Cell, work: Workload, outputs: dict[int, list[int]]) -> dict[int, Verdict]:
+        """Per request: identical to the paired AR cell's tokens, or an (excused?) divergence."""
+        if cell.is_baseline:
+            return {i: Verdict(True, False, None, None) for i in outputs}
+        baseline = Cell(cell.suite, AR, DEFAULT_VARIANT, 1, cell.batch_size, cell.repeat)
+        reference = self.store.cell_requests(baseline.cell_id).set_index("request")["output_ids"]
+        return {
+            i: judge(work.prompts[i].tokens, list(reference[i]), out, self.engine.next_token_logits, self.config.tie_eps)
+            for i, out in outputs.items()
+        }
+
+
+def fill_notes(summary: pd.DataFrame) -> list[str]:
+    """A note per drafter arm and budget whose trees never reach B − 1 drafted nodes.
+
+    The budget is not shrunk to what the drafter can fill: its cells keep B, and `budget_fill`
+    (mean drafted / (B − 1)) and `drafted_max` in the summary show how much of it was used.
+    """
+    arms = summary[(summary["drafter"] != "ar") & summary["drafted_max"].notna()]
+    notes = []
+    for (drafter, variant, budget), group in arms.groupby(["drafter", "variant", "budget"]):
+        most = int(group["drafted_max"].max())
+        if most < budget - 1:
+            arm = drafter if variant == "default" else f"{drafter}[{variant}]"
+            notes.append(f"note: {arm} drafted at most {most} of {budget - 1} nodes at budget {budget} "
+                         f"(mean {group['drafted_mean'].mean():.1f}); the budget is reported as given, not shrunk")
+    return notes

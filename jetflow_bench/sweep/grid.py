@@ -1,0 +1,227 @@
+"""The sweep's configuration, its grid of cells, and the hashes that identify both.
+
+A *cell* is one measured combination of the cell keys ``suite, drafter, variant, budget,
+batch_size, repeat``. The AR baseline is a cell like any other (drafter "ar", variant "default",
+budget 1) and is run for every (suite, batch_size, repeat) before the drafters that pair with it,
+so that losslessness can be checked against it as soon as a drafter cell finishes.
+
+Hashes: `config_hash` covers the whole resolved config (a run folder holds exactly one);
+`cell_hash` covers what determines one cell's numbers (the config without the grid lists, plus
+the cell and its drafter spec), so every result row says precisely what produced it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jetflow_bench.engine import check_budget
+from jetflow_bench.errors import JfbenchError
+
+CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat"]
+PAIR_KEYS = ["suite", "batch_size", "repeat"]  # a drafter cell's AR baseline shares these
+AR = "ar"
+DEFAULT_VARIANT = "default"
+GRID_FIELDS = ("drafters", "suites", "budgets", "batch_sizes", "repeats")  # not part of a cell's hash
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """One drafter arm: a registered drafter, its checkpoint and option overrides.
+
+    A variant is a named set of overrides of a base spec: ``options`` go to ``build`` (inference
+    settings such as ``refine_passes``), ``train`` to the head trainer (settings that need their
+    own weights, such as ``head="diffusion"``).
+    """
+
+    name: str  # canonical registry name
+    variant: str = DEFAULT_VARIANT
+    checkpoint: str | None = None  # absolute path, or None (no weights, or trained on demand)
+    options: tuple[tuple[str, Any], ...] = ()  # sorted (key, value) pairs passed to build()
+    train: tuple[tuple[str, Any], ...] = ()  # sorted (key, value) pairs passed to the trainer
+
+    @property
+    def label(self) -> str:
+        return self.name if self.variant == DEFAULT_VARIANT else f"{self.name}[{self.variant}]"
+
+
+AR_SPEC = DrafterSpec(AR)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Everything that determines a sweep's numbers, resolved (no "auto" values left)."""
+
+    target: str  # hub id or absolute local path
+    drafters: tuple[DrafterSpec, ...]  # the AR baseline is implicit and always run
+    suites: tuple[str, ...]  # canonical suite names
+    budgets: tuple[int, ...]  # B, nodes per tree incl. the root (DESIGN.md §4)
+    batch_sizes: tuple[int, ...]
+    repeats: int  # timing repeats; each repeat re-runs the AR baseline too
+    device: str  # resolved, e.g. "cpu", "cuda:0"
+    dtype: str  # resolved, e.g. "float32"
+    threads: int  # torch CPU threads in effect
+    limit: int | None = None  # prompts per suite (None: all)
+    max_new_tokens: int | None = None  # None: each suite's own default
+    temperature: float = 0.0  # only greedy (0) is supported so far
+    sample_seed: int = 0  # which `limit` prompts a suite samples
+    seed: int = 0  # torch seed set before every cell
+    engine: str = "hf"
+    tie_eps: float = 1e-4  # logit gap (fp32) under which a divergence is an excused near-tie
+    warmup_tokens: int = 8  # new tokens of the untimed warm-up generate before each cell
+    n_boot: int = 1000  # bootstrap resamples for speed-up CIs
+    extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)  # e.g. the ablation's flags
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    suite: str
+    drafter: str
+    variant: str
+    budget: int
+    batch_size: int
+    repeat: int
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.drafter == AR
+
+    @property
+    def keys(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def pair(self) -> tuple[str, int, int]:
+        """The (suite, batch_size, repeat) its AR baseline shares."""
+        return self.suite, self.batch_size, self.repeat
+
+    @property
+    def cell_id(self) -> str:
+        """File-name-safe, readable and unique: gsm8k__ngram__default__B64__bs4__r0."""
+        safe = [re.sub(r"[^A-Za-z0-9_.-]+", "-", s) for s in (self.suite, self.drafter, self.variant)]
+        return "__".join([*safe, f"B{self.budget}", f"bs{self.batch_size}", f"r{self.repeat}"])
+
+    def label(self) -> str:
+        arm = self.drafter if self.variant == DEFAULT_VARIANT else f"{self.drafter}[{self.variant}]"
+        return f"{self.suite} {arm} B={self.budget} bs={self.batch_size} r{self.repeat}"
+
+
+def stable_hash(obj: Any, length: int = 12) -> str:
+    """Hex digest of a JSON rendering with sorted keys (dataclasses and paths included)."""
+    blob = json.dumps(_plain(obj), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def config_dict(config: SweepConfig) -> dict[str, Any]:
+    """The config as plain JSON data (what the manifest stores and the hash covers)."""
+    return _plain(config)
+
+
+def config_hash(config: SweepConfig) -> str:
+    return stable_hash(config)
+
+
+def cell_hash(config: SweepConfig, cell: Cell, spec: DrafterSpec) -> str:
+    """Hash of what determines one cell: shared settings, the cell keys and its drafter spec."""
+    shared = {k: v for k, v in config_dict(config).items() if k not in GRID_FIELDS}
+    return stable_hash({"config": shared, "cell": cell.keys, "drafter": spec})
+
+
+def spec_for(config: SweepConfig, cell: Cell) -> DrafterSpec:
+    if cell.is_baseline:
+        return AR_SPEC
+    for spec in config.drafters:
+        if (spec.name, spec.variant) == (cell.drafter, cell.variant):
+            return spec
+    raise KeyError(f"no drafter spec for cell {cell.label()}")
+
+
+def cells(config: SweepConfig) -> Iterator[Cell]:
+    """The grid in run order: repeat → suite → batch size → [AR, drafter × budget].
+
+    Repeats are outermost so that the spread across repeats also covers slow drift of the
+    machine (thermal, other load); each baseline runs right before the arms it is paired with.
+    """
+    for repeat in range(config.repeats):
+        for suite in config.suites:
+            for batch_size in config.batch_sizes:
+                yield Cell(suite, AR, DEFAULT_VARIANT, 1, batch_size, repeat)
+                for spec in config.drafters:
+                    for budget in config.budgets:
+                        yield Cell(suite, spec.name, spec.variant, budget, batch_size, repeat)
+
+
+# ------------------------------------------------------------------ parsing user input
+def parse_ints(text: str, option: str, minimum: int | None = 1) -> tuple[int, ...]:
+    """'16,64,256' -> (16, 64, 256); order kept, duplicates dropped."""
+    values: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            value = int(part)
+        except ValueError:
+            raise JfbenchError(f"{option} {text!r}: {part!r} is not an integer; use e.g. {option} 1,4") from None
+        if minimum is not None and value < minimum:
+            raise JfbenchError(f"{option} {value} is too small: use values >= {minimum}")
+        if value not in values:
+            values.append(value)
+    return tuple(values)
+
+
+def parse_budgets(text: str) -> tuple[int, ...]:
+    budgets = parse_ints(text, "--budgets", minimum=None)  # check_budget names the bounds
+    for budget in budgets:
+        check_budget(budget)
+    return budgets
+
+
+def parse_names(text: str, option: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise JfbenchError(f"{option} is empty: name at least one, e.g. {option} gsm8k")
+    return names
+
+
+def parse_drafters(text: str) -> list[tuple[str, Path | None]]:
+    """'ngram,eagle=DIR' -> [("ngram", None), ("eagle", Path(DIR))] (names not yet resolved)."""
+    out: list[tuple[str, Path | None]] = []
+    for item in parse_names(text, "--drafters"):
+        name, _, path = item.partition("=")
+        name = name.strip()
+        if name.lower() == AR:
+            raise JfbenchError("--drafters: the AR baseline 'ar' is always run; list only drafters")
+        checkpoint = Path(path.strip()).expanduser().resolve() if path.strip() else None
+        if checkpoint is not None and not checkpoint.exists():
+            raise JfbenchError(f"--drafters {item!r}: checkpoint {checkpoint} does not exist")
+        out.append((name, checkpoint))
+    return out
+
+
+def parse_value(text: str) -> Any:
+    """'2' -> 2, '0.5' -> 0.5, 'true' -> True, anything else stays a string."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text.strip()

@@ -1,0 +1,192 @@
+"""Running one cell: warm up, decode every prompt batch, and return raw, tidy rows.
+
+The engine is a seam (``--engine``): the sweep only needs `Engine` — load a target, greedy-decode a
+batch of token-id prompts with an optional drafter, give next-token logits for the losslessness
+tie check, and describe itself. ``hf`` is this package's own engine (`jetflow_bench.engine`); a
+vLLM engine can register next to it without changing the result schema, which is engine-neutral.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from drafters import DRAFTERS, Drafter
+from jetflow_bench import engine as hf_engine
+from jetflow_bench.engine import BatchResult, StepRecord
+from jetflow_bench.registry import Registry
+from jetflow_bench.runtime import synchronize
+from jetflow_bench.stopping import StopRule
+from jetflow_bench.sweep.grid import Cell, DrafterSpec
+from jetflow_bench.target import TargetRunner
+
+
+class Engine(Protocol):
+    """What the sweep needs from a decoding engine."""
+
+    name: str
+    tokenizer: Any
+    eos_token_ids: tuple[int, ...]
+
+    def build_drafter(self, spec: DrafterSpec, checkpoint: Path | None) -> Drafter: ...
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None
+    ) -> BatchResult: ...
+
+    def next_token_logits(self, context: list[int]) -> torch.Tensor: ...  # (V,) float32
+
+    def synchronize(self) -> None: ...  # wait for queued device work before a clock read
+
+    def reset_peak_memory(self) -> None: ...
+
+    def peak_memory_bytes(self) -> int: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+class HFEngine:
+    """This package's engine: `TargetRunner` + `jetflow_bench.engine.generate`."""
+
+    name = "hf"
+
+    def __init__(self, target: TargetRunner) -> None:
+        self.target = target
+        self.tokenizer = target.tokenizer
+        self.eos_token_ids = target.eos_token_ids
+
+    @classmethod
+    def load(cls, target: str, device: str, dtype: str) -> HFEngine:
+        return cls(TargetRunner.load(target, device, dtype))
+
+    def build_drafter(self, spec: DrafterSpec, checkpoint: Path | None) -> Drafter:
+        return DRAFTERS.get(spec.name).build(self.target, checkpoint=checkpoint, **dict(spec.options))
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None
+    ) -> BatchResult:
+        return hf_engine.generate(self.target, prompts, stop, budget=budget, drafter=drafter)
+
+    def next_token_logits(self, context: list[int]) -> torch.Tensor:
+        """One target forward over ``context`` (a chain); logits of the token after it."""
+        out = self.target.prefill([context], capacity=len(context))
+        return out.logits[0, len(context) - 1].float()  # (V,)
+
+    def synchronize(self) -> None:
+        synchronize(self.target.device)
+
+    def reset_peak_memory(self) -> None:
+        if self.target.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.target.device)
+
+    def peak_memory_bytes(self) -> int:
+        """Device peak since the last reset on GPUs; on CPU the process's resident high-water mark."""
+        if self.target.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.target.device))
+        scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is bytes on macOS, KiB on Linux
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
+
+    def describe(self) -> dict[str, Any]:
+        device = self.target.device
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+        return {
+            "engine": self.name, "device": str(device), "device_name": name, "dtype": str(self.target.dtype),
+            "attention": self.target.attention_backend, "target_class": type(self.target.model).__name__,
+        }
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+ENGINES: Registry[Callable[[str, str, str], Engine]] = Registry("engine")
+ENGINES.register("hf", HFEngine.load)
+
+
+@dataclass
+class Prompt:
+    """One request of a cell: a stable id within its suite plus what the engine decodes."""
+
+    request: int  # position in the suite's request list; pairs arms and repeats
+    tokens: list[int]
+    stop: StopRule
+
+
+@dataclass
+class CellRun:
+    """A finished cell's raw output, before losslessness and scoring."""
+
+    steps: list[tuple[int, StepRecord]]  # (global request id, record with batch_step made cell-wide)
+    outputs: dict[int, hf_engine.RequestResult]  # global request id -> result
+    wall_s: float  # first timed generate start -> last end (warm-up excluded)
+    peak_memory_bytes: int
+    started: float  # unix time
+    finished: float
+
+
+ProgressFn = Callable[[int, int], None]  # (requests finished, tokens generated) since the last call
+
+
+def batches(prompts: Sequence[Prompt], batch_size: int) -> list[list[Prompt]]:
+    """Consecutive chunks of ``batch_size``; every arm at this batch size sees the same chunks."""
+    return [list(prompts[i : i + batch_size]) for i in range(0, len(prompts), batch_size)]
+
+
+def _stop_of(chunk: Sequence[Prompt]) -> StopRule:
+    stops = {p.stop for p in chunk}
+    if len(stops) != 1:
+        raise RuntimeError("a prompt batch mixes stop rules; the engine takes one stop rule per batch")
+    return stops.pop()
+
+
+def run_cell(
+    engine: Engine,
+    cell: Cell,
+    prompts: Sequence[Prompt],
+    drafter: Drafter | None,
+    warmup_tokens: int,
+    progress: ProgressFn | None = None,
+) -> CellRun:
+    """Decode all ``prompts`` for ``cell``; the first batch is first run once untimed (warm-up).
+
+    The engine resets the drafter's per-request state at every batch (``Drafter.reset``). Step
+    rows get cell-wide ``batch_step`` indices, so that rows of one batched forward — and only
+    those — share an index (metrics sum each forward's time once).
+    """
+    chunks = batches(prompts, cell.batch_size)
+    warm_stop = _stop_of(chunks[0])
+    warm_stop = StopRule(min(warmup_tokens, warm_stop.max_new_tokens), warm_stop.eos_token_ids)
+    engine.generate([p.tokens for p in chunks[0]], warm_stop, cell.budget, drafter)
+    engine.reset_peak_memory()
+    steps: list[tuple[int, StepRecord]] = []
+    outputs: dict[int, hf_engine.RequestResult] = {}
+    started = time.time()
+    engine.synchronize()
+    t0 = time.perf_counter()
+    offset = 0  # cell-wide batch_step of the current chunk's first forward
+    for chunk in chunks:
+        result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), cell.budget, drafter)
+        for record in result.steps:
+            steps.append((chunk[record.request].request, replace(record, batch_step=record.batch_step + offset)))
+        offset += 1 + max((r.batch_step for r in result.steps), default=-1)
+        for res in result.requests:
+            outputs[chunk[res.request].request] = res
+        if progress is not None:
+            progress(len(chunk), sum(len(r.output_tokens) for r in result.requests))
+    wall_s = time.perf_counter() - t0  # generate() synchronises before its last clock read
+    return CellRun(steps, outputs, wall_s, engine.peak_memory_bytes(), started, time.time())

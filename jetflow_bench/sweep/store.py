@@ -1,0 +1,208 @@
+"""The run folder on disk: per-cell atomic parts, the combined tables, the manifest and the lock.
+
+A cell's results become visible all at once: its two parquet parts are written to temporary
+files and renamed into place, then its ``.json`` record — the commit marker — is renamed into
+place last. A crash (even ``kill -9``) at any moment leaves either a finished cell or nothing
+that counts; the next run with the same config skips finished cells and redoes the rest. The
+combined tables at the top of the folder are rebuilt from ``cells/`` after every cell, so they
+never hold duplicate rows.
+
+The lock is an ``flock`` on ``.lock`` (which also names the holder's pid and host for the
+message): the kernel drops it when its process dies, however it dies, so a stale lock from a
+crashed sweep is simply taken over, and pid reuse cannot keep a dead run's lock alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.sweep.tables import CELL_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, concat, summary_table
+
+MANIFEST = "manifest.json"
+LOCK = ".lock"
+CELLS = "cells"
+TABLES = ("steps.parquet", "requests.parquet", "cells.parquet", "summary.parquet", "summary.csv")
+DERIVED = (*TABLES, "ablation.parquet", "ablation.csv")
+Derived = Mapping[str, Callable[[pd.DataFrame], pd.DataFrame]]  # table name -> f(requests rows)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
+    """``write(tmp)`` then rename over ``path``: readers see the old file or the new one, never half."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2, default=str) + "\n"))
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+class RunLock:
+    """One writer per run folder; see the module docstring for why ``flock``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / LOCK
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                holder = read_json(self.path) or {}
+                raise JfbenchError(
+                    f"{self.path.parent} is in use by another sweep (pid {holder.get('pid', '?')} on "
+                    f"{holder.get('host', '?')} since {holder.get('since', '?')}): wait for it to finish "
+                    "or choose another --out"
+                ) from None
+            # A releasing holder unlinks the file before unlocking; if that happened between our
+            # open and flock we hold a lock on a deleted file, so start again on the new one.
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    break
+            os.close(fd)
+        self.fd = fd
+        stale = read_json(self.path)
+        if stale and stale.get("pid"):
+            print(
+                f"note: taking over the stale lock of pid {stale['pid']} on {stale.get('host', '?')} "
+                "(that sweep is gone)", file=sys.stderr,
+            )
+        payload = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": now_iso()}).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, payload, 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self.fd)
+            self.fd = None
+
+
+class RunStore:
+    """Reads and writes one run folder (layout in `jetflow_bench.sweep`)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.cells_dir = folder / CELLS
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[RunStore]:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(self.folder)
+        lock.acquire()
+        try:
+            yield self
+        finally:
+            lock.release()
+
+    # ------------------------------------------------------------------ manifest and config
+    @property
+    def manifest_path(self) -> Path:
+        return self.folder / MANIFEST
+
+    def manifest(self) -> dict[str, Any] | None:
+        return read_json(self.manifest_path)
+
+    def prepare(self, config_hash: str, force: bool) -> dict[str, Any] | None:
+        """Check the folder may take a run of ``config_hash``; returns the manifest to resume, if any.
+
+        A folder holding a run of another config is refused unless ``force``, which discards its
+        results. A non-empty folder that holds no run is always refused: it may be anything.
+        """
+        manifest = self.manifest()
+        if manifest is None:
+            if any(p.name != LOCK for p in self.folder.iterdir()):
+                raise JfbenchError(f"--out {self.folder} is not empty and holds no jfbench run: choose a new folder")
+            return None
+        if manifest.get("config_hash") != config_hash:
+            if not force:
+                raise JfbenchError(
+                    f"--out {self.folder} holds a run of another config ({manifest.get('config_hash')}, this one is "
+                    f"{config_hash}): choose another --out, or pass --force to discard those results"
+                )
+            self.discard()
+            return None
+        for leftover in [*self.folder.glob(".*.tmp-*"), *self.cells_dir.glob(".*.tmp-*")]:
+            leftover.unlink(missing_ok=True)  # from a crashed writer
+        return manifest
+
+    def discard(self) -> None:
+        shutil.rmtree(self.cells_dir, ignore_errors=True)
+        for name in (*DERIVED, MANIFEST):
+            (self.folder / name).unlink(missing_ok=True)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        write_json(self.manifest_path, manifest)
+
+    # ------------------------------------------------------------------ cells
+    def finished(self, config_hashes: dict[str, str]) -> set[str]:
+        """Ids of cells whose parts are complete and whose record matches ``config_hashes[cell_id]``."""
+        done = set()
+        for cell_id, expected in config_hashes.items():
+            record = read_json(self.cells_dir / f"{cell_id}.json")
+            parts = all((self.cells_dir / f"{cell_id}.{t}.parquet").exists() for t in ("steps", "requests"))
+            if record is not None and record.get("config_hash") == expected and parts:
+                done.add(cell_id)
+        return done
+
+    def write_cell(self, cell_id: str, steps: pd.DataFrame, requests: pd.DataFrame, row: dict[str, Any]) -> None:
+        self.cells_dir.mkdir(exist_ok=True)
+        for name, frame in (("steps", steps), ("requests", requests)):
+            atomic_write(self.cells_dir / f"{cell_id}.{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False))
+        write_json(self.cells_dir / f"{cell_id}.json", row)  # the commit marker, last
+
+    def cell_requests(self, cell_id: str) -> pd.DataFrame:
+        return pd.read_parquet(self.cells_dir / f"{cell_id}.requests.parquet")
+
+    def load(self, cell_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        """(steps, requests, cells) of the given finished cells, in the given order."""
+        steps = [pd.read_parquet(self.cells_dir / f"{c}.steps.parquet") for c in cell_ids]
+        requests = [pd.read_parquet(self.cells_dir / f"{c}.requests.parquet") for c in cell_ids]
+        rows = [read_json(self.cells_dir / f"{c}.json") for c in cell_ids]
+        return (
+            concat(steps, STEP_COLUMNS), concat(requests, REQUEST_COLUMNS),
+            pd.DataFrame([r for r in rows if r is not None], columns=CELL_COLUMNS),
+        )
+
+    def rebuild(self, cell_ids: list[str], n_boot: int, seed: int, derived: Derived | None = None) -> pd.DataFrame:
+        """Rewrite the combined tables, the summary and any ``derived`` tables (name -> function of
+        the requests rows, e.g. the ablation) from the finished cells; returns the summary."""
+        steps, requests, cells = self.load(cell_ids)
+        summary = summary_table(steps, requests, cells, n_boot, seed)
+        for name, frame in (("steps", steps), ("requests", requests), ("cells", cells)):
+            atomic_write(self.folder / f"{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False))
+        tables = {"summary": summary, **{name: fn(requests) for name, fn in (derived or {}).items()}}
+        for name, frame in tables.items():
+            atomic_write(self.folder / f"{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False))
+            atomic_write(self.folder / f"{name}.csv", lambda tmp, f=frame: f.to_csv(tmp, index=False))
+        return summary

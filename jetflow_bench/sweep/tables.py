@@ -1,0 +1,116 @@
+"""The tidy tables of a run: raw rows per cell, and the summary derived from them.
+
+Every number in `summary` comes from `jetflow_bench.metrics.summarize` over the raw `steps` and
+`requests` rows (plus the per-cell wall clock), so the summary can always be rebuilt, and checked,
+from the raw rows. Column lists are in `jetflow_bench.sweep` (the run-folder layout).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+
+from jetflow_bench.metrics import summarize
+from jetflow_bench.sweep.grid import CELL_KEYS, PAIR_KEYS, Cell
+from jetflow_bench.sweep.lossless import Verdict
+from jetflow_bench.sweep.runner import CellRun
+
+STEP_COLUMNS = [
+    "run_id", *CELL_KEYS, "request", "step", "batch_step", "active", "drafted", "accepted", "emitted",
+    "depth", "draft_s", "verify_s", "other_s",
+]
+REQUEST_COLUMNS = [
+    "run_id", *CELL_KEYS, "request", "record_id", "prompt", "prompt_hash", "prompt_tokens",
+    "output_ids", "output", "new_tokens", "finish_reason", "ttft_s", "decode_s", "steps", "drafted",
+    "accepted", "tau", "lossless", "excused", "first_divergence", "tie_gap", "correct", "config_hash",
+]
+CELL_COLUMNS = [
+    "run_id", *CELL_KEYS, "cell_id", "config_hash", "engine", "n_requests", "wall_s", "peak_mem_bytes",
+    "drafted_mean", "drafted_max", "budget_fill", "started", "finished",
+]
+CELL_EXTRAS = ["drafted_mean", "drafted_max", "budget_fill", "peak_mem_bytes", "engine", "config_hash"]
+
+
+def prompt_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cell_frames(
+    run_id: str,
+    cell: Cell,
+    config_hash: str,
+    engine: str,
+    run: CellRun,
+    texts: dict[int, tuple[str, str, str]],
+    verdicts: dict[int, Verdict],
+    correct: dict[int, bool | None],
+) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """(steps rows, requests rows, the cell's row) of one finished cell.
+
+    ``texts[request]`` = (record id, prompt text, decoded output text).
+    """
+    keys = cell.keys
+    steps = pd.DataFrame(
+        [{"run_id": run_id, **keys, "request": request, **_step_fields(record)} for request, record in run.steps],
+        columns=STEP_COLUMNS,
+    )
+    per_request = steps.groupby("request")[["drafted", "accepted"]].sum()
+    rows = []
+    for request, result in sorted(run.outputs.items()):
+        record_id, prompt_text, output_text = texts[request]
+        verdict = verdicts[request]
+        drafted = int(per_request["drafted"].get(request, 0))
+        accepted = int(per_request["accepted"].get(request, 0))
+        rows.append({
+            "run_id": run_id, **keys, "request": request, "record_id": record_id, "prompt": prompt_text,
+            "prompt_hash": prompt_hash(prompt_text), "prompt_tokens": len(result.prompt_tokens),
+            "output_ids": list(result.output_tokens), "output": output_text,
+            "new_tokens": len(result.output_tokens), "finish_reason": result.finish_reason,
+            "ttft_s": result.ttft_s, "decode_s": result.decode_s, "steps": result.steps, "drafted": drafted,
+            "accepted": accepted, "tau": 1 + accepted / result.steps if result.steps else np.nan,
+            "lossless": verdict.lossless, "excused": verdict.excused, "first_divergence": verdict.first_divergence,
+            "tie_gap": verdict.tie_gap, "correct": correct[request], "config_hash": config_hash,
+        })
+    requests = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+    requests["first_divergence"] = requests["first_divergence"].astype("Int64")
+    requests["correct"] = requests["correct"].astype("boolean")
+    requests["tie_gap"] = requests["tie_gap"].astype(float)
+    slots = cell.budget - 1
+    drafted_mean = float(steps["drafted"].mean()) if len(steps) else np.nan
+    row = {
+        "run_id": run_id, **keys, "cell_id": cell.cell_id, "config_hash": config_hash, "engine": engine,
+        "n_requests": len(requests), "wall_s": run.wall_s, "peak_mem_bytes": run.peak_memory_bytes,
+        "drafted_mean": drafted_mean, "drafted_max": int(steps["drafted"].max()) if len(steps) else 0,
+        "budget_fill": drafted_mean / slots if slots else np.nan, "started": run.started, "finished": run.finished,
+    }
+    return steps, requests, row
+
+
+def _step_fields(record) -> dict:
+    fields = asdict(record)
+    return {k: fields[k] for k in STEP_COLUMNS if k in fields and k not in ("budget", "request")}
+
+
+def concat(frames: Sequence[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    """Concatenate, skipping empty frames (a cell may have no step rows) but keeping the columns."""
+    non_empty = [f for f in frames if len(f)]
+    return pd.concat(non_empty, ignore_index=True) if non_empty else pd.DataFrame(columns=columns)
+
+
+def summary_table(
+    steps: pd.DataFrame, requests: pd.DataFrame, cells: pd.DataFrame, n_boot: int, seed: int
+) -> pd.DataFrame:
+    """One row per cell: `metrics.summarize` columns, then the cell's budget fill, memory, engine, hash.
+
+    Speed-ups pair every cell with the AR cell of the same suite, batch size and repeat.
+    """
+    if requests.empty:
+        return pd.DataFrame(columns=[*CELL_KEYS])
+    summary = summarize(
+        steps, requests, CELL_KEYS, PAIR_KEYS, cells=cells[[*CELL_KEYS, "wall_s"]], n_boot=n_boot, seed=seed
+    )
+    return summary.merge(cells[[*CELL_KEYS, *CELL_EXTRAS]], on=CELL_KEYS, how="left")
