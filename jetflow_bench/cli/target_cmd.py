@@ -1,0 +1,174 @@
+"""`jfbench target ...`: train the toy target and inspect a target folder."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from jetflow_bench.cli import app
+from jetflow_bench.cli.options import DataDirOpt, ThreadsOpt
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.toy import MARKER, PRESETS, ensure_toy_target, read_summary
+
+target_app = typer.Typer(
+    help="Train the toy Qwen3 target (no GPU or model hub needed) and inspect target folders.",
+    no_args_is_help=True,
+)
+app.add_typer(target_app, name="target")
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+@target_app.command("train")
+def train(
+    preset: Annotated[
+        str,
+        typer.Option(
+            "--preset", help=f"Model size: {', '.join(PRESETS)} (micro ≈1 min, tiny ≈20 min on 2 cores)."
+        ),
+    ] = "micro",
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Folder to write. Default: <cache>/targets/<preset>-seed<seed>-<hash> (JFBENCH_CACHE).",
+        ),
+    ] = None,
+    data_dir: DataDirOpt = None,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seeds data split, sampling and init: same seed, same weights.")
+    ] = 0,
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            "--steps", min=1, help="Optimiser steps instead of the preset's (e.g. 20 for a smoke test)."
+        ),
+    ] = None,
+    threads: ThreadsOpt = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Retrain even if a completed target exists.")
+    ] = False,
+) -> None:
+    """Train a byte-level BPE tokenizer and a Qwen3 model on the local corpora; print the folder.
+
+    Reuses a completed target with the same preset, seed, steps and corpus unless --force. The folder
+    loads with AutoModelForCausalLM / AutoTokenizer.from_pretrained like any Hugging Face model.
+
+    Examples:
+
+        jfbench target train --preset micro --data-dir ../shared/data
+
+        nice -n 5 jfbench target train --preset tiny --threads 2 --out /tmp/tiny
+
+        jfbench target train --preset micro --steps 20 --seed 1 --force
+    """
+    started = time.time()
+    path = ensure_toy_target(preset, data_dir, out, seed=seed, steps=steps, threads=threads, force=force)
+    summary = read_summary(path) or {}
+    fresh = (path / MARKER).stat().st_mtime >= started
+    heldout = summary.get("heldout") or {}
+    how = (
+        f"trained in {summary['seconds']['total'] / 60:.1f} min"
+        if fresh
+        else "already trained (use --force to retrain)"
+    )
+    print(
+        f"{summary.get('preset')}: {summary.get('parameters', 0) / 1e6:.2f}M parameters, held-out perplexity "
+        f"{heldout.get('perplexity', float('nan')):.2f} (uniform {heldout.get('uniform_perplexity')}), {how}",
+        file=sys.stderr,
+    )
+    print(path)
+
+
+def _parameter_count(folder: Path) -> int:
+    """Parameters stored in the folder's safetensors files (tied weights counted once)."""
+    from safetensors import safe_open
+
+    total = 0
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(file, framework="pt") as fh:
+            for name in fh.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                shape = fh.get_slice(name).get_shape()
+                count = 1
+                for dim in shape:
+                    count *= dim
+                total += count
+    return total
+
+
+@target_app.command("info")
+def info(
+    folder: Annotated[
+        Path, typer.Argument(help="A target folder (config.json + weights), e.g. the path train printed.")
+    ],
+    fmt: Annotated[
+        OutputFormat, typer.Option("--format", help="text for people, json for scripts.")
+    ] = OutputFormat.text,
+) -> None:
+    """Show a target folder's architecture, parameter count and stored held-out perplexity.
+
+    Examples:
+
+        jfbench target info ~/.cache/jfbench/targets/micro-seed0-3f2a9c01de
+
+        jfbench target info "$(jfbench target train --preset micro)" --format json
+    """
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise JfbenchError(
+            f"{folder} has no readable config.json: pass a folder written by save_pretrained"
+        ) from err
+    summary = read_summary(folder)
+    keys = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")
+    keys += (
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+    )
+    record = {
+        "folder": str(folder),
+        "config": {key: config.get(key) for key in keys},
+        "parameters": _parameter_count(folder),
+        "toy": None
+        if summary is None
+        else {
+            "preset": summary["preset"],
+            "seed": summary["seed"],
+            "config_hash": summary["config_hash"],
+            "heldout": summary["heldout"],
+            "tokens_seen": summary["tokens_seen"],
+            "train_minutes": summary["seconds"]["train"] / 60,
+            "corpus": {name: stats["train_tokens"] for name, stats in summary["corpus"].items()},
+        },
+    }
+    if fmt is OutputFormat.json:
+        print(json.dumps(record, indent=1))
+        return
+    print(f"folder      {folder}")
+    print("config      " + ", ".join(f"{k}={v}" for k, v in record["config"].items()))
+    print(f"parameters  {record['parameters']:,}")
+    toy = record["toy"]
+    if toy is None:
+        print(f"toy         no {MARKER}: not trained by jfbench")
+        return
+    heldout = toy["heldout"] or {}
+    per_source = ", ".join(f"{k} {v['perplexity']:.2f}" for k, v in heldout.get("per_source", {}).items())
+    print(f"toy         preset {toy['preset']}, seed {toy['seed']}, hash {toy['config_hash']}")
+    print(
+        f"training    {toy['tokens_seen']:,} tokens in {toy['train_minutes']:.1f} min; corpus tokens {toy['corpus']}"
+    )
+    print(
+        f"held-out    perplexity {heldout.get('perplexity', float('nan')):.2f} ({per_source}); uniform {heldout.get('uniform_perplexity')}"
+    )

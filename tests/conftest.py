@@ -1,0 +1,25 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def shared_data_dir() -> Path | None:
+    """JFBENCH_DATA_DIR, else ../shared/data beside the checkout, else None (package data only)."""
+    env = os.environ.get("JFBENCH_DATA_DIR")
+    if env:
+        return Path(env)
+    default = Path(__file__).resolve().parents[2] / "shared" / "data"
+    return default if default.is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def micro_target() -> Path:
+    """The `micro` toy target (~1-2 min to train once, then reused from the cache; JFBENCH_CACHE overrides)."""
+    from jetflow_bench.toy import ensure_toy_target
+
+    return ensure_toy_target("micro", shared_data_dir(), show_progress=False)
