@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -30,4 +31,16 @@ TargetOpt = Annotated[
 ThreadsOpt = Annotated[
     int | None,
     typer.Option("--threads", min=1, help="torch CPU threads. Default: torch's own choice."),
+]
+
+
+class OutputFormat(str, Enum):
+    """Result format on stdout: rich text for people, JSON for scripts."""
+
+    text = "text"
+    json = "json"
+
+
+FormatOpt = Annotated[
+    OutputFormat, typer.Option("--format", help="text (rich tables) for people, json (one object on stdout) for scripts."),
 ]

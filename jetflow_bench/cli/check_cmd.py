@@ -1,0 +1,121 @@
+"""`jfbench check`: the CI regression gate against a committed reference run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from jetflow_bench.cli import app
+from jetflow_bench.cli.options import FormatOpt, OutputFormat
+from jetflow_bench.report.check import (
+    DEFAULT_BASELINE,
+    MARK,
+    CheckResult,
+    cell_label,
+    check_run,
+    update_baseline,
+)
+from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP
+
+STYLE = {"fail": "bold red", "warn": "yellow", "info": "cyan", "ok": "green", "missing": "bold red", "new": "cyan"}
+
+
+def _num(value: float, digits: int = 3) -> str:
+    return "—" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _cells_table(result: CheckResult) -> Table:
+    """One row per cell: τ and a_1..a_3 on both sides, decode speed-up, status."""
+    table = Table(title=f"cells: {result.baseline} (baseline) vs {result.run} (run)")
+    for column in ("status", "cell", "τ base", "τ run", "Δτ", "a_1..a_3 run", "speed-up base", "speed-up run"):
+        table.add_column(column, justify="left" if column in ("status", "cell") else "right")
+    for _, row in result.cells.iterrows():
+        depths = "/".join(_num(row.get(f"a_{d}_run", math.nan), 2) for d in (1, 2, 3))
+        change = (row["tau_run"] - row["tau_base"]) / row["tau_base"] if row["tau_base"] else math.nan
+        table.add_row(
+            f"[{STYLE[row['status']]}]{row['status']}[/]", cell_label({k: row[k] for k in CELL_KEYS}),
+            _num(row["tau_base"]), _num(row["tau_run"]), "—" if math.isnan(change) else f"{change:+.1%}", depths,
+            _num(row.get(f"{SPEEDUP}_base", math.nan), 2), _num(row.get(f"{SPEEDUP}_run", math.nan), 2),
+        )
+    return table
+
+
+def _findings_table(result: CheckResult) -> Table:
+    table = Table(title="findings")
+    for column in ("level", "cell", "metric", "finding"):
+        table.add_column(column)
+    for f in result.findings:
+        table.add_row(f"[{STYLE[f.level]}]{f.level}[/]", cell_label(f.cell), f.metric, f.message)
+    return table
+
+
+def _json(result: CheckResult) -> str:
+    cells = json.loads(result.cells.to_json(orient="records"))
+    findings = [{**dataclasses.asdict(f), "cell": None if f.cell is None else
+                 {k: v.item() if hasattr(v, "item") else v for k, v in f.cell.items()}} for f in result.findings]
+    return json.dumps({"passed": not result.failed, "baseline": str(result.baseline), "run": str(result.run),
+                       "tau_tol": result.tau_tol, "speedup_warn": result.speedup_warn, "findings": findings,
+                       "cells": cells})
+
+
+@app.command("check")
+def check(
+    run: Annotated[Path, typer.Option("--run", help="Run folder to check (or to promote with --update-baseline).")],
+    baseline: Annotated[Path, typer.Option("--baseline", help="Reference run folder.")] = DEFAULT_BASELINE,
+    tau_tol: Annotated[
+        float, typer.Option("--tau-tol", min=0.0, help="Fail when τ drops by more than this fraction, or a_1..a_3 "
+                                                        "by more than this many share points.")
+    ] = 0.05,
+    speedup_warn: Annotated[
+        float, typer.Option("--speedup-warn", min=0.0, help="Warn (never fail) when the decode speed-up drops by "
+                                                            "more than this fraction.")
+    ] = 0.2,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Also write a Markdown summary here (e.g. the CI job summary).")
+    ] = None,
+    update: Annotated[
+        bool, typer.Option("--update-baseline", help="Copy the run's summary and manifest into --baseline instead "
+                                                     "of checking (a deliberate new reference).")
+    ] = False,
+    fmt: FormatOpt = OutputFormat.text,
+) -> None:
+    """Compare a run with the reference cell by cell. Exit 1 when τ or a_1..a_3 regress beyond the
+    tolerance, on any unexcused lossless divergence, or when baseline cells are missing; speed-up
+    drops only warn (machines are noisy). Exit 0 otherwise.
+
+    Examples:
+
+        jfbench check --run results/ci-run --markdown "$GITHUB_STEP_SUMMARY"
+
+        jfbench check --run results/ci-run --baseline results/baselines/ci --tau-tol 0.02
+
+        jfbench check --update-baseline --run results/ci-run
+    """
+    if update:
+        for path in update_baseline(run, baseline):
+            print(path)
+        Console(stderr=True).print(f"baseline {baseline} now holds run {run}; commit it to make it the reference")
+        return
+    result = check_run(baseline, run, tau_tol, speedup_warn)
+    if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(result.markdown(), encoding="utf-8")
+    if fmt is OutputFormat.json:
+        print(_json(result))
+    else:
+        console = Console(width=max(Console().width, 140))
+        console.print(_cells_table(result))
+        if result.findings:
+            console.print(_findings_table(result))
+        verdict = MARK["fail" if result.failed else "ok"]
+        console.print(f"{verdict} {result.headline()}", style=STYLE["fail" if result.failed else "ok"])
+    if result.failed:
+        raise typer.Exit(1)
+

@@ -1,0 +1,225 @@
+"""CI regression check: compare a run against a committed reference run, cell by cell.
+
+Gating follows DESIGN.md §5.6: CI machines are noisy, so the gate fails only on device-independent
+numbers and only warns on speed-ups.
+
+- fail: τ drops by more than `tau_tol` relative to the baseline;
+- fail: a per-depth acceptance a_1..a_3 drops by more than `tau_tol` absolute (a_d is a share, so
+  the tolerance is in share points; a relative tolerance would flag noise on a tiny a_3);
+- fail: any unexcused lossless divergence in the run (whether or not the baseline has the cell);
+- fail: a baseline cell is missing from the run (the gate could no longer watch it), or no cell
+  matches at all;
+- warn: the decode speed-up drops by more than `speedup_warn` relative; the configs' hashes differ;
+- info: a cell only the run has (not gated until the baseline is updated); τ rose beyond tolerance.
+
+Entry point for CI scripts: `check_run(baseline_dir, run_dir)` → `CheckResult` (`.failed`,
+`.markdown()`); the `jfbench check` command wraps it.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.report.loading import AR_DRAFTER, CELL_KEYS, SPEEDUP, Run, align, load_run
+
+DEFAULT_BASELINE = Path("results/baselines/ci")
+GATED_DEPTHS = ("a_1", "a_2", "a_3")
+Level = Literal["fail", "warn", "info"]
+MARK = {"fail": "❌ FAIL", "warn": "⚠️ warn", "info": "ℹ️ info", "ok": "✅ ok"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason to fail, warn or inform, about one cell (or the whole run when `cell` is None)."""
+
+    level: Level
+    cell: dict[str, Any] | None
+    metric: str
+    message: str
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of `check_run`: findings plus a per-cell comparison table."""
+
+    baseline: Path
+    run: Path
+    tau_tol: float
+    speedup_warn: float
+    cells: pd.DataFrame  # per cell: CELL_KEYS, tau/a_1..a_3/speed-up on both sides, status
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(f.level == "fail" for f in self.findings)
+
+    def count(self, level: Level) -> int:
+        return sum(f.level == level for f in self.findings)
+
+    def headline(self) -> str:
+        matched = int((self.cells["status"] != "missing").sum()) if len(self.cells) else 0
+        verdict = "FAILED" if self.failed else "passed"
+        return (f"regression check {verdict}: {matched} cells compared, {self.count('fail')} failures, "
+                f"{self.count('warn')} warnings (τ tolerance {self.tau_tol:g}, speed-up warn band "
+                f"{self.speedup_warn:g})")
+
+    def markdown(self) -> str:
+        """A Markdown summary for a CI job page: verdict, findings, then the per-cell table."""
+        lines = [f"## {'❌' if self.failed else '✅'} jfbench {self.headline()}", "",
+                 f"baseline `{self.baseline}` · run `{self.run}`", ""]
+        if self.findings:
+            lines += _markdown_table(["level", "cell", "metric", "finding"], [
+                [MARK[f.level], cell_label(f.cell), f.metric, f.message] for f in self.findings
+            ]) + [""]
+        columns = [c for c in self.cells.columns if c != "status"]
+        rows = [[MARK.get(r["status"], r["status"]), *(_text(r[c]) for c in columns)] for _, r in self.cells.iterrows()]
+        lines += ["<details><summary>every cell</summary>", ""]
+        lines += _markdown_table(["status", *columns], rows) + ["", "</details>", ""]
+        return "\n".join(lines)
+
+
+def cell_label(cell: dict[str, Any] | None) -> str:
+    """"gsm8k/jetflow/default B=64 bs=1 r0" — short enough for a table column."""
+    if cell is None:
+        return "(run)"
+    return (f"{cell['suite']}/{cell['drafter']}/{cell['variant']} B={cell['budget']} "
+            f"bs={cell['batch_size']} r{cell['repeat']}")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return "—" if math.isnan(value) else f"{value:.3f}"
+    return str(value)
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """GitHub-flavoured Markdown table lines; a literal pipe would end a cell, so it is escaped."""
+    return ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
+            *("| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |" for row in rows)]
+
+
+def _drop(base: float, run: float, relative: bool) -> float:
+    """How much `run` fell below `base` (positive = worse); NaN when either side is NaN."""
+    if math.isnan(base) or math.isnan(run):
+        return math.nan
+    return (base - run) / base if relative and base else base - run
+
+
+def _compare_cell(row: pd.Series, tau_tol: float, speedup_warn: float) -> list[Finding]:
+    """Findings for one cell present on both sides (columns suffixed _base / _run)."""
+    cell = {k: row[k] for k in CELL_KEYS}
+    found: list[Finding] = []
+    tau_base, tau_run = float(row["tau_base"]), float(row["tau_run"])
+    tau_drop = _drop(tau_base, tau_run, relative=True)
+    if math.isnan(tau_run) and not math.isnan(tau_base):
+        found.append(Finding("fail", cell, "tau", f"τ missing in the run (baseline {tau_base:.3f})"))
+    elif tau_drop > tau_tol:
+        found.append(Finding("fail", cell, "tau", f"τ {tau_base:.3f} → {tau_run:.3f} ({-tau_drop:+.1%}, "
+                                                  f"tolerance −{tau_tol:.0%})"))
+    elif tau_drop < -tau_tol:
+        found.append(Finding("info", cell, "tau", f"τ improved {tau_base:.3f} → {tau_run:.3f}: consider "
+                                                  "--update-baseline"))
+    for depth in GATED_DEPTHS:
+        if f"{depth}_base" in row and f"{depth}_run" in row:
+            base, run = float(row[f"{depth}_base"]), float(row[f"{depth}_run"])
+            if _drop(base, run, relative=False) > tau_tol:
+                found.append(Finding("fail", cell, depth, f"{depth} {base:.3f} → {run:.3f} (tolerance "
+                                                          f"−{tau_tol:g} absolute)"))
+    if row["drafter"] != AR_DRAFTER and f"{SPEEDUP}_base" in row and f"{SPEEDUP}_run" in row:
+        base, run = float(row[f"{SPEEDUP}_base"]), float(row[f"{SPEEDUP}_run"])
+        drop = _drop(base, run, relative=True)
+        if drop > speedup_warn:
+            found.append(Finding("warn", cell, "speed-up", f"decode speed-up {base:.2f}× → {run:.2f}× "
+                                                           f"({-drop:+.0%}, warn band −{speedup_warn:.0%}); "
+                                                           "timings are machine-dependent"))
+    return found
+
+
+def compare(base: Run, run: Run, tau_tol: float = 0.05, speedup_warn: float = 0.2) -> CheckResult:
+    """Compare two loaded runs; see the module docstring for what fails and what warns."""
+    if tau_tol < 0 or speedup_warn < 0:
+        raise JfbenchError(f"tolerances must be ≥ 0 (got --tau-tol {tau_tol}, --speedup-warn {speedup_warn})")
+    metrics = ["tau", *GATED_DEPTHS, SPEEDUP]
+    joined = align(*(r.summary[[*CELL_KEYS, *(m for m in metrics if m in r.summary)]] for r in (base, run)))
+    findings: list[Finding] = []
+    status = []
+    for _, row in joined.iterrows():
+        cell = {k: row[k] for k in CELL_KEYS}
+        if row["_merge"] == "left_only":
+            found = [Finding("fail", cell, "cell", "in the baseline but missing from the run")]
+        elif row["_merge"] == "right_only":
+            found = [Finding("info", cell, "cell", "new in the run, not in the baseline (not gated)")]
+        else:
+            found = _compare_cell(row, tau_tol, speedup_warn)
+        findings += found
+        levels = {f.level for f in found}
+        status.append("missing" if row["_merge"] == "left_only" else "new" if row["_merge"] == "right_only"
+                      else "fail" if "fail" in levels else "warn" if "warn" in levels else "ok")
+    if "lossless_unexcused" in run.summary:
+        for _, row in run.summary[run.summary["lossless_unexcused"].fillna(0) > 0].iterrows():
+            n = int(row["lossless_unexcused"])
+            findings.append(Finding("fail", {k: row[k] for k in CELL_KEYS}, "lossless",
+                                    f"{n} unexcused lossless divergence{'s' * (n != 1)}: output differs from "
+                                    "the AR baseline"))
+    if not (joined["_merge"] == "both").any():
+        findings.append(Finding("fail", None, "cell", "no cell of the run matches the baseline"))
+    hashes = base.manifest.get("config_hash"), run.manifest.get("config_hash")
+    if None not in hashes and hashes[0] != hashes[1]:
+        findings.append(Finding("warn", None, "config_hash", f"configs differ ({hashes[0]} vs {hashes[1]}): "
+                                                             "cells may not measure the same thing"))
+    cells = joined.drop(columns="_merge").assign(status=status)
+    order = {"fail": 0, "warn": 1, "info": 2}
+    findings.sort(key=lambda f: order[f.level])
+    return CheckResult(base.path, run.path, tau_tol, speedup_warn, cells, findings)
+
+
+def _load_baseline(baseline_dir: Path) -> Run:
+    if not ((baseline_dir / "summary.parquet").is_file() or (baseline_dir / "summary.csv").is_file()):
+        raise JfbenchError(
+            f"no baseline at {str(baseline_dir)!r} (no summary.parquet): create it with "
+            f"`jfbench check --update-baseline --run RUN --baseline {baseline_dir}`"
+        )
+    return load_run(baseline_dir)
+
+
+def check_run(
+    baseline_dir: str | Path,
+    run_dir: str | Path,
+    tau_tol: float = 0.05,
+    speedup_warn: float = 0.2,
+) -> CheckResult:
+    """Check the run folder `run_dir` against the reference in `baseline_dir`.
+
+    For CI: `result = check_run("results/baselines/ci", "results/ci-run")`; fail the job when
+    `result.failed`, and publish `result.markdown()` as the job summary. Raises JfbenchError when
+    either folder is not a run (the message names the folder and the fix).
+    """
+    return compare(_load_baseline(Path(baseline_dir)), load_run(run_dir), tau_tol, speedup_warn)
+
+
+def update_baseline(run_dir: str | Path, baseline_dir: str | Path = DEFAULT_BASELINE) -> list[Path]:
+    """Make the run the new reference: copy its summary (Parquet + CSV) and manifest into
+    `baseline_dir`, replacing what was there. Refuses a run with unexcused divergences, which
+    would turn a correctness bug into the reference. Returns the written paths."""
+    run, target = load_run(run_dir), Path(baseline_dir)
+    unexcused = int(run.summary.get("lossless_unexcused", pd.Series(dtype=float)).fillna(0).sum())
+    if unexcused:
+        raise JfbenchError(
+            f"run {str(run.path)!r} has {unexcused} unexcused lossless divergences: fix them before making "
+            "it the baseline"
+        )
+    target.mkdir(parents=True, exist_ok=True)
+    written = [target / "summary.parquet", target / "summary.csv"]
+    run.summary.to_parquet(written[0], index=False)
+    run.summary.to_csv(written[1], index=False)
+    (target / "manifest.json").unlink(missing_ok=True)  # never leave the old run's manifest behind
+    if (run.path / "manifest.json").is_file():
+        written.append(Path(shutil.copyfile(run.path / "manifest.json", target / "manifest.json")))
+    return written
