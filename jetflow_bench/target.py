@@ -24,14 +24,25 @@ from jetflow_bench.tree import DraftTree, ancestor_mask, pad_trees
 
 
 @dataclass
-class ForwardOutput:
-    logits: torch.Tensor  # (B, N, V) float32, one row per tree node (padding rows are garbage)
-    hidden: torch.Tensor | None  # (B, N, K, H) tapped layer outputs, None without taps
-    tokens: torch.Tensor  # (B, N) the node tokens that were run
+class TreeBatch:
+    """Padded trees of every row, ready for one target forward."""
+
+    tokens: torch.Tensor  # (B, N) node tokens
     parents: torch.Tensor  # (B, N) parent index per node, -1 for roots and padding
     depths: torch.Tensor  # (B, N)
     valid: torch.Tensor  # (B, N) bool, False for padding
     ancestors: torch.Tensor  # (B, N, N) bool tree-causal mask
+    slots: torch.Tensor  # (B, N) cache slot of each node = committed length + node index
+    positions: torch.Tensor  # (B, N) RoPE position = committed length + depth
+    mask: torch.Tensor | None  # (B, 1, N, T) additive; None when nothing needs masking
+    kv_len: int  # cache slots the forward attends over
+
+
+@dataclass
+class ForwardOutput:
+    logits: torch.Tensor  # (B, N, V) float32, one row per tree node (padding rows are garbage)
+    hidden: torch.Tensor | None  # (B, N, K, H) tapped layer outputs, None without taps
+    trees: TreeBatch  # what was run
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -138,6 +149,10 @@ class TargetRunner:
 
     def verify(self, trees: Sequence[DraftTree]) -> ForwardOutput:
         """ONE forward over every row's tree (tree-causal mask, positions = length + depth)."""
+        return self.forward(self.prepare(trees))
+
+    def prepare(self, trees: Sequence[DraftTree]) -> TreeBatch:
+        """Pad the trees and build masks, slots and positions (engine work, not model work)."""
         cache = self._require_cache()
         if len(trees) != cache.batch:
             raise ValueError(f"{len(trees)} trees for a batch of {cache.batch} rows")
@@ -151,11 +166,14 @@ class TargetRunner:
                 "lower the budget or raise the cache capacity"
             )
         slots = lengths[:, None] + torch.arange(n, device=self.device)  # (B, N)
-        positions = lengths[:, None] + depths  # (B, N)
         ancestors = ancestor_mask(parents, depths)  # (B, N, N)
         mask = None if cache.batch == 1 and n == 1 else self._mask(ancestors, lengths, slots, kv_len)
-        logits, hidden = self._forward(tokens, positions, slots, mask, kv_len)
-        return ForwardOutput(logits, hidden, tokens, parents, depths, valid, ancestors)
+        return TreeBatch(tokens, parents, depths, valid, ancestors, slots, lengths[:, None] + depths, mask, kv_len)
+
+    def forward(self, batch: TreeBatch) -> ForwardOutput:
+        """The target forward over a prepared tree batch; writes the nodes' KV into the cache."""
+        logits, hidden = self._forward(batch.tokens, batch.positions, batch.slots, batch.mask, batch.kv_len)
+        return ForwardOutput(logits, hidden, batch)
 
     def commit(self, paths: Sequence[Sequence[int]]) -> None:
         """Keep each row's accepted path (node indices, root first); rejected nodes vanish."""
