@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import DataDirOpt
+from jetflow_bench.cli.options import DataDirOpt, FormatOpt, OutputFormat
 from jetflow_bench.errors import JfbenchError
 from suites import SUITES, get_suite
 
@@ -25,20 +25,12 @@ suites_app = typer.Typer(
 app.add_typer(suites_app, name="suites")
 
 
-class OutputFormat(str, Enum):
-    text = "text"
-    json = "json"
-
-
-FormatOpt = Annotated[
-    OutputFormat, typer.Option("--format", help="text (rich table / panels) or json (machine-readable).")
-]
 SkipBadOpt = Annotated[
     bool, typer.Option("--skip-bad", help="Skip malformed records (and count them) instead of stopping.")
 ]
 
 
-def _summary(name: str, data_dir: Any, skip_bad: bool) -> dict[str, Any]:
+def _summary(name: str, data_dir: Path | None, skip_bad: bool) -> dict[str, Any]:
     suite = get_suite(name)
     row: dict[str, Any] = {
         "suite": name,
@@ -73,7 +65,7 @@ def list_suites(
     """
     rows = [_summary(name, data_dir, skip_bad) for name in SUITES.names()]
     if fmt is OutputFormat.json:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps({"suites": rows}, indent=2))
         return
     table = Table(title="jfbench suites")
     for column in ("suite", "records", "found", "source", "max new tokens", "scored"):
@@ -137,7 +129,8 @@ def show(
     loaded = suite.load(data_dir, limit=n, sample_seed=sample_seed, skip_bad=skip_bad)
     requests = suite.requests(loaded.records, _load_tokenizer(tokenizer), max_new_tokens)
     if fmt is OutputFormat.json:
-        typer.echo(json.dumps([asdict(request) for request in requests], indent=2))
+        shown = {"suite": suite.name, "source": loaded.source, "records": loaded.total}
+        typer.echo(json.dumps({**shown, "requests": [asdict(r) for r in requests]}, indent=2))
         return
     console = Console()
     console.print(f"[bold]{suite.name}[/bold] from {escape(loaded.source)} ({loaded.total} records)")

