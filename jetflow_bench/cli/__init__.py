@@ -25,7 +25,7 @@ app = typer.Typer(
 
 
 # Command-group modules; importing one adds its commands to `app`.
-COMMAND_MODULES: tuple[str, ...] = ("target_cmd", "suites_cmd", "sweep_cmd", "show_cmd", "bench_cmd", "report_cmd", "check_cmd")
+COMMAND_MODULES: tuple[str, ...] = ("target_cmd", "suites_cmd", "sweep_cmd", "show_cmd", "bench_cmd", "report_cmd", "check_cmd", "train_cmd")
 
 
 def _register_commands() -> None:
@@ -37,7 +37,7 @@ def main() -> None:
     """Console-script entry point."""
     _register_commands()
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # non-standalone click *returns* typer.Exit / Ctrl-C (130) codes
     except JfbenchError as err:
         if os.environ.get("JFBENCH_DEBUG"):
             raise
@@ -55,3 +55,5 @@ def main() -> None:
             err.show()
             sys.exit(err.exit_code)
         raise
+    if isinstance(code, int) and code:
+        sys.exit(code)

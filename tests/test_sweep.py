@@ -1,0 +1,241 @@
+"""`jfbench sweep / ablate / show` end to end on a small random target: resume after crashes,
+refusals, losslessness, summary derivation and output formats."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from jetflow_bench.metrics import acceptance_stats
+from jetflow_bench.sweep import driver
+from jetflow_bench.sweep.grid import CELL_KEYS
+from jetflow_bench.sweep.lossless import Verdict
+from jetflow_bench.sweep.runner import HFEngine
+from jetflow_bench.sweep.store import RunLock
+from tests.conftest import shared_data_dir
+from tests.random_models import save_random_model
+
+DATA = shared_data_dir()
+pytestmark = pytest.mark.skipif(DATA is None, reason="needs the shared benchmark data (JFBENCH_DATA_DIR)")
+
+
+def jfbench(*args: str | Path) -> tuple[int, str, str]:
+    """Run the CLI in this process: (exit code, stdout, stderr)."""
+    from jetflow_bench.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    argv, sys.argv = sys.argv, ["jfbench", *map(str, args)]
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as exit_:
+        code = exit_.code or 0
+    finally:
+        sys.argv = argv
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Path:
+    return save_random_model(tmp_path_factory.mktemp("target") / "rand")
+
+
+def sweep_args(target: Path, out: Path, *extra: str) -> list[str]:
+    return ["sweep", "--target", str(target), "--out", str(out), "--drafters", "ngram", "--suites", "gsm8k",
+            "--budgets", "4,16", "--batch-sizes", "1,2", "--repeats", "1", "--limit", "3", "--max-new-tokens", "12",
+            "--data-dir", str(DATA), "--threads", "1", "--no-progress", *extra]
+
+
+@pytest.fixture(scope="module")
+def base_run(target, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "base"
+    code, _, err = jfbench(*sweep_args(target, out))
+    assert code == 0, err
+    return out
+
+
+def _tables(run: Path) -> dict[str, pd.DataFrame]:
+    return {n: pd.read_parquet(run / f"{n}.parquet") for n in ("steps", "requests", "cells", "summary")}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--drafters", "ngramm"], "unknown drafter 'ngramm': did you mean 'ngram'?"),
+        (["--budgets", "0"], "budget 0 is out of range"),
+        (["--budgets", "16,2000"], "budget 2000 is out of range"),
+        (["--suites", "gsm9k"], "unknown suite 'gsm9k'"),
+        (["--temperature", "0.7"], "sampling is not supported yet"),
+        (["--batch-sizes", "0"], "--batch-sizes 0 is too small"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, flags, message):
+    code, out, err = jfbench("sweep", "--target", tmp_path, "--out", tmp_path / "run", *flags)
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_grid_tables_are_complete_and_lossless(base_run):
+    t = _tables(base_run)
+    assert len(t["summary"]) == len(t["cells"]) == 2 * (1 + 2)  # batch sizes × (AR + 2 budgets)
+    assert not t["requests"].duplicated([*CELL_KEYS, "request"]).any()
+    assert not t["steps"].duplicated([*CELL_KEYS, "request", "step"]).any()
+    assert t["requests"]["lossless"].all() and t["summary"]["lossless_unexcused"].eq(0).all()
+    assert t["requests"]["first_divergence"].isna().all()
+    ar = t["summary"][t["summary"]["drafter"] == "ar"]
+    assert (ar["speedup_decode_micro"] == 1).all() and ar["budget"].eq(1).all()
+    manifest = json.loads((base_run / "manifest.json").read_text())
+    assert manifest["config"]["budgets"] == [4, 16] and manifest["torch_threads"] == 1
+    assert manifest["versions"]["torch"] and manifest["device"] and manifest["seeds"] == {"seed": 0, "sample_seed": None}
+    assert len(manifest["config_hash"]) == 12 and manifest["finished"] and manifest["git_commit"] is not None
+    assert set(t["summary"]["config_hash"]) == set(t["requests"]["config_hash"])
+
+
+def test_summary_rows_derive_from_step_rows(base_run):
+    t = _tables(base_run)
+    derived = acceptance_stats(t["steps"], CELL_KEYS).set_index(CELL_KEYS)
+    summary = t["summary"].set_index(CELL_KEYS)
+    for column in ("n_steps", "drafted", "accepted", "tau", "alpha"):
+        pd.testing.assert_series_equal(summary[column], derived.loc[summary.index, column], check_dtype=False)
+    by_request = t["steps"].groupby([*CELL_KEYS, "request"])["accepted"].agg(["sum", "size"])
+    requests = t["requests"].set_index([*CELL_KEYS, "request"])
+    assert (requests.loc[by_request.index, "accepted"] == by_request["sum"]).all()
+    assert (requests.loc[by_request.index, "steps"] == by_request["size"]).all()
+
+
+def test_show_formats(base_run):
+    code, out, _ = jfbench("show", base_run)
+    assert code == 0 and "ngram" in out and "other" in out and "tau" in out
+    code, out, _ = jfbench("show", base_run, "--format", "markdown")
+    assert code == 0 and out.splitlines()[2].startswith("| suite | arm |") and "| gsm8k | ngram | 16 |" in out
+    code, out, _ = jfbench("show", base_run, "--format", "csv")
+    frame = pd.read_csv(io.StringIO(out))
+    assert code == 0 and len(frame) == 6 and {"other_share", "speedup_decode_micro_lo", "budget_fill"} <= set(frame)
+    code, out, _ = jfbench("show", base_run, "--format", "json", "--table", "cells")
+    assert code == 0 and len(json.loads(out)) == 6
+    code, _, err = jfbench("show", base_run.parent / "nothing")
+    assert code == 2 and "holds no jfbench run" in err
+
+
+def test_resume_after_crashes_between_and_inside_cells(target, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    real_run_cell, calls = driver.run_cell, []
+
+    def counting(crash_at: int | None):
+        def run_cell(engine, cell, prompts, drafter, warmup_tokens, progress=None):
+            calls.append(cell.cell_id)
+            if len(calls) == crash_at:
+                raise KeyboardInterrupt  # dies between cells: the earlier ones are stored
+            return real_run_cell(engine, cell, prompts, drafter, warmup_tokens, progress)
+
+        return run_cell
+
+    monkeypatch.setattr(driver, "run_cell", counting(crash_at=3))
+    assert jfbench(*sweep_args(target, out))[0] == 130  # Ctrl-C
+    assert len(list((out / "cells").glob("*.json"))) == 2
+
+    def dies_mid_cell(engine, cell, prompts, drafter, warmup_tokens, progress=None):
+        def crash(requests, tokens):
+            raise RuntimeError("killed inside the cell, after its first prompt batch")
+
+        return real_run_cell(engine, cell, prompts, drafter, warmup_tokens, crash)
+
+    monkeypatch.setattr(driver, "run_cell", dies_mid_cell)
+    with pytest.raises(RuntimeError, match="inside the cell"):
+        jfbench(*sweep_args(target, out))
+    assert len(list((out / "cells").glob("*.json"))) == 2  # the half-run cell left nothing that counts
+
+    calls.clear()
+    monkeypatch.setattr(driver, "run_cell", counting(crash_at=None))
+    code, _, err = jfbench(*sweep_args(target, out))
+    assert code == 0, err
+    assert len(calls) == 4 and "4 cell(s) run, 2 already done" in err  # finished cells not recomputed
+    t = _tables(out)
+    assert len(t["summary"]) == 6 and not t["requests"].duplicated([*CELL_KEYS, "request"]).any()
+    assert len(json.loads((out / "manifest.json").read_text())["sessions"]) == 3
+
+
+@pytest.mark.slow  # ~25 s: a fresh process imports torch and loads the target
+def test_kill_9_mid_run_then_the_same_command_completes(target, tmp_path):
+    out = tmp_path / "run"
+    args = sweep_args(target, out)
+    args[args.index("--budgets") + 1] = "2,4,8,16"
+    env = {**os.environ, "JFBENCH_DEBUG": "1"}
+    console_script = Path(sys.executable).parent / "jfbench"
+    proc = subprocess.Popen([console_script, *args], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not list((out / "cells").glob("*.json")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished_before = len(list((out / "cells").glob("*.json")))
+    assert 1 <= finished_before < 10, "the run ended before it could be killed"
+    code, _, err = jfbench(*args)
+    assert code == 0, err
+    assert f"{10 - finished_before} cell(s) run, {finished_before} already done" in err
+    t = _tables(out)
+    assert len(t["summary"]) == 10 and not t["steps"].duplicated([*CELL_KEYS, "request", "step"]).any()
+
+
+def test_another_config_or_a_held_lock_is_refused(target, base_run, tmp_path):
+    code, _, err = jfbench(*sweep_args(target, base_run, "--seed", "1"))
+    assert code == 2 and "holds a run of another config" in err and "--force" in err
+    lock = RunLock(base_run)
+    lock.acquire()
+    try:
+        code, _, err = jfbench(*sweep_args(target, base_run))
+    finally:
+        lock.release()
+    assert code == 2 and "in use by another sweep" in err and err.count("\n") == 1
+    out = tmp_path / "forced"
+    assert jfbench(*sweep_args(target, out, "--budgets", "4", "--batch-sizes", "1"))[0] == 0
+    code, _, err = jfbench(*sweep_args(target, out, "--force", "--budgets", "1024", "--batch-sizes", "1"))
+    assert code == 0 and "drafted at most" in err and "of 1023 nodes at budget 1024" in err
+    summary = pd.read_parquet(out / "summary.parquet")
+    assert set(summary["budget"]) == {1, 1024}  # the old config's cells are gone
+
+
+def test_strict_fails_after_writing_results_on_unexcused_divergence(target, tmp_path, monkeypatch):
+    monkeypatch.setattr(driver, "judge", lambda *args: Verdict(False, False, 3, 0.5))
+    out = tmp_path / "run"
+    code, _, err = jfbench(*sweep_args(target, out, "--budgets", "4", "--batch-sizes", "1", "--strict"))
+    assert code == 1 and "diverge from the AR baseline" in err
+    requests = pd.read_parquet(out / "requests.parquet")
+    arm = requests[requests["drafter"] == "ngram"]
+    assert (~arm["lossless"]).all() and (arm["first_divergence"] == 3).all()
+    assert pd.read_parquet(out / "summary.parquet").set_index("drafter").loc["ngram", "lossless_unexcused"] == 3
+
+
+def test_tie_check_logits_are_the_target_forward(target):
+    engine = HFEngine.load(str(target), "cpu", "float32")
+    context = [3, 9, 4, 4, 17]
+    with torch.no_grad():
+        expected = engine.target.model(torch.tensor([context])).logits[0, -1].float()
+    torch.testing.assert_close(engine.next_token_logits(context), expected, atol=1e-4, rtol=0)
+
+
+def test_ablate_option_variants_of_ngram(target, tmp_path):
+    out = tmp_path / "ablation"
+    code, _, err = jfbench(
+        "ablate", "--target", target, "--out", out, "--drafter", "ngram", "--option", "max_ngram=1,2",
+        "--suites", "gsm8k", "--budgets", "8", "--repeats", "1", "--limit", "3", "--max-new-tokens", "12",
+        "--data-dir", DATA, "--threads", "1", "--no-progress",
+    )
+    assert code == 0, err
+    table = pd.read_parquet(out / "ablation.parquet")
+    assert sorted(table["variant"]) == ["max_ngram=1", "max_ngram=2"] and (table["n_prompts"] == 3).all()
+    assert (table["tau_delta_lo"] <= table["tau_delta"]).all() and (table["tau_delta"] <= table["tau_delta_hi"]).all()
+    code, text, _ = jfbench("show", out, "--format", "markdown")
+    assert code == 0 and "ngram[max_ngram=2]" in text and "d tau" in text

@@ -1,0 +1,197 @@
+"""Sweep pieces without a model: grid order and hashes, losslessness, the store's lock and atomicity,
+ablation variants and deltas."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.sweep.ablation import ablation_table, variants, with_checkpoints
+from jetflow_bench.sweep.grid import (
+    DrafterSpec,
+    SweepConfig,
+    cell_hash,
+    cells,
+    config_hash,
+    parse_budgets,
+    parse_drafters,
+    spec_for,
+)
+from jetflow_bench.sweep.lossless import first_divergence, judge, tie_gap
+from jetflow_bench.sweep.store import LOCK, RunLock, RunStore
+
+
+def config(**changes) -> SweepConfig:
+    base = dict(
+        target="/t", drafters=(DrafterSpec("ngram"), DrafterSpec("oracle")), suites=("gsm8k", "math500"),
+        budgets=(16, 64), batch_sizes=(1, 4), repeats=2, device="cpu", dtype="float32", threads=1,
+    )
+    return SweepConfig(**{**base, **changes})
+
+
+# ------------------------------------------------------------------ grid
+def test_grid_runs_each_baseline_before_its_arms_and_covers_the_product():
+    grid = list(cells(config()))
+    assert len(grid) == 2 * 2 * 2 * (1 + 2 * 2)  # repeats × suites × batch sizes × (AR + drafters × budgets)
+    assert len({c.cell_id for c in grid}) == len(grid)
+    seen_baselines = set()
+    for cell in grid:
+        if cell.is_baseline:
+            assert (cell.budget, cell.variant) == (1, "default")
+            seen_baselines.add(cell.pair)
+        else:
+            assert cell.pair in seen_baselines
+    assert grid[0].cell_id == "gsm8k__ar__default__B1__bs1__r0"
+
+
+def test_hashes_change_with_what_determines_the_numbers():
+    cfg = config()
+    cell = next(c for c in cells(cfg) if c.drafter == "ngram")
+    assert config_hash(cfg) == config_hash(config())
+    assert config_hash(cfg) != config_hash(config(max_new_tokens=8))
+    same_cell_bigger_grid = config(budgets=(16, 64, 256))
+    assert cell_hash(cfg, cell, spec_for(cfg, cell)) == cell_hash(same_cell_bigger_grid, cell, spec_for(cfg, cell))
+    assert cell_hash(cfg, cell, spec_for(cfg, cell)) != cell_hash(config(seed=1), cell, spec_for(cfg, cell))
+
+
+@pytest.mark.parametrize("text", ["0", "2000", "16,0", "x"])
+def test_bad_budgets_are_user_errors(text):
+    with pytest.raises(JfbenchError, match="budget"):
+        parse_budgets(text)
+
+
+def test_drafter_list_parsing(tmp_path):
+    assert parse_drafters(f"ngram, eagle={tmp_path}") == [("ngram", None), ("eagle", tmp_path.resolve())]
+    with pytest.raises(JfbenchError, match="always run"):
+        parse_drafters("ar,ngram")
+    with pytest.raises(JfbenchError, match="does not exist"):
+        parse_drafters(f"eagle={tmp_path / 'missing'}")
+
+
+# ------------------------------------------------------------------ losslessness
+def test_first_divergence():
+    assert first_divergence([5, 6, 7], [5, 6, 7]) is None
+    assert first_divergence([5, 6, 7], [5, 6, 9, 1]) == 2
+    assert first_divergence([5, 6], [5, 6, 7]) == 2
+
+
+def test_tie_gap_and_judge_excuse_only_near_ties():
+    logits = torch.tensor([1.0, 3.0, 3.0 - 5e-5, 2.0])
+    assert tie_gap(logits, (1, 2)) == pytest.approx(5e-5, rel=1e-2)  # fp32 spacing near 3.0 is 2.4e-7
+    calls = []
+
+    def next_token_logits(context):
+        calls.append(context)
+        return logits
+
+    assert judge([9], [1, 1], [1, 1], next_token_logits, 1e-4).lossless and not calls  # equal: no forward
+    tie = judge([9], [1, 1, 1], [1, 2, 0], next_token_logits, 1e-4)
+    assert (tie.lossless, tie.excused, tie.first_divergence) == (False, True, 1)
+    assert calls == [[9, 1]]  # prompt + common prefix
+    real = judge([9], [1, 3], [1, 1], next_token_logits, 1e-4)  # token 3 is 1.0 below the top: not a tie
+    assert (real.lossless, real.excused) == (False, False)
+    strict = judge([9], [1, 1], [1, 2], next_token_logits, 1e-5)  # the gap 5e-5 is over this eps
+    assert not strict.excused
+    shorter = judge([9], [1, 1], [1], next_token_logits, 1e-4)  # no token pair to compare
+    assert (shorter.excused, shorter.first_divergence) == (False, 1)
+
+
+# ------------------------------------------------------------------ store
+def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
+    first = RunLock(tmp_path)
+    first.acquire()
+    try:
+        with pytest.raises(JfbenchError, match=f"in use by another sweep \\(pid {os.getpid()}"):
+            RunLock(tmp_path).acquire()
+    finally:
+        first.release()
+    second = RunLock(tmp_path)
+    second.acquire()  # free again after release
+    second.release()
+    assert not (tmp_path / LOCK).exists()
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path, capsys):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / LOCK).write_text(json.dumps({"pid": dead.pid, "host": "elsewhere", "since": "then"}))
+    lock = RunLock(tmp_path)
+    lock.acquire()
+    assert json.loads((tmp_path / LOCK).read_text())["pid"] == os.getpid()
+    assert f"stale lock of pid {dead.pid}" in capsys.readouterr().err
+    lock.release()
+
+
+def test_store_refuses_other_configs_and_foreign_folders(tmp_path):
+    store = RunStore(tmp_path / "run")
+    store.folder.mkdir()
+    assert store.prepare("aaa", force=False) is None
+    store.write_manifest({"config_hash": "aaa"})
+    assert store.prepare("aaa", force=False) == {"config_hash": "aaa"}
+    with pytest.raises(JfbenchError, match="another config"):
+        store.prepare("bbb", force=False)
+    (store.folder / "summary.csv").write_text("x")
+    assert store.prepare("bbb", force=True) is None
+    assert not (store.folder / "summary.csv").exists()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(JfbenchError, match="holds no jfbench run"):
+        RunStore(tmp_path / "other").prepare("aaa", force=True)
+
+
+def test_a_cell_counts_only_once_its_marker_is_written(tmp_path):
+    store = RunStore(tmp_path)
+    frame = pd.DataFrame({"request": [0]})
+    store.write_cell("c1", frame, frame, {"config_hash": "h1"})
+    (store.cells_dir / "c2.steps.parquet").write_bytes(b"partial")  # a crash before the marker
+    assert store.finished({"c1": "h1", "c2": "h2"}) == {"c1"}
+    assert store.finished({"c1": "other"}) == set()  # written under another config
+    assert not list(store.cells_dir.glob(".*tmp*"))
+
+
+# ------------------------------------------------------------------ ablation
+def test_variants_name_overrides_and_route_training_options():
+    base = DrafterSpec("jetflow", checkpoint="/ckpt")
+    specs = variants(base, {"head": ["diffusion"], "refine_passes": [0, 2]}, {"fanout": [3]})
+    assert [s.variant for s in specs] == ["default", "head=diffusion", "refine_passes=0", "refine_passes=2", "fanout=3"]
+    head = specs[1]
+    assert head.train == (("head", "diffusion"),) and head.checkpoint is None  # other weights
+    assert specs[2].options == (("refine_passes", 0),) and specs[2].checkpoint == "/ckpt"
+    with pytest.raises(JfbenchError, match="nothing to ablate"):
+        variants(base, {}, {})
+    with pytest.raises(JfbenchError, match="own trained head"):
+        with_checkpoints(specs, {}, "/t", ensure_head=None)
+    trained = with_checkpoints(specs, {}, "/t", ensure_head=lambda target, name, **train: f"/cache/{name}-{train}")
+    assert trained[1].checkpoint == "/cache/jetflow-{'head': 'diffusion'}"
+    assert trained[2].checkpoint == "/ckpt"
+
+
+def _requests(drafter: str, variant: str, accepted: list[int], decode_s: list[float], budget: int = 16) -> pd.DataFrame:
+    n = len(accepted)
+    return pd.DataFrame({
+        "suite": "gsm8k", "drafter": drafter, "variant": variant, "budget": budget, "batch_size": 1, "repeat": 0,
+        "request": range(n), "accepted": accepted, "steps": [10] * n, "decode_s": decode_s,
+    })
+
+
+def test_ablation_deltas_are_paired_over_prompts():
+    ar = _requests("ar", "default", [0] * 6, [2.0, 4, 6, 8, 10, 12], budget=1)
+    default = _requests("jetflow", "default", [20, 20, 20, 20, 20, 20], [1.0, 2, 3, 4, 5, 6])
+    same = _requests("jetflow", "refine_passes=1", [20] * 6, [1.0, 2, 3, 4, 5, 6])
+    worse = _requests("jetflow", "head=diffusion", [10] * 6, [2.0, 4, 6, 8, 10, 12])
+    table = ablation_table(pd.concat([ar, default, same, worse]), n_boot=200).set_index("variant")
+    assert table.loc["refine_passes=1", "tau_delta"] == 0 and table.loc["refine_passes=1", "tau_delta_hi"] == 0
+    row = table.loc["head=diffusion"]
+    assert (row.tau, row.tau_default, row.tau_delta) == (2.0, 3.0, -1.0)
+    assert (row.speedup_decode_micro, row.speedup_default) == (1.0, 2.0)
+    # per-prompt ratios are constant, so pairing leaves no spread: the CI collapses onto the delta
+    assert np.isclose(row.speedup_delta_lo, -1.0) and np.isclose(row.speedup_delta_hi, -1.0)
+    assert set(table.index) == {"refine_passes=1", "head=diffusion"}
