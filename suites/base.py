@@ -199,9 +199,14 @@ class Suite(ABC):
         return () if has_chat_template(tokenizer) else self.plain_stop
 
     def make_request(
-        self, record: Record, prompt: str, tokenizer: PreTrainedTokenizerBase | None,
-        max_new_tokens: int | None = None, turn: int = 1,
-    ) -> Request:  # fmt: skip
+        self,
+        record: Record,
+        prompt: str,
+        tokenizer: PreTrainedTokenizerBase | None,
+        max_new_tokens: int | None = None,
+        turn: int = 1,
+    ) -> Request:
+        """A request for ``prompt`` with this suite's length (unless overridden) and stop strings."""
         tokens = self.default_max_new_tokens if max_new_tokens is None else max_new_tokens
         if tokens < 1:
             raise JfbenchError(f"--max-new-tokens {tokens} must be at least 1")
