@@ -1,0 +1,224 @@
+"""Draft-head checkpoints: jfbench's own format and released DFlash / JetSpec heads.
+
+A checkpoint is a directory with ``config.json`` and ``model.safetensors`` (or shards). Both
+formats share the architecture keys of the released heads, so one reader serves both:
+
+    config.json (jfbench)                        released DFlash / JetSpec heads
+      "format": "jfbench-head", "drafter",         (no "format" key)
+      "head_mode", "eagle_input",
+      "target": {name, hidden_size, vocab_size,    "num_target_layers", "vocab_size",
+                 num_layers},                       "target_hidden_size" (optional)
+      "training": {...}
+      hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+      head_dim, rms_norm_eps, rope_theta, attention_bias, block_size
+      "dflash_config": {target_layer_ids, mask_token_id, causal flag*}
+    model.safetensors
+      fc.weight, hidden_norm.weight, norm.weight, layers.{i}.self_attn.{q,k,v,o}_proj.weight,
+      layers.{i}.self_attn.{q,k}_norm.weight, layers.{i}.mlp.{gate,up,down}_proj.weight,
+      layers.{i}.{input,post_attention}_layernorm.weight
+      + mask_embedding (+ input_proj.weight for EAGLE)   released heads: MASK = embed[mask_token_id]
+
+*The causal flag is spelled ``is_causal`` (top level or in dflash_config), ``causal`` or
+``causal_head`` (JetSpec) by the different releases; absent means bidirectional (DFlash).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from drafters.head import DraftHead, HeadConfig
+from jetflow_bench.errors import JfbenchError
+
+if TYPE_CHECKING:
+    from jetflow_bench.target import TargetRunner
+
+FORMAT = "jfbench-head"
+FORMAT_VERSION = 1
+WEIGHTS = "model.safetensors"
+CAUSAL_KEYS = ("is_causal", "causal", "causal_head")
+
+
+@dataclass(frozen=True)
+class TargetShape:
+    """What a head needs from its target; None where a checkpoint does not say."""
+
+    name: str | None
+    hidden_size: int | None
+    vocab_size: int | None
+    num_layers: int | None
+
+    @classmethod
+    def of(cls, target: TargetRunner) -> TargetShape:
+        return cls(target.name, target.config.hidden_size, target.embed.num_embeddings, len(target.layers))
+
+    def describe(self) -> str:
+        return f"hidden size {self.hidden_size}, vocab {self.vocab_size}, {self.num_layers} layers"
+
+
+@dataclass(frozen=True)
+class HeadInfo:
+    """A checkpoint's identity beyond the architecture."""
+
+    path: Path
+    source: str  # "jfbench" | "published"
+    drafter: str | None  # the drafter it was trained for (None: released block head)
+    target: TargetShape
+    training: dict[str, Any] = field(default_factory=dict)
+
+
+def config_json(head: DraftHead, drafter: str, target: TargetShape, training: dict[str, Any]) -> dict:
+    """The config.json of a jfbench head (a superset of the released layout)."""
+    cfg = head.cfg
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "drafter": drafter,
+        "head_mode": cfg.mode,
+        "eagle_input": cfg.eagle_input,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.head_dim,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_theta": cfg.rope_theta,
+        "attention_bias": cfg.attention_bias,
+        "block_size": cfg.block_size,
+        "vocab_size": target.vocab_size,
+        "num_target_layers": target.num_layers,
+        "dflash_config": {
+            "target_layer_ids": list(cfg.taps),
+            "mask_token_id": cfg.mask_token_id,
+            "is_causal": cfg.mode == "causal",
+        },
+        "target": {
+            "name": target.name, "hidden_size": target.hidden_size,
+            "vocab_size": target.vocab_size, "num_layers": target.num_layers,
+        },
+        "training": training,
+    }
+
+
+def save_head(head: DraftHead, out: Path, drafter: str, target: TargetShape, training: dict[str, Any]) -> Path:
+    """Write config.json + model.safetensors into ``out`` (created if needed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}
+    save_file(tensors, str(out / WEIGHTS))
+    (out / "config.json").write_text(json.dumps(config_json(head, drafter, target, training), indent=1) + "\n")
+    return out
+
+
+def read_config(path: Path) -> tuple[HeadConfig, HeadInfo]:
+    """Parse a checkpoint's config.json (either format) without loading weights."""
+    file = Path(path) / "config.json"
+    try:
+        raw = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise JfbenchError(f"cannot read draft-head config {file} ({err}): pass a head directory made by `jfbench train`") from err
+    if raw.get("format") == FORMAT:
+        return _architecture(raw, file, raw["head_mode"]), HeadInfo(
+            Path(path), "jfbench", raw["drafter"], TargetShape(**raw["target"]), raw.get("training", {})
+        )
+    if "dflash_config" not in raw:
+        raise JfbenchError(f"{file} is neither a jfbench head nor a DFlash/JetSpec head (no 'dflash_config' block)")
+    return _architecture(raw, file, _published_mode(raw)), HeadInfo(
+        Path(path), "published", None,
+        TargetShape(
+            None, raw.get("target_hidden_size") or raw["dflash_config"].get("target_hidden_size") or raw.get("hidden_size"),
+            raw.get("vocab_size"), raw.get("num_target_layers"),
+        ),
+    )
+
+
+def _published_mode(raw: dict) -> str:
+    block = raw["dflash_config"]
+    for source in (raw, block):
+        for key in CAUSAL_KEYS:
+            if source.get(key) is not None:
+                return "causal" if source[key] else "bidirectional"
+    return "bidirectional"
+
+
+def _architecture(raw: dict, file: Path, mode: str) -> HeadConfig:
+    block = raw["dflash_config"]
+    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    if rope.get("rope_type", "default") != "default":
+        raise JfbenchError(f"{file}: RoPE type {rope['rope_type']!r} is not supported by the draft head (default RoPE only)")
+    if any(t != "full_attention" for t in raw.get("layer_types") or ()):
+        raise JfbenchError(f"{file}: sliding-window draft layers are not supported")
+    try:
+        num_layers = raw["num_hidden_layers"]
+        taps = block.get("target_layer_ids") or default_taps(raw["num_target_layers"], num_layers)
+        block_size = raw.get("block_size") or block["block_size"]
+        return HeadConfig(
+            hidden_size=raw["hidden_size"], intermediate_size=raw["intermediate_size"], num_layers=num_layers,
+            num_heads=raw["num_attention_heads"], num_kv_heads=raw.get("num_key_value_heads") or raw["num_attention_heads"],
+            head_dim=raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"],
+            taps=tuple(taps), block_size=block_size, mode=mode, mask_token_id=block.get("mask_token_id", raw.get("mask_token_id")),
+            eagle_input=bool(raw.get("eagle_input", False)), rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
+            rope_theta=rope.get("rope_theta") or raw.get("rope_theta", 1_000_000.0),
+            attention_bias=bool(raw.get("attention_bias", False)),
+        )
+    except KeyError as err:
+        raise JfbenchError(f"{file} lacks the field {err.args[0]!r} that a draft head needs") from err
+
+
+def default_taps(num_target_layers: int, count: int) -> list[int]:
+    """K target layers spread evenly: DFlash's rule (layers 1 .. L-3) where the target is deep enough,
+    else all of 0 .. L-1 (a shallow toy target has no layers to spare)."""
+    start, end = (1, num_target_layers - 3) if num_target_layers >= count + 4 else (0, num_target_layers - 1)
+    if count == 1:
+        return [(start + end) // 2]
+    return [int(round(start + i * (end - start) / (count - 1))) for i in range(count)]
+
+
+def check_target(cfg: HeadConfig, info: HeadInfo, target: TargetRunner) -> None:
+    """A head built for another target is a one-line user error naming both."""
+    have = TargetShape.of(target)
+    want = info.target
+    mismatch = any(
+        w is not None and w != h
+        for w, h in ((want.hidden_size, have.hidden_size), (want.vocab_size, have.vocab_size), (want.num_layers, have.num_layers))
+    ) or cfg.hidden_size != have.hidden_size or max(cfg.taps) >= (have.num_layers or 0)
+    if mismatch:
+        trained_for = f" ({want.name})" if want.name else ""
+        raise JfbenchError(
+            f"draft head {info.path} expects a target with {want.describe()}{trained_for}, but target {target.name!r} "
+            f"has {have.describe()}: train a head for this target (jfbench train --target ...) or pass its own --target"
+        )
+
+
+def load_head(path: Path, target: TargetRunner, attention: str = "sdpa") -> tuple[DraftHead, HeadInfo]:
+    """Build the head from ``path`` on ``target``'s device/dtype, sharing its embedding and LM head."""
+    cfg, info = read_config(path)
+    check_target(cfg, info, target)
+    head = DraftHead(cfg, target.embed, target.lm_head, attention)
+    state = _load_tensors(Path(path))
+    if info.source == "published" and "mask_embedding" not in state:
+        if cfg.mask_token_id is None:
+            raise JfbenchError(f"{path}/config.json has no mask_token_id: the head cannot draft without a MASK input")
+        state["mask_embedding"] = target.embed.weight[cfg.mask_token_id].detach().cpu()
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise JfbenchError(
+            f"{path}: weights do not match the config (missing {sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]})"
+        )
+    return head.to(device=target.device, dtype=target.dtype).eval(), info
+
+
+def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a (possibly sharded) safetensors checkpoint, with a ``model.`` prefix removed."""
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise JfbenchError(f"{path} holds no *.safetensors weights")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    return {k.removeprefix("model."): v for k, v in state.items()}

@@ -1,0 +1,231 @@
+"""The draft head shared by every learned drafter (DESIGN.md §3).
+
+Feature fusion: the target's hidden states tapped at K layers are concatenated, projected by one
+bias-free Linear to the hidden size and RMS-normalised (``fc`` + ``hidden_norm``). The fused context
+features enter every draft layer as keys/values only — k/v projections are applied to them and to
+the drafted entries alike, queries come from the drafted entries — so the head never re-runs the
+context, and a context KV cache of one (k, v) per layer and position suffices.
+
+Draft layers are Qwen3-style decoder layers (RMSNorm, GQA attention with q/k norm and RoPE at
+absolute positions, SwiGLU MLP); the token embedding and LM head are the target's own modules,
+shared and frozen (held outside ``state_dict``). Module names follow the DFlash / JetSpec weight
+layout (``fc``, ``hidden_norm``, ``layers.*``, ``norm``) so released heads load without renaming.
+
+Keys and values are always laid out as [context ; entries]; a ``KVStore`` decides where they live
+(concatenated tensors in training, the in-place context cache at inference).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from jetflow_bench.attention import get_attention
+
+MODES = ("causal", "bidirectional")  # attention among a block's entries; tree passes use ancestor masks
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """Shape and wiring of a draft head; stored in every checkpoint's config.json."""
+
+    hidden_size: int  # = the target's (embedding and LM head are shared)
+    intermediate_size: int  # SwiGLU width
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    taps: tuple[int, ...]  # target layers whose outputs are fused, in fc's concatenation order
+    block_size: int = 16  # anchor + D drafted positions for block heads
+    mode: str = "causal"  # attention inside a block: "causal" | "bidirectional"
+    mask_token_id: int | None = None  # target token whose embedding initialises (or is) the MASK input
+    eagle_input: bool = False  # EAGLE: entry input = Linear([token embedding ; parent feature])
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    attention_bias: bool = False
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "taps": list(self.taps)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> HeadConfig:
+        return cls(**{**data, "taps": tuple(data["taps"])})
+
+
+class KVStore(Protocol):
+    """Where one forward's keys/values live: returns [context ; entries] for a layer."""
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v: (B, H_kv, N, hd) of this forward's entries -> keys, values (B, H_kv, T + N, hd)."""
+        ...
+
+
+class ConcatKV:
+    """Training store: context k/v computed for the batch, entries concatenated after them."""
+
+    def __init__(self, context: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self.context = context  # per layer (k, v), each (B, H_kv, T, hd)
+        self.latest: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer, the last forward's entries
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ctx_k, ctx_v = self.context[layer]
+        if layer == 0:
+            self.latest = []
+        self.latest.append((k, v))
+        return torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)
+
+    def absorb(self) -> None:
+        """Keep the last forward's entries as keys for the next one (EAGLE's training-time test)."""
+        self.context = [(torch.cat([ck, k], 2), torch.cat([cv, v], 2)) for (ck, cv), (k, v) in zip(self.context, self.latest, strict=True)]
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE in the rotate-half (NeoX / Hugging Face Qwen3) convention. x: (B, H, N, hd)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class Rotary(nn.Module):
+    """cos/sin tables at absolute positions (default RoPE, base ``theta``)."""
+
+    def __init__(self, head_dim: int, theta: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (hd/2,)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions (B, N) -> cos, sin (B, 1, N, hd), broadcast over heads."""
+        freqs = positions[..., None].float() * self.inv_freq  # (B, N, hd/2)
+        angles = torch.cat([freqs, freqs], dim=-1)[:, None]  # (B, 1, N, hd)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, hidden: int, inner: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inner, bias=False)
+        self.up_proj = nn.Linear(hidden, inner, bias=False)
+        self.down_proj = nn.Linear(inner, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DraftAttention(nn.Module):
+    """GQA with q/k RMSNorm; entries query [context ; entries]."""
+
+    def __init__(self, cfg: HeadConfig) -> None:
+        super().__init__()
+        h, hd = cfg.hidden_size, cfg.head_dim
+        self.q_heads, self.kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, hd
+        self.q_proj = nn.Linear(h, cfg.num_heads * hd, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(h, cfg.num_kv_heads * hd, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(h, cfg.num_kv_heads * hd, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(cfg.num_heads * hd, h, bias=cfg.attention_bias)
+        self.q_norm = nn.RMSNorm(hd, eps=cfg.rms_norm_eps)
+        self.k_norm = nn.RMSNorm(hd, eps=cfg.rms_norm_eps)
+
+    def key_value(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, N, H) -> rotated keys and values (B, H_kv, N, hd)."""
+        b, n, _ = x.shape
+        k = self.k_norm(self.k_proj(x).view(b, n, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        return rotate(k, cos, sin), v
+
+    def forward(self, x, cos, sin, mask, store: KVStore, layer: int, attend) -> torch.Tensor:
+        b, n, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, n, self.q_heads, self.head_dim)).transpose(1, 2)  # (B, Hq, N, hd)
+        keys, values = store.extend(layer, *self.key_value(x, cos, sin))  # (B, H_kv, T + N, hd)
+        o = attend(rotate(q, cos, sin), keys, values, mask, self.head_dim**-0.5)  # (B, Hq, N, hd)
+        return self.o_proj(o.transpose(1, 2).reshape(b, n, -1))
+
+
+class DraftLayer(nn.Module):
+    def __init__(self, cfg: HeadConfig) -> None:
+        super().__init__()
+        self.input_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.self_attn = DraftAttention(cfg)
+        self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
+
+    def forward(self, h, cos, sin, mask, store: KVStore, layer: int, attend) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, mask, store, layer, attend)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DraftHead(nn.Module):
+    """Fusion + draft layers + final norm; the target's embedding and LM head are borrowed."""
+
+    def __init__(
+        self, cfg: HeadConfig, embed: nn.Embedding, lm_head: nn.Module, attention: str = "sdpa"
+    ) -> None:
+        super().__init__()
+        self.cfg = cfg
+        h = cfg.hidden_size
+        self.fc = nn.Linear(len(cfg.taps) * h, h, bias=False)
+        self.hidden_norm = nn.RMSNorm(h, eps=cfg.rms_norm_eps)
+        self.layers = nn.ModuleList(DraftLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = nn.RMSNorm(h, eps=cfg.rms_norm_eps)
+        self.mask_embedding = nn.Parameter(torch.zeros(h))
+        if cfg.eagle_input:
+            self.input_proj = nn.Linear(2 * h, h, bias=False)
+        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
+        self._shared = (embed, lm_head)  # a tuple, so nn.Module registers neither (not saved, not trained)
+        self.attend = get_attention(attention)
+
+    def init_weights(self, seed: int) -> None:
+        """Fresh head: small normal weights, unit norms, MASK = the mask token's embedding."""
+        gen = torch.Generator().manual_seed(seed)
+        for name, p in self.named_parameters():
+            if name.endswith("norm.weight"):
+                nn.init.ones_(p)
+            elif p.dim() == 2:
+                with torch.no_grad():
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+        with torch.no_grad():
+            mask_id = self.cfg.mask_token_id or 0
+            self.mask_embedding.copy_(self._shared[0].weight[mask_id])
+
+    # ------------------------------------------------------------------ inputs and outputs
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self._shared[0](tokens)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (..., H) -> draft logits (..., V) through the target's LM head."""
+        return self._shared[1](hidden)
+
+    def fuse(self, taps: torch.Tensor) -> torch.Tensor:
+        """Tapped target states (..., K, H) in ``cfg.taps`` order -> fused features (..., H)."""
+        return self.hidden_norm(self.fc(taps.flatten(-2)))
+
+    def block_inputs(self, tokens: torch.Tensor, is_mask: torch.Tensor) -> torch.Tensor:
+        """tokens, is_mask (B, N) -> inputs (B, N, H): real tokens embedded, masks = MASK vector."""
+        return torch.where(is_mask[..., None], self.mask_embedding.to(self.fc.weight.dtype), self.embed(tokens))
+
+    def eagle_inputs(self, tokens: torch.Tensor, parent_features: torch.Tensor) -> torch.Tensor:
+        """EAGLE entry: token embedding fused with the feature of the position before it. (B, N, H)."""
+        return self.input_proj(torch.cat([self.embed(tokens), parent_features], dim=-1))
+
+    # ------------------------------------------------------------------ attention
+    def context_kv(self, fused: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Fused features (B, T, H) at positions (B, T) -> per layer (k, v), each (B, H_kv, T, hd)."""
+        cos, sin = self.rotary(positions, fused.dtype)
+        return [layer.self_attn.key_value(fused, cos, sin) for layer in self.layers]
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, N, H) entry inputs
+        positions: torch.Tensor,  # (B, N) absolute positions
+        mask: torch.Tensor,  # (B, 1, N, T + N) additive, over [context ; entries]
+        store: KVStore,
+    ) -> torch.Tensor:  # (B, N, H) normalised output features (LM-head input; EAGLE feeds them back)
+        cos, sin = self.rotary(positions, x.dtype)
+        h = x
+        for i, layer in enumerate(self.layers):
+            h = layer(h, cos, sin, mask, store, i, self.attend)
+        return self.norm(h)

@@ -1,0 +1,112 @@
+"""The draft head's own KV cache over committed context features.
+
+Row b holds, at slot t, the head-layer keys/values of the fused target features of token t of
+request b (slot = absolute position). ``append`` extends a row with newly committed tokens (after
+prefill: the prompt; after a verify step: root + accepted nodes). Drafted entries of a proposal are
+written into a shared scratch region that starts after the longest row and is never committed, so
+rejected drafts vanish without any trimming:
+
+    slot    0 ..  len_b-1 | (unused up to max_len) | max_len .. max_len+E-1
+    row b   context       | blocked by the mask    | this proposal's entries
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from drafters.base import SequenceView
+from drafters.head import DraftHead
+from drafters.masks import context_allowed
+from jetflow_bench.kv_cache import KVCache
+
+
+class ScratchKV:
+    """KVStore for one inference forward: entries written in place after ``base`` scratch slots."""
+
+    def __init__(self, kv: KVCache, start: int, count: int) -> None:
+        self.kv = kv
+        self.start = start  # first scratch slot of this forward's entries
+        self.count = count  # entries in this forward
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b = k.shape[0]
+        slots = (self.start + torch.arange(self.count, device=k.device)).expand(b, self.count)  # (B, N)
+        self.kv.write(layer, slots, k, v)
+        return self.kv.view(layer, self.start + self.count)
+
+
+class ContextCache:
+    """Per-request context keys/values for every head layer, plus each row's newest fused feature."""
+
+    def __init__(self, head: DraftHead, requests: Sequence[int], capacity: int = 256) -> None:
+        cfg = head.cfg
+        param = head.fc.weight
+        self.head = head
+        self.requests = list(requests)  # request id of each row
+        self.kv = KVCache(cfg.num_layers, len(requests), cfg.num_kv_heads, cfg.head_dim, capacity, param.dtype, param.device)
+        self.last_feature = torch.zeros(len(requests), cfg.hidden_size, dtype=param.dtype, device=param.device)  # (B, H)
+
+    @property
+    def lengths(self) -> list[int]:
+        return self.kv.lengths
+
+    @property
+    def max_len(self) -> int:
+        return max(self.kv.lengths)
+
+    def align(self, seqs: Sequence[SequenceView]) -> None:
+        """Drop rows of requests that left the batch; rows keep the engine's order."""
+        wanted = [s.request for s in seqs]
+        if wanted != self.requests:
+            rows = [self.requests.index(r) for r in wanted]
+            self.kv.keep_rows(rows)
+            self.last_feature = self.last_feature[rows]
+            self.requests = wanted
+
+    def reserve(self, slots: int) -> None:
+        """Make room for ``slots`` slots in every row (doubling, so growth is rare)."""
+        capacity = self.kv.capacity
+        if slots <= capacity:
+            return
+        while capacity < slots:
+            capacity *= 2
+        old = self.kv
+        self.kv = KVCache(old.k.shape[0], old.batch, old.k.shape[2], old.k.shape[4], capacity, old.k.dtype, old.k.device)
+        self.kv.k[:, :, :, : old.capacity] = old.k
+        self.kv.v[:, :, :, : old.capacity] = old.v
+        self.kv.lengths = list(old.lengths)
+
+    @torch.inference_mode()
+    def append(self, features: Sequence[torch.Tensor]) -> None:
+        """features[b]: (n_b, K, H) tapped target states of row b's newly committed tokens."""
+        counts = [f.shape[0] for f in features]
+        n = max(counts)
+        self.reserve(self.max_len + n)
+        device = self.last_feature.device
+        padded = torch.zeros(len(features), n, *features[0].shape[1:], dtype=features[0].dtype, device=device)
+        for b, f in enumerate(features):
+            padded[b, : f.shape[0]] = f
+        fused = self.head.fuse(padded.to(self.last_feature.dtype))  # (B, n, H)
+        starts = torch.tensor(self.lengths, device=device)
+        slots = starts[:, None] + torch.arange(n, device=device)  # (B, n); padding lands in unused slots
+        for layer, (k, v) in enumerate(self.head.context_kv(fused, slots)):
+            self.kv.write(layer, slots, k, v)
+        last = torch.tensor([c - 1 for c in counts], device=device)
+        self.last_feature = fused[torch.arange(len(counts), device=device), last]
+        self.kv.commit([range(c) for c in counts])  # identity paths: only the lengths advance
+
+    def scratch(self, start: int, count: int) -> ScratchKV:
+        """A store whose entries occupy scratch slots [max_len + start, max_len + start + count)."""
+        self.reserve(self.max_len + start + count)
+        return ScratchKV(self.kv, self.max_len + start, count)
+
+    def context_allowed(self, entries: int) -> torch.Tensor:
+        """(B, entries, max_len) bool: each row sees its own committed context only."""
+        lengths = torch.tensor(self.lengths, device=self.last_feature.device)
+        return context_allowed(lengths[:, None].expand(-1, entries), self.max_len)
+
+    def anchor_positions(self) -> torch.Tensor:
+        """(B,) position of each row's root / anchor (= its committed context length)."""
+        return torch.tensor(self.lengths, device=self.last_feature.device)

@@ -1,0 +1,88 @@
+"""What every learned drafter shares: loading a head, its context cache, tree options.
+
+Subclasses implement ``propose`` only. The head sees the committed tokens through the target's
+tapped hidden states (``observe``), never through engine internals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from drafters.base import Drafter, SequenceView
+from drafters.checkpoint import HeadInfo, load_head
+from drafters.head import DraftHead
+from drafters.head_cache import ContextCache
+from drafters.tree_builder import TreeOptions
+from jetflow_bench.errors import JfbenchError
+
+if TYPE_CHECKING:
+    from jetflow_bench.target import TargetRunner
+
+
+class LearnedDrafter(Drafter):
+    """A drafter driven by a trained draft head (see ``drafters.head``)."""
+
+    default_max_depth: ClassVar[int] = 15
+
+    def __init__(self, head: DraftHead, info: HeadInfo, tree: TreeOptions) -> None:
+        self.head = head
+        self.info = info
+        self.tree = tree
+        self.taps = head.cfg.taps
+        order = sorted(set(self.taps))  # the target hands taps over in ascending layer order
+        self._tap_index = torch.tensor([order.index(t) for t in self.taps])  # (K,) into observe's K axis
+        self.cache: ContextCache | None = None
+
+    @classmethod
+    def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> LearnedDrafter:
+        if checkpoint is None:
+            raise JfbenchError(
+                f"drafter {cls.name!r} needs a trained head: pass --checkpoint DIR (made by `jfbench train "
+                f"--drafter {cls.name}`) or a released DFlash/JetSpec head directory"
+            )
+        head, info = load_head(Path(checkpoint), target, options.pop("attention", "sdpa"))
+        cls.check_head(head, info)
+        tree_keys = ("scoring", "construction", "fanout", "max_depth", "entropy_weight")
+        tree_opts = {k: options.pop(k) for k in tree_keys if k in options}
+        tree_opts.setdefault("max_depth", cls.max_depth_for(head, options))
+        try:
+            return cls(head, info, TreeOptions(**tree_opts), **options)
+        except TypeError as err:
+            raise JfbenchError(f"drafter {cls.name!r} got an unknown option: {err}") from err
+
+    @classmethod
+    def check_head(cls, head: DraftHead, info: HeadInfo) -> None:
+        """Refuse heads of the wrong kind (e.g. a block head for EAGLE)."""
+
+    @classmethod
+    def max_depth_for(cls, head: DraftHead, options: dict[str, Any]) -> int:
+        return min(cls.default_max_depth, head.cfg.block_size - 1)
+
+    def reset(self, seqs: Sequence[SequenceView]) -> None:
+        self.cache = None
+
+    def observe(self, seqs: Sequence[SequenceView], features: Sequence[torch.Tensor] | None) -> None:
+        if features is None:
+            raise RuntimeError(f"drafter {self.name!r} has taps {self.taps} but received no features")
+        if self.cache is None:
+            self.cache = ContextCache(self.head, [s.request for s in seqs])
+        self.cache.align(seqs)
+        index = self._tap_index.to(features[0].device)
+        self.cache.append([f.index_select(1, index) for f in features])
+
+    def require_cache(self, seqs: Sequence[SequenceView]) -> ContextCache:
+        if self.cache is None:
+            raise RuntimeError("propose() before observe(): the engine must report the prompt first")
+        self.cache.align(seqs)
+        return self.cache
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "checkpoint": str(self.info.path), "head_source": self.info.source,
+            "head_mode": self.head.cfg.mode, "taps": list(self.taps), "block_size": self.head.cfg.block_size,
+            **self.tree.describe(),
+        }

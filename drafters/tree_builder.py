@@ -1,0 +1,158 @@
+"""Draft-tree construction shared by every learned drafter (pure functions, no model).
+
+A drafter supplies, for any path of tokens below the root, the candidate children of the node at
+the end of that path (`ChildDist`: the top-K tokens of one draft distribution with their
+log-probs, plus the distribution's entropy), or None when it has no distribution there. The
+builder grows the tree best-first under a node budget:
+
+    score(root) = 0
+    score(child) = score(parent) + log q(child)                 scoring="logp" (default)
+    score(child) = score(parent) + log q(child) - gamma * H(q)  scoring="entropy"
+
+Both increments are <= 0, so a child never outranks its parent and a lazy k-best walk (pop the best
+candidate; push its next-ranked sibling and its own best child) adds nodes in global score order:
+the tree is ancestor-closed, parents precede children, siblings carry distinct tokens, and it holds
+exactly min(budget, reachable) nodes. ``construction="spine-first"`` first lays down the greedy
+chain (rank-0 child at every depth) and then fills the remaining budget best-first.
+
+Worked example (fanout 2, budget 4, marginals q1 = {a: .6, b: .3}, q2 = {c: .9, d: .05}):
+    pop a (-0.51) -> push b (-1.20), a/c (-0.62); pop a/c; pop b -> tree root, a, a/c, b.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.tree import DraftTree
+
+SCORINGS = ("logp", "entropy")
+CONSTRUCTIONS = ("best-first", "spine-first")
+
+Path = tuple[int, ...]  # tokens below the root, root excluded; () is the root itself
+
+
+@dataclass(frozen=True)
+class ChildDist:
+    """Candidate children of one node: distinct tokens in descending log-prob order."""
+
+    tokens: tuple[int, ...]  # (K,)
+    logps: tuple[float, ...]  # (K,) log q(token), non-increasing
+    entropy: float = 0.0  # entropy of the full distribution, nats
+
+
+@dataclass(frozen=True)
+class TreeOptions:
+    """How a tree is grown from draft distributions (DESIGN.md §3, "Tree construction options")."""
+
+    scoring: str = "logp"  # "logp" (cumulative log-prob) | "entropy" (log-prob minus gamma * entropy)
+    construction: str = "best-first"  # "best-first" | "spine-first" (greedy chain first, then best-first)
+    fanout: int = 7  # K: most children per node
+    max_depth: int = 15  # D: deepest drafted level (root = depth 0)
+    entropy_weight: float = 0.5  # gamma for scoring="entropy", per nat of entropy
+
+    def __post_init__(self) -> None:
+        if self.scoring not in SCORINGS:
+            raise JfbenchError(f"tree scoring {self.scoring!r} is unknown: choose one of {', '.join(SCORINGS)}")
+        if self.construction not in CONSTRUCTIONS:
+            raise JfbenchError(
+                f"tree construction {self.construction!r} is unknown: choose one of {', '.join(CONSTRUCTIONS)}"
+            )
+        if self.fanout < 1 or self.max_depth < 1:
+            raise JfbenchError(f"fanout ({self.fanout}) and max depth ({self.max_depth}) must be at least 1")
+
+    def describe(self) -> dict:
+        return {
+            "scoring": self.scoring, "construction": self.construction, "fanout": self.fanout,
+            "max_depth": self.max_depth, "entropy_weight": self.entropy_weight,
+        }
+
+
+def child_dists(logits: torch.Tensor, k: int) -> list[ChildDist]:
+    """Top-k children of each row of ``logits`` (R, V) -> R ChildDists (one host transfer)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (R, V)
+    entropy = -(logp.exp() * logp).sum(-1)  # (R,)
+    top = logp.topk(min(k, logp.shape[-1]), dim=-1)  # (R, k) each
+    return [
+        ChildDist(tuple(t), tuple(lp), h)
+        for t, lp, h in zip(top.indices.tolist(), top.values.tolist(), entropy.tolist(), strict=True)
+    ]
+
+
+def marginal_lookup(marginals: Sequence[ChildDist]) -> Callable[[Path], ChildDist | None]:
+    """Children from per-depth marginals: every node at depth d gets marginals[d] (DFlash-T)."""
+    return lambda path: marginals[len(path)] if len(path) < len(marginals) else None
+
+
+def conditional_lookup(
+    conditionals: dict[Path, ChildDist], fallback: Callable[[Path], ChildDist | None]
+) -> Callable[[Path], ChildDist | None]:
+    """Branch-conditioned children where known, else ``fallback`` (JetFlow rebuild)."""
+    return lambda path: conditionals.get(path) or fallback(path)
+
+
+def child_score(parent_score: float, dist: ChildDist, rank: int, options: TreeOptions) -> float:
+    """Score of the ``rank``-th child of a node scored ``parent_score`` (see module docstring)."""
+    penalty = options.entropy_weight * dist.entropy if options.scoring == "entropy" else 0.0
+    return parent_score + dist.logps[rank] - penalty
+
+
+def build_tree(
+    root: int,
+    children: Callable[[Path], ChildDist | None],
+    budget: int,
+    options: TreeOptions,
+) -> DraftTree:
+    """Grow a tree of at most ``budget`` nodes (root included) from ``children``; see module docstring."""
+    tokens, parents, scores, paths = [root], [-1], [0.0], [()]
+    heap: list[tuple[float, int, int, int, ChildDist]] = []  # (-score, tie, parent node, rank, dist)
+    tie = 0
+    fanout = options.fanout
+
+    def dist_of(node: int) -> ChildDist | None:
+        return children(paths[node]) if len(paths[node]) < options.max_depth else None
+
+    def score(node: int, dist: ChildDist, rank: int) -> float:
+        return child_score(scores[node], dist, rank, options)
+
+    def push(parent: int, dist: ChildDist | None, rank: int) -> None:
+        nonlocal tie
+        if dist is not None and rank < min(fanout, len(dist.tokens)) and math.isfinite(dist.logps[rank]):
+            heapq.heappush(heap, (-score(parent, dist, rank), tie, parent, rank, dist))
+            tie += 1
+
+    def add(parent: int, dist: ChildDist, rank: int) -> int:
+        node = len(tokens)
+        tokens.append(dist.tokens[rank])
+        parents.append(parent)
+        scores.append(score(parent, dist, rank))
+        paths.append((*paths[parent], dist.tokens[rank]))
+        push(parent, dist, rank + 1)  # next-best sibling becomes a candidate
+        return node
+
+    if options.construction == "spine-first":
+        node, dist = 0, dist_of(0)
+        while dist is not None and dist.tokens and len(tokens) < budget:
+            node = add(node, dist, 0)
+            dist = dist_of(node)
+        push(node, dist, 0)
+    else:
+        push(0, dist_of(0), 0)
+    while heap and len(tokens) < budget:
+        _, _, parent, rank, dist = heapq.heappop(heap)
+        node = add(parent, dist, rank)
+        push(node, dist_of(node), 0)
+    return DraftTree(tokens, parents, scores)
+
+
+def tree_paths(tree: DraftTree) -> list[Path]:
+    """Token path (root excluded) of every node, in node order."""
+    paths: list[Path] = [()]
+    for i in range(1, len(tree)):
+        paths.append((*paths[tree.parents[i]], tree.tokens[i]))
+    return paths
