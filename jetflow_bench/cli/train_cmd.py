@@ -1,0 +1,91 @@
+"""`jfbench train`: train a draft head (eagle, dflash, jetflow) for a target."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from jetflow_bench.cli import app
+from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
+from jetflow_bench.training import TrainConfig, train_drafter
+from jetflow_bench.training.config import SOURCES
+
+_DEFAULTS = TrainConfig(drafter="jetflow")
+
+
+@app.command("train")
+def train(
+    drafter: Annotated[str, typer.Option("--drafter", help="eagle, dflash (DFlash-T) or jetflow.")],
+    target: TargetOpt,
+    out: Annotated[Path, typer.Option("--out", help="Head folder to write (config.json + model.safetensors).")],
+    head: Annotated[
+        str | None,
+        typer.Option("--head", help="causal or diffusion (bidirectional block). Default: dflash diffusion, else causal."),
+    ] = None,
+    loss: Annotated[str, typer.Option("--loss", help="fkl (forward KL), rkl (reverse KL) or sft (target argmax).")] = "fkl",
+    data: Annotated[
+        str, typer.Option("--data", help="regen (the target's own continuations, cached) or raw (corpus answers).")
+    ] = "regen",
+    corpus: Annotated[
+        str, typer.Option("--corpus", "--suites", help=f"Training prompt sources (training splits): {','.join(SOURCES)}.")
+    ] = ",".join(SOURCES),
+    prompts: Annotated[int, typer.Option("--prompts", min=1, help="Training prompts drawn from the sources.")] = _DEFAULTS.prompts,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", min=1, help="Length of each regenerated continuation.")
+    ] = _DEFAULTS.max_new_tokens,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Optimiser steps.")] = _DEFAULTS.steps,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per step.")] = _DEFAULTS.batch_size,
+    seq_len: Annotated[int, typer.Option("--seq-len", min=4, help="Tokens per training sequence.")] = _DEFAULTS.seq_len,
+    lr: Annotated[float, typer.Option("--lr", help="Peak AdamW learning rate.")] = _DEFAULTS.lr,
+    layers: Annotated[
+        int | None, typer.Option("--layers", min=1, help="Draft layers. Default: 1 for eagle, 2 for block heads.")
+    ] = None,
+    block_size: Annotated[
+        int, typer.Option("--block-size", min=2, help="Anchor + drafted positions of block heads.")
+    ] = _DEFAULTS.block_size,
+    anchors: Annotated[int, typer.Option("--anchors", min=1, help="Blocks per sequence per step.")] = _DEFAULTS.anchors,
+    ttt_steps: Annotated[
+        int, typer.Option("--ttt-steps", min=1, help="EAGLE training-time-test steps (own features fed back).")
+    ] = _DEFAULTS.ttt_steps,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds data sampling and initialisation.")] = 0,
+    time_limit: Annotated[
+        float | None,
+        typer.Option("--time-limit", min=0.1, help="Stop after this many minutes; running the command again resumes."),
+    ] = None,
+    data_dir: DataDirOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    threads: ThreadsOpt = None,
+) -> None:
+    """Train a draft head against the frozen target; print the head folder and a JSON summary.
+
+    Checkpoints every 50 steps into <out>/.partial; an interrupted run resumes where it stopped,
+    and a finished <out> with the same settings is returned as is.
+
+    Examples:
+
+        jfbench train --drafter jetflow --target ~/.cache/jfbench/targets/micro-seed0-... --out heads/jetflow
+
+        jfbench train --drafter dflash --target DIR --out heads/dflash --steps 600 --time-limit 20
+
+        jfbench train --drafter jetflow --head diffusion --loss rkl --data raw --target DIR --out heads/abl
+    """
+    config = TrainConfig(
+        drafter=drafter, head=head, loss=loss, data=data, corpus=tuple(s.strip() for s in corpus.split(",") if s.strip()),
+        prompts=prompts, max_new_tokens=max_new_tokens, steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
+        layers=layers, block_size=block_size, anchors=anchors, ttt_steps=ttt_steps, seed=seed,
+    )
+    started = time.time()
+    path = train_drafter(
+        target, out, config, data_dir=data_dir, device=device, dtype=dtype, threads=threads,
+        time_limit_s=time_limit * 60 if time_limit else None,
+    )
+    training = json.loads((path / "config.json").read_text())["training"]
+    summary = {k: training[k] for k in ("steps_done", "sequences", "training_tokens", "first_loss", "last_loss_mean", "last_top1_agreement")}
+    summary["reused"] = (path / "config.json").stat().st_mtime < started
+    typer.echo(str(path))
+    typer.echo(json.dumps(summary))

@@ -1,0 +1,51 @@
+"""`ensure_head`: a trained head for (target, drafter, recipe), trained once and then reused.
+
+Heads live in ``<cache_dir()>/heads/<drafter>-<hash>/``, the hash covering the target's weights
+fingerprint, the full `TrainConfig` and the device type and dtype. The ablation runner calls this
+for variant heads (e.g. ``head="diffusion"``, ``loss="rkl"``) when it is given no checkpoint.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from pathlib import Path
+from typing import Any
+
+from jetflow_bench import runtime
+from jetflow_bench.training.config import TrainConfig
+from jetflow_bench.training.data import target_fingerprint
+from jetflow_bench.training.loop import finished, train_drafter
+
+
+def head_path(target_dir: str | Path, config: TrainConfig, device: str | None = None, dtype: str | None = None) -> Path:
+    """Where `ensure_head` keeps the head for these arguments (it may not exist yet)."""
+    dev = runtime.resolve_device(device)
+    precision = runtime.resolve_dtype(dtype, dev)
+    key = config.key(f"{target_fingerprint(target_dir)}|{dev.type}|{precision}")
+    return runtime.cache_dir() / "heads" / f"{config.drafter}-{key}"
+
+
+def ensure_head(
+    target_dir: str | Path,
+    drafter: str,
+    *,
+    data_dir: Path | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    threads: int | None = None,
+    show_progress: bool = True,
+    **train_opts: Any,
+) -> Path:
+    """Path of a finished head for ``drafter`` on ``target_dir`` trained with ``train_opts``
+    (fields of `TrainConfig`), training it first when the cache lacks it."""
+    config = TrainConfig(drafter=drafter, **train_opts)
+    path = head_path(target_dir, config, device, dtype)
+    if finished(path, config):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one trainer per head; a waiting caller then finds it finished
+        return train_drafter(
+            target_dir, path, config, data_dir=data_dir, device=device, dtype=dtype, threads=threads,
+            show_progress=show_progress,
+        )

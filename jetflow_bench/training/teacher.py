@@ -1,0 +1,40 @@
+"""The frozen target's view of a training batch: next-token logits and tapped hidden states.
+
+It runs through the same ``TargetRunner.prefill`` path that feeds the drafter at inference, so
+the head trains on exactly the features it will see when drafting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from jetflow_bench.target import TargetRunner
+
+
+@dataclass
+class TeacherBatch:
+    tokens: torch.Tensor  # (B, T) right-padded token ids
+    lengths: torch.Tensor  # (B,) real tokens per row
+    logits: torch.Tensor  # (B, T, V) float32; row t = the target's distribution of token t+1
+    taps: torch.Tensor  # (B, T, K, H) tapped layer outputs, in the head's tap order
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """(B, T) absolute positions."""
+        b, t = self.tokens.shape
+        return torch.arange(t, device=self.tokens.device).expand(b, t)
+
+
+def teacher_batch(target: TargetRunner, tokens: torch.Tensor, lengths: torch.Tensor, taps: Sequence[int]) -> TeacherBatch:
+    """One target forward over the batch (no gradients); padding rows are never used downstream."""
+    rows = [row[:n].tolist() for row, n in zip(tokens, lengths.tolist(), strict=True)]
+    out = target.prefill(rows, capacity=tokens.shape[1], taps=taps)
+    order = sorted(set(taps))
+    index = torch.tensor([order.index(t) for t in taps], device=out.hidden.device)
+    # .clone() outside inference mode turns inference tensors into ordinary autograd inputs.
+    return TeacherBatch(
+        tokens.to(target.device), lengths.to(target.device), out.logits.clone(), out.hidden.index_select(2, index).clone()
+    )
