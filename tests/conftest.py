@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,3 +25,22 @@ def micro_target() -> Path:
     from jetflow_bench.toy import ensure_toy_target
 
     return ensure_toy_target("micro", shared_data_dir(), show_progress=False)
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
+    """`cli("check", "--run", ...)` runs jfbench in-process through the real entry point (its error
+    handling included) and returns (exit code, stdout, stderr)."""
+    from jetflow_bench.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["jfbench", *args])
+        try:
+            main()
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code or 0
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run

@@ -137,3 +137,4 @@ def write_fixture_run(
     }
     (path / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return path
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -117,5 +118,5 @@ def check(
         verdict = MARK["fail" if result.failed else "ok"]
         console.print(f"{verdict} {result.headline()}", style=STYLE["fail" if result.failed else "ok"])
     if result.failed:
-        raise typer.Exit(1)
+        sys.exit(1)  # not typer.Exit: non-standalone click turns that into a return value
 

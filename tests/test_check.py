@@ -1,0 +1,136 @@
+"""`jfbench check`: fails on τ / a_d regressions, divergences and missing cells; warns on speed-ups."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.report.check import check_run, update_baseline
+from tests.fixtures_runs import write_fixture_run
+
+JETFLOW_16 = {"suite": "gsm8k", "drafter": "jetflow", "variant": "default", "budget": 16, "batch_size": 1,
+              "repeat": 0}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_fixture_run(tmp_path_factory.mktemp("ref") / "ci", drafters=("jetflow", "ngram"), batch_sizes=(1,))
+
+
+def tampered(reference: Path, tmp_path: Path, **changes: float) -> Path:
+    """A copy of the reference run with `changes` written into the JETFLOW_16 cell's summary row."""
+    run = Path(shutil.copytree(reference, tmp_path / "run"))
+    summary = pd.read_parquet(run / "summary.parquet")
+    row = (summary[list(JETFLOW_16)] == pd.Series(JETFLOW_16)).all(axis=1)
+    assert row.sum() == 1
+    for column, value in changes.items():
+        summary.loc[row, column] = value
+    summary.to_parquet(run / "summary.parquet", index=False)
+    return run
+
+
+def jetflow_16(reference: Path, column: str) -> float:
+    summary = pd.read_parquet(reference / "summary.parquet")
+    return float(summary.loc[(summary[list(JETFLOW_16)] == pd.Series(JETFLOW_16)).all(axis=1), column].iloc[0])
+
+
+def test_identical_run_passes_with_exit_0_and_markdown(reference: Path, tmp_path: Path, cli) -> None:
+    markdown = tmp_path / "summary.md"
+    code, out, _ = cli("check", "--baseline", str(reference), "--run", str(reference),
+                           "--markdown", str(markdown))
+    assert code == 0 and "passed" in out
+    text = markdown.read_text()
+    assert text.startswith("## ✅ jfbench regression check passed") and "| status |" in text
+
+
+def test_tau_regression_beyond_tolerance_fails(reference: Path, tmp_path: Path, cli) -> None:
+    tau = jetflow_16(reference, "tau")
+    run = tampered(reference, tmp_path, tau=tau * 0.9)
+    code, out, _ = cli("check", "--baseline", str(reference), "--run", str(run))
+    assert code == 1 and "FAILED" in out and "τ" in out
+    result = check_run(reference, run)
+    assert [(f.level, f.metric, f.cell["budget"]) for f in result.findings] == [("fail", "tau", 16)]
+    assert not check_run(reference, run, tau_tol=0.15).failed  # inside a wider tolerance
+
+
+def test_per_depth_acceptance_drop_fails_in_share_points(reference: Path, tmp_path: Path) -> None:
+    a_2 = jetflow_16(reference, "a_2")
+    run = tampered(reference, tmp_path, a_2=a_2 - 0.06)
+    assert [(f.level, f.metric) for f in check_run(reference, run).findings] == [("fail", "a_2")]
+    assert not check_run(reference, tampered(reference, tmp_path / "b", a_2=a_2 - 0.04)).failed
+
+
+def test_unexcused_divergence_fails_even_when_tau_is_unchanged(
+    reference: Path, tmp_path: Path, cli
+) -> None:
+    run = tampered(reference, tmp_path, lossless_unexcused=2)
+    markdown = tmp_path / "summary.md"
+    code, out, _ = cli("check", "--baseline", str(reference), "--run", str(run),
+                           "--markdown", str(markdown))
+    assert code == 1 and "2 unexcused lossless divergences" in out
+    assert "❌ FAIL" in markdown.read_text()
+
+
+def test_speedup_drop_only_warns(reference: Path, tmp_path: Path, cli) -> None:
+    speedup = jetflow_16(reference, "speedup_decode_micro")
+    run = tampered(reference, tmp_path, speedup_decode_micro=speedup * 0.5)
+    code, out, _ = cli("check", "--baseline", str(reference), "--run", str(run),
+                           "--format", "json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["passed"] is True
+    assert [(f["level"], f["metric"]) for f in report["findings"]] == [("warn", "speed-up")]
+
+
+def test_missing_and_new_cells_are_reported(reference: Path, tmp_path: Path) -> None:
+    run = Path(shutil.copytree(reference, tmp_path / "run"))
+    summary = pd.read_parquet(run / "summary.parquet")
+    dropped = summary[(summary["drafter"] == "ngram") & (summary["budget"] == 256)]
+    extra = summary[summary["drafter"] == "jetflow"].assign(budget=lambda f: f["budget"] * 2)
+    pd.concat([summary.drop(dropped.index), extra]).to_parquet(run / "summary.parquet", index=False)
+    result = check_run(reference, run)
+    missing = [f for f in result.findings if f.metric == "cell" and f.level == "fail"]
+    new = [f for f in result.findings if f.metric == "cell" and f.level == "info"]
+    assert result.failed
+    assert {(f.cell["drafter"], f.cell["budget"]) for f in missing} == {("ngram", 256)}
+    assert len(missing) == len(dropped) and len(new) == len(extra)
+    assert set(result.cells["status"]) == {"ok", "missing", "new"}
+    assert "missing from the run" in result.markdown()
+
+
+def test_config_hash_change_warns(reference: Path, tmp_path: Path) -> None:
+    run = Path(shutil.copytree(reference, tmp_path / "run"))
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "config_hash": "other"}))
+    result = check_run(reference, run)
+    assert not result.failed and [f.metric for f in result.findings] == ["config_hash"]
+
+
+def test_update_baseline_copies_summary_and_manifest(reference: Path, tmp_path: Path, cli) -> None:
+    baseline = tmp_path / "baselines" / "ci"
+    code, out, err = cli("check", "--update-baseline", "--run", str(reference),
+                             "--baseline", str(baseline))
+    assert code == 0 and "commit it" in err
+    assert sorted(p.name for p in baseline.iterdir()) == ["manifest.json", "summary.csv", "summary.parquet"]
+    pd.testing.assert_frame_equal(pd.read_parquet(baseline / "summary.parquet"),
+                                  pd.read_parquet(reference / "summary.parquet"))
+    assert not check_run(baseline, reference).failed
+
+
+def test_update_baseline_refuses_a_run_with_divergences(reference: Path, tmp_path: Path) -> None:
+    run = tampered(reference, tmp_path, lossless_unexcused=1)
+    with pytest.raises(JfbenchError, match="unexcused lossless divergences"):
+        update_baseline(run, tmp_path / "baseline")
+
+
+def test_missing_baseline_or_run_is_one_line_exit_2(reference: Path, tmp_path: Path, cli) -> None:
+    code, out, err = cli("check", "--baseline", str(tmp_path / "nope"), "--run",
+                             str(reference))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--update-baseline" in err
+    code, _, err = cli("check", "--baseline", str(reference), "--run", str(tmp_path))
+    assert code == 2 and err.count("\n") == 1 and "is not a run folder" in err
