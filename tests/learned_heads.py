@@ -1,0 +1,27 @@
+"""Briefly trained heads on the micro toy target, shared by the drafter and training tests.
+
+`ensure_head` caches them by recipe, so they train once per cache folder (~1 min on 2 cores).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jetflow_bench.training import ensure_head
+from tests.conftest import shared_data_dir
+
+RECIPE = {
+    "steps": 40, "prompts": 96, "max_new_tokens": 96, "seq_len": 160, "batch_size": 4, "anchors": 8, "warmup": 5,
+}
+
+
+@pytest.fixture(scope="session")
+def learned_heads(micro_target: Path) -> dict[str, Path]:
+    if shared_data_dir() is None:
+        pytest.skip("training a head needs the shared data folder (JFBENCH_DATA_DIR)")
+    return {
+        name: ensure_head(micro_target, name, data_dir=shared_data_dir(), device="cpu", show_progress=False, **RECIPE)
+        for name in ("eagle", "dflash", "jetflow")
+    }

@@ -1,0 +1,215 @@
+"""The shared draft head: masks, context cache, checkpoints (own + released formats), proposals.
+
+Uses small random Qwen3 targets and untrained heads: these properties hold for any weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from drafters import DRAFTERS
+from drafters.base import SequenceView
+from drafters.checkpoint import TargetShape, load_head, save_head
+from drafters.head import DraftHead, HeadConfig
+from drafters.head_cache import ContextCache
+from drafters.masks import block_allowed, join, tree_allowed
+from jetflow_bench.engine import generate
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.stopping import StopRule
+from jetflow_bench.target import TargetRunner
+from jetflow_bench.tree import DraftTree, pad_trees
+from tests.random_models import random_model, word_tokenizer
+
+PROMPTS = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12]]
+
+
+def save_target(path: Path, layers: int = 2) -> Path:
+    random_model("qwen3", layers=layers).save_pretrained(path)
+    word_tokenizer().save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> TargetRunner:
+    return TargetRunner.load(save_target(tmp_path_factory.mktemp("target")), device="cpu")
+
+
+def head_config(mode: str = "causal", eagle: bool = False, layers: int = 1, taps=(0, 1)) -> HeadConfig:
+    return HeadConfig(
+        hidden_size=64, intermediate_size=128, num_layers=layers, num_heads=4, num_kv_heads=2, head_dim=16,
+        taps=taps, block_size=8, mode=mode, mask_token_id=2, eagle_input=eagle,
+    )
+
+
+def make_head(target: TargetRunner, path: Path, drafter: str, cfg: HeadConfig, seed: int = 0) -> Path:
+    head = DraftHead(cfg, target.embed, target.lm_head)
+    head.init_weights(seed)
+    return save_head(head, path, drafter, TargetShape.of(target), {"note": "random"})
+
+
+HEADS = {"eagle": head_config(eagle=True), "dflash": head_config("bidirectional", layers=2), "jetflow": head_config(layers=2)}
+
+
+@pytest.fixture(scope="module")
+def checkpoints(target, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("heads")
+    return {name: make_head(target, root / name, name, cfg) for name, cfg in HEADS.items()}
+
+
+def observed_cache(target: TargetRunner, head: DraftHead, prompts=PROMPTS) -> tuple[ContextCache, list[SequenceView]]:
+    """A context cache fed the way the engine feeds drafters: prompt features after prefill."""
+    out = target.prefill(prompts, capacity=64, taps=head.cfg.taps)
+    seqs = [SequenceView(i, [*p, 1], len(p)) for i, p in enumerate(prompts)]
+    cache = ContextCache(head, [s.request for s in seqs], capacity=4)  # tiny: forces growth
+    cache.append([out.hidden[i, : len(p)] for i, p in enumerate(prompts)])
+    return cache, seqs
+
+
+def test_block_masks_keep_blocks_apart():
+    causal = block_allowed("causal", 2, 3)
+    assert causal[4].tolist() == [False, False, False, True, True, False]
+    bidirectional = block_allowed("bidirectional", 2, 3)
+    assert bidirectional[1].tolist() == [True, True, True, False, False, False]
+    with pytest.raises(JfbenchError, match="mode"):
+        block_allowed("sideways", 1, 2)
+
+
+def run_entries(head: DraftHead, cache: ContextCache, tokens, parents, is_mask, allowed) -> torch.Tensor:
+    tokens = torch.tensor(tokens)[None]
+    depths = pad_trees([DraftTree(tokens[0].tolist(), parents)])[2]
+    x = head.block_inputs(tokens, torch.tensor(is_mask)[None])
+    positions = cache.anchor_positions()[:, None] + depths
+    mask = join(cache.context_allowed(tokens.shape[1]), allowed, x.dtype)
+    with torch.inference_mode():
+        return head(x, positions, mask, cache.scratch(0, tokens.shape[1]))[0]
+
+
+def test_tree_mode_never_reads_siblings_or_descendants(target, checkpoints):
+    head, _ = load_head(checkpoints["jetflow"], target)
+    cache, _ = observed_cache(target, head, PROMPTS[:1])
+    parents = [-1, 0, 0, 1, 0]  # root; a, b; a's child c; MASK query of the root
+    is_mask = [False, False, False, False, True]
+    allowed = tree_allowed(torch.tensor([parents]), pad_trees([DraftTree([1] * 5, parents)])[2])
+    base = run_entries(head, cache, [1, 20, 21, 22, 0], parents, is_mask, allowed)
+    other_b = run_entries(head, cache, [1, 20, 30, 22, 0], parents, is_mask, allowed)
+    other_c = run_entries(head, cache, [1, 20, 21, 31, 0], parents, is_mask, allowed)
+    unaffected_by_b = [0, 1, 3, 4]
+    torch.testing.assert_close(base[unaffected_by_b], other_b[unaffected_by_b])
+    assert not torch.allclose(base[2], other_b[2])
+    torch.testing.assert_close(base[[0, 1, 2, 4]], other_c[[0, 1, 2, 4]])
+
+
+@pytest.mark.parametrize("mode", ["causal", "bidirectional"])
+def test_bidirectional_block_sees_the_whole_block(target, checkpoints, mode):
+    head, _ = load_head(checkpoints["jetflow"], target)
+    head = DraftHead(dataclasses.replace(head.cfg, mode=mode), target.embed, target.lm_head)
+    head.init_weights(1)
+    cache, _ = observed_cache(target, head, PROMPTS[:1])
+    allowed = block_allowed(mode, 1, 4)
+    first = run_entries(head, cache, [1, 20, 21, 22], [-1, 0, 1, 2], [False] * 4, allowed)
+    changed_last = run_entries(head, cache, [1, 20, 21, 40], [-1, 0, 1, 2], [False] * 4, allowed)
+    same_prefix = torch.allclose(first[:3], changed_last[:3])
+    assert same_prefix == (mode == "causal")
+
+
+def test_context_cache_grows_and_matches_one_shot_features(target, checkpoints):
+    head, _ = load_head(checkpoints["dflash"], target)
+    out = target.prefill([PROMPTS[0]], capacity=32, taps=head.cfg.taps)
+    features = out.hidden[0, : len(PROMPTS[0])]
+    whole = ContextCache(head, [0], capacity=64)
+    whole.append([features])
+    pieces = ContextCache(head, [0], capacity=2)
+    pieces.append([features[:3]])
+    pieces.append([features[3:]])
+    n = len(PROMPTS[0])
+    assert pieces.lengths == whole.lengths == [n]
+    torch.testing.assert_close(pieces.kv.k[:, :, :, :n], whole.kv.k[:, :, :, :n])
+    torch.testing.assert_close(pieces.last_feature, whole.last_feature)
+
+
+def test_rows_follow_the_engine_when_requests_finish(target, checkpoints):
+    head, _ = load_head(checkpoints["dflash"], target)
+    cache, seqs = observed_cache(target, head)
+    kept = cache.kv.k[:, 1:2, :, : len(PROMPTS[1])].clone()
+    cache.align(seqs[1:])
+    assert cache.requests == [1]
+    torch.testing.assert_close(cache.kv.k[:, :, :, : len(PROMPTS[1])], kept)
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_save_load_round_trip_gives_identical_proposals(target, checkpoints, tmp_path, name):
+    first = DRAFTERS.get(name).build(target, checkpoints[name])
+    copy = save_head(first.head, tmp_path / "copy", name, TargetShape.of(target), {})
+    second = DRAFTERS.get(name).build(target, copy)
+    proposals = []
+    for drafter in (first, second):
+        _, seqs = observed_cache(target, drafter.head)
+        out = target.prefill(PROMPTS, capacity=64, taps=drafter.taps)
+        drafter.reset(seqs)
+        drafter.observe(seqs, [out.hidden[i, : len(p)] for i, p in enumerate(PROMPTS)])
+        proposals.append(drafter.propose(seqs, 24))
+    assert proposals[0] == proposals[1]
+    assert all(len(t) == 24 for t in proposals[0])
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+@pytest.mark.parametrize("budget", [16, 64])
+def test_untrained_heads_are_lossless(target, checkpoints, name, budget):
+    stop = StopRule(24, frozenset())
+    reference = generate(target, PROMPTS, stop)
+    drafter = DRAFTERS.get(name).build(target, checkpoints[name])
+    for prompts in (PROMPTS, PROMPTS[:1]):
+        result = generate(target, prompts, stop, budget=budget, drafter=drafter)
+        assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in reference.requests[: len(prompts)]]
+
+
+def test_head_for_another_target_is_a_one_line_error(target, tmp_path):
+    deeper = TargetRunner.load(save_target(tmp_path / "deeper", layers=3), device="cpu")
+    path = make_head(deeper, tmp_path / "head", "jetflow", head_config(taps=(0, 2)))
+    with pytest.raises(JfbenchError) as err:
+        DRAFTERS.get("jetflow").build(target, path)
+    message = str(err.value)
+    assert "\n" not in message and "3 layers" in message and "2 layers" in message and str(deeper.name) in message
+
+
+def test_wrong_kind_of_head_and_missing_checkpoint_are_user_errors(target, checkpoints):
+    with pytest.raises(JfbenchError, match="block head"):
+        DRAFTERS.get("eagle").build(target, checkpoints["dflash"])
+    with pytest.raises(JfbenchError, match="needs a trained head"):
+        DRAFTERS.get("dflash").build(target, None)
+
+
+@pytest.mark.parametrize(("flags", "mode"), [({}, "bidirectional"), ({"causal_head": True}, "causal")])
+def test_released_dflash_and_jetspec_layout_loads(target, tmp_path, flags, mode):
+    """A head written the way z-lab DFlash / JetSpec release them: no MASK tensor, target's mask token."""
+    source = DraftHead(head_config(layers=2), target.embed, target.lm_head)
+    source.init_weights(3)
+    tensors = {f"model.{k}": v for k, v in source.state_dict().items() if k != "mask_embedding"}
+    folder = tmp_path / "released"
+    folder.mkdir()
+    save_file(tensors, str(folder / "model.safetensors"))
+    config = {
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "vocab_size": 64, "num_target_layers": 2, "block_size": 8,
+        "dflash_config": {"target_layer_ids": [0, 1], "mask_token_id": 5, **flags},
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    head, info = load_head(folder, target)
+    assert info.source == "published" and head.cfg.mode == mode and head.cfg.block_size == 8
+    torch.testing.assert_close(head.mask_embedding, target.embed.weight[5])
+    torch.testing.assert_close(head.fc.weight, source.fc.weight)
+    drafter = DRAFTERS.get("jetflow" if mode == "causal" else "dflash").build(target, folder)
+    stop = StopRule(16, frozenset())
+    result = generate(target, PROMPTS, stop, budget=16, drafter=drafter)
+    assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in generate(target, PROMPTS, stop).requests]
+    config["vocab_size"] = 99
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(JfbenchError, match="vocab 99"):
+        load_head(folder, target)
