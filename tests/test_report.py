@@ -155,3 +155,10 @@ def test_not_a_run_folder_is_a_one_line_error(tmp_path: Path, cli) -> None:
     code, out, err = cli("report", str(tmp_path), "--out", str(tmp_path / "r.html"))
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "is not a run folder" in err and "jfbench sweep" in err
+
+
+def test_cell_keys_match_the_sweep() -> None:
+    from jetflow_bench.report.loading import CELL_KEYS
+    from jetflow_bench.sweep.grid import CELL_KEYS as SWEEP_KEYS
+
+    assert list(CELL_KEYS) == SWEEP_KEYS

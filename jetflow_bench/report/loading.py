@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from jetflow_bench.errors import JfbenchError
 
 # The columns that identify one cell; the AR baseline has drafter "ar", budget 1, variant "default".
+# Equal to `jetflow_bench.sweep.grid.CELL_KEYS` (tested); repeated so reading results never imports torch.
 CELL_KEYS: tuple[str, ...] = ("suite", "drafter", "variant", "budget", "batch_size", "repeat")
 AR_DRAFTER = "ar"
 DEFAULT_VARIANT = "default"
@@ -73,11 +75,12 @@ class Run:
         path = self.path / "requests.parquet"
         if not path.is_file():
             return None
-        requests = pd.read_parquet(path)
-        if not {"lossless", "excused", *CELL_KEYS, "request"} <= set(requests.columns):
+        present = set(pq.read_schema(path).names)  # read only these columns: outputs can be large
+        if not {"lossless", "excused", *CELL_KEYS, "request"} <= present:
             return None
+        columns = [*CELL_KEYS, "request", *(["first_divergence"] if "first_divergence" in present else [])]
+        requests = pd.read_parquet(path, columns=[*columns, "lossless", "excused"])
         bad = requests[~requests["lossless"].astype(bool) & ~requests["excused"].astype(bool)]
-        columns = [*CELL_KEYS, "request", *(["first_divergence"] if "first_divergence" in bad else [])]
         return bad[columns].reset_index(drop=True)
 
     def cells(self, drafters: bool = True) -> pd.DataFrame:
