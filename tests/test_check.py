@@ -134,3 +134,12 @@ def test_missing_baseline_or_run_is_one_line_exit_2(reference: Path, tmp_path: P
     assert code == 2 and out == "" and err.count("\n") == 1 and "--update-baseline" in err
     code, _, err = cli("check", "--baseline", str(reference), "--run", str(tmp_path))
     assert code == 2 and err.count("\n") == 1 and "is not a run folder" in err
+
+
+def test_absent_depth_columns_count_as_zero_acceptance(reference: Path, tmp_path: Path) -> None:
+    run = Path(shutil.copytree(reference, tmp_path / "run"))
+    summary = pd.read_parquet(run / "summary.parquet")
+    summary.drop(columns=[c for c in summary if c[:2] in ("a_", "p_") and int(c[2:]) >= 3]).to_parquet(
+        run / "summary.parquet", index=False)
+    failed = {(f.metric, f.cell["drafter"]) for f in check_run(reference, run).findings if f.level == "fail"}
+    assert ("a_3", "jetflow") in failed and all(metric == "a_3" for metric, _ in failed)

@@ -142,12 +142,19 @@ def _compare_cell(row: pd.Series, tau_tol: float, speedup_warn: float) -> list[F
     return found
 
 
+def _gated_columns(summary: pd.DataFrame) -> pd.DataFrame:
+    """Cell keys, τ, a_1..a_3 and the speed-up. The summary has a_d columns only up to the longest
+    accepted run, so an absent a_d means no step accepted d tokens: 0, not unknown."""
+    depths = {d: summary.get(d, 0.0) for d in GATED_DEPTHS}
+    extra = [SPEEDUP] if SPEEDUP in summary else []
+    return summary[[*CELL_KEYS, "tau", *extra]].assign(**depths)
+
+
 def compare(base: Run, run: Run, tau_tol: float = 0.05, speedup_warn: float = 0.2) -> CheckResult:
     """Compare two loaded runs; see the module docstring for what fails and what warns."""
     if tau_tol < 0 or speedup_warn < 0:
         raise JfbenchError(f"tolerances must be ≥ 0 (got --tau-tol {tau_tol}, --speedup-warn {speedup_warn})")
-    metrics = ["tau", *GATED_DEPTHS, SPEEDUP]
-    joined = align(*(r.summary[[*CELL_KEYS, *(m for m in metrics if m in r.summary)]] for r in (base, run)))
+    joined = align(_gated_columns(base.summary), _gated_columns(run.summary))
     findings: list[Finding] = []
     status = []
     for _, row in joined.iterrows():
