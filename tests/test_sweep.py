@@ -239,3 +239,22 @@ def test_ablate_option_variants_of_ngram(target, tmp_path):
     assert (table["tau_delta_lo"] <= table["tau_delta"]).all() and (table["tau_delta"] <= table["tau_delta_hi"]).all()
     code, text, _ = jfbench("show", out, "--format", "markdown")
     assert code == 0 and "ngram[max_ngram=2]" in text and "d tau" in text
+
+
+@pytest.mark.slow  # trains the micro target once per cache (~1-2 min), then ~20 s
+def test_grid_of_2_suites_2_budgets_2_batch_sizes_on_the_micro_target(micro_target, tmp_path):
+    out = tmp_path / "micro"
+    code, _, err = jfbench(
+        "sweep", "--target", micro_target, "--out", out, "--drafters", "ngram", "--suites", "gsm8k,math500",
+        "--budgets", "4,32", "--batch-sizes", "1,2", "--repeats", "1", "--limit", "3", "--max-new-tokens", "24",
+        "--data-dir", DATA, "--threads", "1", "--no-progress", "--strict",
+    )
+    assert code == 0, err  # --strict: every request equals its AR baseline token for token (or is an fp tie)
+    t = _tables(out)
+    assert len(t["summary"]) == 2 * 2 * (1 + 2)
+    assert set(t["summary"]["suite"]) == {"gsm8k", "math500"} and set(t["summary"]["batch_size"]) == {1, 2}
+    arms = t["summary"][t["summary"]["drafter"] == "ngram"]
+    assert (arms["tau"] >= 1).all() and arms["speedup_decode_micro"].notna().all()
+    assert t["requests"]["correct"].notna().all()  # both suites score answers
+    for _, group in t["requests"].groupby(["suite", "batch_size"]):  # same prompts in every arm
+        assert group.groupby(["drafter", "budget"])["prompt_hash"].apply(tuple).nunique() == 1

@@ -168,10 +168,15 @@ def test_variants_name_overrides_and_route_training_options():
     with pytest.raises(JfbenchError, match="nothing to ablate"):
         variants(base, {}, {})
     with pytest.raises(JfbenchError, match="own trained head"):
-        with_checkpoints(specs, {}, "/t", ensure_head=None)
-    trained = with_checkpoints(specs, {}, "/t", ensure_head=lambda target, name, **train: f"/cache/{name}-{train}")
+        with_checkpoints(specs, {}, train=None)
+    trained = with_checkpoints(specs, {}, train=lambda spec: f"/cache/{spec.name}-{dict(spec.train)}")
     assert trained[1].checkpoint == "/cache/jetflow-{'head': 'diffusion'}"
     assert trained[2].checkpoint == "/ckpt"
+    given = with_checkpoints(specs, {"head=diffusion": "/mine"}, train=None)
+    assert given[1].checkpoint == "/mine"
+    untrained = variants(DrafterSpec("jetflow"), {"refine_passes": [0]}, {})
+    assert [s.checkpoint for s in with_checkpoints(untrained, {}, train=lambda spec: "/cache/default")] == [
+        "/cache/default", "/cache/default"]  # the default head is trained once and shared
 
 
 def _requests(drafter: str, variant: str, accepted: list[int], decode_s: list[float], budget: int = 16) -> pd.DataFrame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +15,7 @@ from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import resolve_device, resolve_dtype, set_threads
-from jetflow_bench.sweep.ablation import AXES, ablation_table, variants, with_checkpoints
+from jetflow_bench.sweep.ablation import AXES, HeadTrainer, ablation_table, variants, with_checkpoints
 from jetflow_bench.sweep.driver import SweepOutcome, run_sweep
 from jetflow_bench.sweep.grid import (
     DrafterSpec,
@@ -162,13 +163,19 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
-def _head_trainer():
-    """The drafter package's cached head trainer, if it is installed (learned drafters only)."""
-    try:
-        from drafters.training import ensure_head
-    except ImportError:
-        return None
-    return ensure_head
+def _head_trainer(target: str, data_dir: Path | None, config: SweepConfig) -> HeadTrainer:
+    """Heads trained on demand (cached by recipe) on the sweep's own device and dtype."""
+
+    def train(spec: DrafterSpec) -> Path | None:
+        from jetflow_bench.training import ensure_head
+        from jetflow_bench.training.config import DRAFTERS as TRAINABLE
+
+        if spec.name not in TRAINABLE:
+            return None
+        return ensure_head(target, spec.name, data_dir=data_dir, device=config.device, dtype=config.dtype,
+                           threads=config.threads, **dict(spec.train))
+
+    return train
 
 
 @app.command("ablate")
@@ -236,9 +243,10 @@ def ablate(
         raise JfbenchError(f"--option {clash[0]}: use its own flag (--{clash[0].replace('_', '-')}) instead")
     specs = variants(base, axes, generic)
     given = {k: Path(v).expanduser().resolve() for k, v in _pairs(checkpoint, "--checkpoint").items()}
-    specs = with_checkpoints(specs, given, resolve_target(target), _head_trainer())
     config = grid_config(target, specs, suites, budgets, batch_sizes, repeats, limit, max_new_tokens, temperature,
                          device, dtype, threads, sample_seed, seed, engine, tie_eps, extra=(("ablation", True),))
+    specs = with_checkpoints(specs, given, _head_trainer(config.target, data_dir, config))
+    config = dataclasses.replace(config, drafters=tuple(specs))
     derived = {"ablation": lambda requests: ablation_table(requests, config.n_boot, config.seed)}
     outcome = run_sweep(config, out, command=sys.argv, data_dir=data_dir, force=force, kind="ablation",
                         show_progress=progress, derived=derived)

@@ -39,7 +39,7 @@ AXES: dict[str, tuple[str, str]] = {
     "construction": ("infer", "construction"),
 }
 DELTA_FIELDS = ("tau", "speedup")
-HeadTrainer = Callable[..., Path]  # ensure_head(target, drafter, **train_options) -> checkpoint
+HeadTrainer = Callable[[DrafterSpec], Path | None]  # a cached head for the spec's training overrides
 
 
 def variants(
@@ -70,28 +70,31 @@ def variants(
 
 
 def with_checkpoints(
-    specs: Sequence[DrafterSpec], given: Mapping[str, Path], target: str, ensure_head: HeadTrainer | None
+    specs: Sequence[DrafterSpec], given: Mapping[str, Path], train: HeadTrainer | None
 ) -> list[DrafterSpec]:
-    """Fill in checkpoints: ``given[variant]`` first, else a cached head trained for the spec.
+    """Fill in checkpoints: ``given[variant]`` first, then the spec's own, else a trained head.
 
-    Only specs with training overrides (or a learned default without a checkpoint, when a trainer
-    is available) are trained; inference variants share the default's checkpoint.
+    Inference variants share the default's checkpoint. ``train(spec)`` returns a cached head
+    for the spec's training overrides, or None for a drafter it cannot train (e.g. ngram, which
+    needs no weights); a variant with training overrides and no head is an error.
     """
     unknown = sorted(set(given) - {s.variant for s in specs})
     if unknown:
         raise JfbenchError(f"--checkpoint names unknown variant(s) {unknown}: use one of {[s.variant for s in specs]}")
-    out = []
     default = next(s for s in specs if s.variant == DEFAULT_VARIANT)
     default_ckpt = given.get(DEFAULT_VARIANT) or default.checkpoint
+    if default_ckpt is None and train is not None:
+        default_ckpt = train(default)
+    out = []
     for spec in specs:
         ckpt = given.get(spec.variant) or spec.checkpoint or (None if spec.train else default_ckpt)
-        if ckpt is None and ensure_head is not None and (spec.train or spec.variant == DEFAULT_VARIANT):
-            ckpt = ensure_head(target, spec.name, **dict(spec.train))
         if ckpt is None and spec.train:
-            raise JfbenchError(
-                f"variant {spec.variant!r} needs its own trained head: pass --checkpoint {spec.variant}=DIR "
-                f"(drafter {spec.name!r} has no trainer)"
-            )
+            ckpt = train(spec) if train is not None else None
+            if ckpt is None:
+                raise JfbenchError(
+                    f"variant {spec.variant!r} needs its own trained head: pass --checkpoint {spec.variant}=DIR "
+                    f"(jfbench cannot train drafter {spec.name!r})"
+                )
         out.append(dataclasses.replace(spec, checkpoint=str(ckpt) if ckpt else None))
     return out
 
