@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jetflow_bench.attention import get_attention
+from jetflow_bench.attention import AttentionFn, get_attention
 
 MODES = ("causal", "bidirectional")  # attention among a block's entries; tree passes use ancestor masks
 
@@ -137,7 +137,16 @@ class DraftAttention(nn.Module):
         v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
         return rotate(k, cos, sin), v
 
-    def forward(self, x, cos, sin, mask, store: KVStore, layer: int, attend) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, N, H) normalised entry states
+        cos: torch.Tensor,  # (B, 1, N, hd)
+        sin: torch.Tensor,  # (B, 1, N, hd)
+        mask: torch.Tensor,  # (B, 1, N, T + N) additive
+        store: KVStore,
+        layer: int,
+        attend: AttentionFn,
+    ) -> torch.Tensor:  # (B, N, H)
         b, n, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(b, n, self.q_heads, self.head_dim)).transpose(1, 2)  # (B, Hq, N, hd)
         keys, values = store.extend(layer, *self.key_value(x, cos, sin))  # (B, H_kv, T + N, hd)
@@ -153,7 +162,10 @@ class DraftLayer(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, h, cos, sin, mask, store: KVStore, layer: int, attend) -> torch.Tensor:
+    def forward(
+        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, store: KVStore,
+        layer: int, attend: AttentionFn,
+    ) -> torch.Tensor:  # (B, N, H), pre-norm residual block
         h = h + self.self_attn(self.input_layernorm(h), cos, sin, mask, store, layer, attend)
         return h + self.mlp(self.post_attention_layernorm(h))
 

@@ -6,6 +6,7 @@ tapped hidden states (``observe``), never through engine internals.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -21,6 +22,12 @@ from jetflow_bench.errors import JfbenchError
 
 if TYPE_CHECKING:
     from jetflow_bench.target import TargetRunner
+
+
+def head_id(path: Path) -> str:
+    """Short identity of a checkpoint's contents (config text + weight file sizes), for config hashes."""
+    blob = (path / "config.json").read_bytes() + repr(sorted((f.name, f.stat().st_size) for f in path.glob("*.safetensors"))).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
 
 
 class LearnedDrafter(Drafter):
@@ -82,7 +89,8 @@ class LearnedDrafter(Drafter):
 
     def describe(self) -> dict[str, Any]:
         return {
-            "name": self.name, "checkpoint": str(self.info.path), "head_source": self.info.source,
+            "name": self.name, "checkpoint": str(self.info.path), "head_id": head_id(self.info.path),
+            "head_source": self.info.source,
             "head_mode": self.head.cfg.mode, "taps": list(self.taps), "block_size": self.head.cfg.block_size,
             **self.tree.describe(),
         }

@@ -134,6 +134,8 @@ def train_drafter(
     sequences = training_sequences(runner, config, data_dir, show_progress)
     pad = runner.tokenizer.pad_token_id if runner.tokenizer.pad_token_id is not None else 0
     batcher = SequenceBatcher(sequences, config.seq_len, config.block_size + 2, pad)
+    if show_progress:
+        print(f"training on {len(batcher.sequences)} sequences ({batcher.token_count():,} tokens, data={config.data})", file=sys.stderr)
     head = new_head(runner, config)
     optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
     start, losses = _resume(out, head, optimizer)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from drafters.head import ConcatKV, DraftHead
 from jetflow_bench.target import TargetRunner
 
 
@@ -26,6 +27,17 @@ class TeacherBatch:
         """(B, T) absolute positions."""
         b, t = self.tokens.shape
         return torch.arange(t, device=self.tokens.device).expand(b, t)
+
+    def random_positions(self, count: int, room: int, generator: torch.Generator) -> torch.Tensor:
+        """(B, count) uniform positions in [1, len - 1 - room] per row (``room`` real tokens follow)."""
+        last = (self.lengths.cpu() - 1 - room).clamp(min=1)  # (B,)
+        picks = 1 + (torch.rand(len(last), count, generator=generator) * last[:, None]).long()
+        return picks.to(self.tokens.device)
+
+    def context(self, head: DraftHead) -> tuple[torch.Tensor, ConcatKV]:
+        """Fused features (B, T, H) of every position and a store holding their keys/values."""
+        fused = head.fuse(self.taps)
+        return fused, ConcatKV(head.context_kv(fused, self.positions))
 
 
 def teacher_batch(target: TargetRunner, tokens: torch.Tensor, lengths: torch.Tensor, taps: Sequence[int]) -> TeacherBatch:

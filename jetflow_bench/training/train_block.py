@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from drafters.head import ConcatKV, DraftHead
+from drafters.head import DraftHead
 from drafters.masks import block_allowed, context_allowed, join
 from jetflow_bench.training.config import TrainConfig
 from jetflow_bench.training.losses import depth_weights, distill_loss
@@ -42,8 +42,7 @@ def block_loss(
     device = tokens.device
     b, t = tokens.shape
     a, n = config.anchors, config.block_size
-    last = (lengths.cpu() - 2).clamp(min=1)  # latest anchor that still has a token after it
-    anchors = (1 + (torch.rand(b, a, generator=generator) * last[:, None]).long()).to(device)  # (B, A) in [1, len-2]
+    anchors = batch.random_positions(a, 1, generator)  # (B, A) in [1, len-2]: a token follows each
     k = prefix_lengths(config, (b, a), generator).to(device)  # (B, A)
     offsets = torch.arange(n, device=device)  # (n,)
     pos = anchors[..., None] + offsets  # (B, A, n) absolute position of each entry
@@ -51,8 +50,7 @@ def block_loss(
     is_mask = offsets > k[..., None]  # (B, A, n); offset 0 (anchor) is always real
     block_tokens = tokens.gather(1, pos.clamp(max=t - 1).flatten(1))  # (B, A*n)
 
-    fused = head.fuse(batch.taps)  # (B, T, H)
-    store = ConcatKV(head.context_kv(fused, batch.positions))
+    _, store = batch.context(head)
     x = head.block_inputs(block_tokens, is_mask.flatten(1))  # (B, A*n, H)
     sees_context = context_allowed(anchors.repeat_interleave(n, dim=1), t)  # (B, A*n, T): positions < anchor
     mask = join(sees_context, block_allowed(head.cfg.mode, a, n, device), x.dtype)

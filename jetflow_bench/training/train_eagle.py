@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from drafters.head import ConcatKV, DraftHead
+from drafters.head import DraftHead
 from drafters.masks import context_allowed, join
 from jetflow_bench.training.config import TrainConfig
 from jetflow_bench.training.losses import depth_weights, distill_loss
@@ -26,26 +26,21 @@ def eagle_loss(
     head: DraftHead, batch: TeacherBatch, config: TrainConfig, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, top-1 agreement) over ``config.ttt_steps`` steps of every sampled root."""
-    tokens, lengths = batch.tokens, batch.lengths
-    device = tokens.device
-    b, t = tokens.shape
     n = config.anchors * 4  # roots per sequence
-    last = (lengths.cpu() - 1).clamp(min=1)
-    roots = (1 + (torch.rand(b, n, generator=generator) * last[:, None]).long()).to(device)  # (B, N) in [1, len-1]
-
-    fused = head.fuse(batch.taps)  # (B, T, H)
-    store = ConcatKV(head.context_kv(fused, batch.positions))
+    roots = batch.random_positions(n, 0, generator)  # (B, N) in [1, len-1]
+    t, device = batch.tokens.shape[1], roots.device
+    fused, store = batch.context(head)  # (B, T, H), keys/values of every position
     sees_context = context_allowed(roots, t)  # (B, N, T)
     own = torch.eye(n, dtype=torch.bool, device=device)  # (N, N): a root's entry at each step
     feature = fused.gather(1, (roots - 1)[..., None].expand(-1, -1, fused.shape[-1]))  # (B, N, H) = f_{r-1}
     draft, teacher, weights = [], [], []
     for step in range(config.ttt_steps):
         pos = roots + step  # (B, N)
-        x = head.eagle_inputs(tokens.gather(1, pos.clamp(max=t - 1)), feature)  # (B, N, H)
+        x = head.eagle_inputs(batch.tokens.gather(1, pos.clamp(max=t - 1)), feature)  # (B, N, H)
         mask = join(sees_context, own.repeat(1, step + 1), x.dtype)  # earlier steps of the same root + itself
         feature = head(x, pos, mask, store)  # (B, N, H)
         store.absorb()
-        rows, cols = (pos < lengths[:, None]).nonzero(as_tuple=True)
+        rows, cols = (pos < batch.lengths[:, None]).nonzero(as_tuple=True)
         draft.append(head.logits(feature[rows, cols]))
         teacher.append(batch.logits[rows, pos[rows, cols]])
         weights.append(depth_weights(torch.full((rows.numel(),), step + 1, device=device), config.decay))
