@@ -239,6 +239,8 @@ def test_ablate_option_variants_of_ngram(target, tmp_path):
     assert (table["tau_delta_lo"] <= table["tau_delta"]).all() and (table["tau_delta"] <= table["tau_delta_hi"]).all()
     code, text, _ = jfbench("show", out, "--format", "markdown")
     assert code == 0 and "ngram[max_ngram=2]" in text and "d tau" in text
+    code, text, _ = jfbench("show", out)
+    assert code == 0 and "ngram[max_ngram=1]" in text  # not swallowed as rich markup
 
 
 @pytest.mark.slow  # trains the micro target once per cache (~1-2 min), then ~20 s

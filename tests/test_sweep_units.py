@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.sweep.ablation import ablation_table, variants, with_checkpoints
+from jetflow_bench.sweep.ablation import ablation_table, trained_recipe, variants, with_checkpoints
 from jetflow_bench.sweep.grid import (
     DrafterSpec,
     SweepConfig,
@@ -169,14 +169,29 @@ def test_variants_name_overrides_and_route_training_options():
         variants(base, {}, {})
     with pytest.raises(JfbenchError, match="own trained head"):
         with_checkpoints(specs, {}, train=None)
-    trained = with_checkpoints(specs, {}, train=lambda spec: f"/cache/{spec.name}-{dict(spec.train)}")
-    assert trained[1].checkpoint == "/cache/jetflow-{'head': 'diffusion'}"
-    assert trained[2].checkpoint == "/ckpt"
-    given = with_checkpoints(specs, {"head=diffusion": "/mine"}, train=None)
-    assert given[1].checkpoint == "/mine"
+    recipes = []
+
+    def train(drafter, recipe):
+        recipes.append(recipe)
+        return f"/cache/{drafter}-{len(recipes)}"
+
+    trained = with_checkpoints(specs, {}, train, recipe={"steps": 40})
+    assert [s.checkpoint for s in trained] == ["/ckpt", "/cache/jetflow-1", "/ckpt", "/ckpt", "/ckpt"]
+    assert recipes == [{"steps": 40, "head": "diffusion"}]  # /ckpt records no recipe: only --train-option
+    assert with_checkpoints(specs, {"head=diffusion": "/mine"}, train=None)[1].checkpoint == "/mine"
+    recipes.clear()
     untrained = variants(DrafterSpec("jetflow"), {"refine_passes": [0]}, {})
-    assert [s.checkpoint for s in with_checkpoints(untrained, {}, train=lambda spec: "/cache/default")] == [
-        "/cache/default", "/cache/default"]  # the default head is trained once and shared
+    assert [s.checkpoint for s in with_checkpoints(untrained, {}, train)] == ["/cache/jetflow-1"] * 2
+    assert recipes == [{}]  # the default head is trained once and shared by inference variants
+
+
+def test_variant_heads_inherit_the_default_heads_recipe(tmp_path):
+    head = tmp_path / "head"
+    head.mkdir()
+    config = {"format": "jfbench-head", "drafter": "jetflow", "head_mode": "causal", "target": {},
+              "training": {"config": {"drafter": "jetflow", "steps": 40, "loss": "fkl", "corpus": ["gsm8k"]}}}
+    (head / "config.json").write_text(json.dumps(config))
+    assert trained_recipe(head) == {"steps": 40, "loss": "fkl", "corpus": ("gsm8k",)}
 
 
 def _requests(drafter: str, variant: str, accepted: list[int], decode_s: list[float], budget: int = 16) -> pd.DataFrame:

@@ -13,6 +13,7 @@ import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from jetflow_bench.cli import app
 from jetflow_bench.errors import JfbenchError
@@ -87,7 +88,7 @@ def rich_table(frame: pd.DataFrame, title: str, caption: str | None = None) -> T
     for column in frame.columns:
         table.add_column(column, justify="left" if column in ("suite", "arm") else "right")
     for row in frame.itertuples(index=False):
-        table.add_row(*(str(v) for v in row))
+        table.add_row(*(Text(str(v)) for v in row))  # Text: "jetflow[head=diffusion]" is no markup tag
     return table
 
 

@@ -163,17 +163,17 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
-def _head_trainer(target: str, data_dir: Path | None, config: SweepConfig) -> HeadTrainer:
-    """Heads trained on demand (cached by recipe) on the sweep's own device and dtype."""
+def _head_trainer(data_dir: Path | None, config: SweepConfig) -> HeadTrainer:
+    """Heads trained on demand (cached by recipe) for the sweep's target, device and dtype."""
 
-    def train(spec: DrafterSpec) -> Path | None:
+    def train(drafter: str, recipe: dict) -> Path | None:
         from jetflow_bench.training import ensure_head
         from jetflow_bench.training.config import DRAFTERS as TRAINABLE
 
-        if spec.name not in TRAINABLE:
+        if drafter not in TRAINABLE:
             return None
-        return ensure_head(target, spec.name, data_dir=data_dir, device=config.device, dtype=config.dtype,
-                           threads=config.threads, **dict(spec.train))
+        return ensure_head(config.target, drafter, data_dir=data_dir, device=config.device, dtype=config.dtype,
+                           threads=config.threads, **recipe)
 
     return train
 
@@ -196,6 +196,10 @@ def ablate(
     ] = None,
     checkpoint: Annotated[
         list[str] | None, typer.Option("--checkpoint", help="A variant's head: VARIANT=DIR (repeatable).")
+    ] = None,
+    train_option: Annotated[
+        list[str] | None,
+        typer.Option("--train-option", help="Recipe field for heads trained here, KEY=VALUE (e.g. steps=40)."),
     ] = None,
     suites: SuitesOpt = "gsm8k",
     budgets: BudgetsOpt = "16,64,256",
@@ -220,7 +224,8 @@ def ablate(
     write ablation.parquet/csv with τ and speed-up deltas vs the default (paired bootstrap CI).
 
     Variants that need other weights (--head, --loss, --data) use --checkpoint VARIANT=DIR or are
-    trained on demand and cached by their training config.
+    trained on demand, cached by recipe: the default head's own recipe (from its config.json, plus
+    --train-option) changed only by the variant's setting.
 
     Examples:
 
@@ -245,7 +250,8 @@ def ablate(
     given = {k: Path(v).expanduser().resolve() for k, v in _pairs(checkpoint, "--checkpoint").items()}
     config = grid_config(target, specs, suites, budgets, batch_sizes, repeats, limit, max_new_tokens, temperature,
                          device, dtype, threads, sample_seed, seed, engine, tie_eps, extra=(("ablation", True),))
-    specs = with_checkpoints(specs, given, _head_trainer(config.target, data_dir, config))
+    recipe = {k: parse_value(v) for k, v in _pairs(train_option, "--train-option").items()}
+    specs = with_checkpoints(specs, given, _head_trainer(data_dir, config), recipe)
     config = dataclasses.replace(config, drafters=tuple(specs))
     derived = {"ablation": lambda requests: ablation_table(requests, config.n_boot, config.seed)}
     outcome = run_sweep(config, out, command=sys.argv, data_dir=data_dir, force=force, kind="ablation",

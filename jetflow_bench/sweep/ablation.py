@@ -18,6 +18,7 @@ and the AR baseline, so prompt difficulty cancels out of the deltas.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ AXES: dict[str, tuple[str, str]] = {
     "construction": ("infer", "construction"),
 }
 DELTA_FIELDS = ("tau", "speedup")
-HeadTrainer = Callable[[DrafterSpec], Path | None]  # a cached head for the spec's training overrides
+HeadTrainer = Callable[[str, dict[str, Any]], Path | None]  # (drafter, recipe) -> cached head or None
 
 
 def variants(
@@ -69,14 +70,33 @@ def variants(
     return specs
 
 
+def trained_recipe(checkpoint: str | Path | None) -> dict[str, Any]:
+    """The training recipe a jfbench head records in its config.json (``training.config``).
+
+    {} when there is none (no checkpoint, a released head, an unreadable folder — loading the
+    head reports that one properly).
+    """
+    try:
+        raw = json.loads((Path(checkpoint) / "config.json").read_text()) if checkpoint else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
+    recipe = raw.get("training", {}).get("config", {})
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in recipe.items() if k != "drafter"}
+
+
 def with_checkpoints(
-    specs: Sequence[DrafterSpec], given: Mapping[str, Path], train: HeadTrainer | None
+    specs: Sequence[DrafterSpec],
+    given: Mapping[str, Path],
+    train: HeadTrainer | None,
+    recipe: Mapping[str, Any] | None = None,
 ) -> list[DrafterSpec]:
     """Fill in checkpoints: ``given[variant]`` first, then the spec's own, else a trained head.
 
-    Inference variants share the default's checkpoint. ``train(spec)`` returns a cached head
-    for the spec's training overrides, or None for a drafter it cannot train (e.g. ngram, which
-    needs no weights); a variant with training overrides and no head is an error.
+    Inference variants share the default's checkpoint. A variant with training overrides gets a
+    head trained with the default head's own recipe (read from its checkpoint, then ``recipe``
+    on top) changed only by its overrides, so the ablation compares like with like.
+    ``train(drafter, recipe)`` returns a cached head, or None for a drafter it cannot train
+    (e.g. ngram, which needs no weights).
     """
     unknown = sorted(set(given) - {s.variant for s in specs})
     if unknown:
@@ -84,12 +104,13 @@ def with_checkpoints(
     default = next(s for s in specs if s.variant == DEFAULT_VARIANT)
     default_ckpt = given.get(DEFAULT_VARIANT) or default.checkpoint
     if default_ckpt is None and train is not None:
-        default_ckpt = train(default)
+        default_ckpt = train(default.name, dict(recipe or {}))
+    base_recipe = {**trained_recipe(default_ckpt), **(recipe or {})}
     out = []
     for spec in specs:
         ckpt = given.get(spec.variant) or spec.checkpoint or (None if spec.train else default_ckpt)
         if ckpt is None and spec.train:
-            ckpt = train(spec) if train is not None else None
+            ckpt = train(spec.name, {**base_recipe, **dict(spec.train)}) if train is not None else None
             if ckpt is None:
                 raise JfbenchError(
                     f"variant {spec.variant!r} needs its own trained head: pass --checkpoint {spec.variant}=DIR "
