@@ -260,3 +260,19 @@ def test_grid_of_2_suites_2_budgets_2_batch_sizes_on_the_micro_target(micro_targ
     assert t["requests"]["correct"].notna().all()  # both suites score answers
     for _, group in t["requests"].groupby(["suite", "batch_size"]):  # same prompts in every arm
         assert group.groupby(["drafter", "budget"])["prompt_hash"].apply(tuple).nunique() == 1
+
+
+def test_resume_on_other_prompts_is_refused(target, tmp_path):
+    data = tmp_path / "data"
+    (data / "gsm8k").mkdir(parents=True)
+    lines = (DATA / "gsm8k" / "test.jsonl").read_text().splitlines()[:3]
+    (data / "gsm8k" / "test.jsonl").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "run"
+    args = sweep_args(target, out, "--budgets", "4", "--batch-sizes", "1")
+    args[args.index("--data-dir") + 1] = str(data)
+    assert jfbench(*args)[0] == 0
+    edited = json.loads(lines[0])
+    edited["question"] += " Answer in words."
+    (data / "gsm8k" / "test.jsonl").write_text("\n".join([json.dumps(edited), *lines[1:]]) + "\n")
+    code, _, err = jfbench(*args)
+    assert code == 2 and "now yields other prompts" in err

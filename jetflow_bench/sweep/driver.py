@@ -36,6 +36,7 @@ from jetflow_bench.sweep.grid import (
     config_dict,
     config_hash,
     spec_for,
+    stable_hash,
 )
 from jetflow_bench.sweep.lossless import Verdict, judge
 from jetflow_bench.sweep.progress import SweepProgress
@@ -43,7 +44,6 @@ from jetflow_bench.sweep.runner import ENGINES, Engine, Prompt, run_cell
 from jetflow_bench.sweep.store import Derived, RunStore, now_iso
 from jetflow_bench.sweep.tables import cell_frames
 from suites import Record, Request, Suite, get_suite
-from suites.base import has_chat_template
 
 VERSIONED = ("jetflow-bench", "torch", "transformers", "tokenizers", "numpy", "pandas", "pyarrow")
 
@@ -75,16 +75,15 @@ def load_workload(name: str, engine: Engine, config: SweepConfig, data_dir: Path
         raise JfbenchError(f"suite {name!r} has no records in {loaded.source}: check --data-dir")
     tokenizer = engine.tokenizer
     requests = suite.requests(loaded, tokenizer, config.max_new_tokens)
-    add_special = not has_chat_template(tokenizer)  # a chat template writes its own BOS
     eos = frozenset(engine.eos_token_ids)
     stops: dict[tuple[int, tuple[str, ...]], StopRule] = {}
     prompts = []
     for i, request in enumerate(requests):
         key = (request.max_new_tokens, request.stop)
         stop = stops.setdefault(key, StopRule(request.max_new_tokens, eos, request.stop, tokenizer.decode))
-        prompts.append(Prompt(i, tokenizer.encode(request.prompt, add_special_tokens=add_special), stop))
+        prompts.append(Prompt(i, engine.encode(request.prompt), stop))
     source = {"kind": loaded.kind, "source": loaded.source, "total": loaded.total, "skipped": loaded.skipped,
-              "selected": len(loaded)}
+              "selected": len(loaded), "prompts_hash": stable_hash([(r.prompt, r.max_new_tokens, r.stop) for r in requests])}
     return Workload(suite, {r.id: r for r in loaded.records}, requests, prompts, source)
 
 
@@ -142,16 +141,8 @@ def run_sweep(
         grid = list(cells(config))
         hashes = {c.cell_id: cell_hash(config, c, spec_for(config, c)) for c in grid}
         finished = store.finished(hashes)
-        session = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": now_iso(),
-                   "finished": None, "cells_done_before": len(finished)}
-        manifest = previous or {"run_id": f"{now_iso()[:10]}-{chash[:8]}-{uuid.uuid4().hex[:6]}",
-                                "kind": kind, "started": session["started"], "sessions": []}
-        manifest.update({
-            "command": " ".join(command), "config": config_dict(config), "config_hash": chash,
-            **environment(engine, config), "data_dir": str(data_dir) if data_dir else None,
-            "suites": {n: w.source for n, w in workloads.items()}, "n_cells": len(grid), "finished": None,
-        })
-        manifest["sessions"].append(session)
+        manifest = _manifest(previous, config, chash, kind, command, engine, workloads, data_dir, len(grid))
+        manifest["sessions"][-1]["cells_done_before"] = len(finished)
         store.write_manifest(manifest)
         todo = [c for c in grid if c.cell_id not in finished]
         sweep = _CellLoop(engine, store, config, manifest["run_id"], workloads)
@@ -163,10 +154,48 @@ def run_sweep(
                 store.rebuild([c.cell_id for c in grid if c.cell_id in finished], config.n_boot, config.seed, derived)
                 progress.end_cell()
         summary = store.rebuild([c.cell_id for c in grid], config.n_boot, config.seed, derived)
-        session["finished"] = manifest["finished"] = now_iso()
+        manifest["sessions"][-1]["finished"] = manifest["finished"] = now_iso()
         store.write_manifest(manifest)
     unexcused = int(summary["lossless_unexcused"].sum())
     return SweepOutcome(summary, len(todo), len(grid) - len(todo), unexcused, fill_notes(summary))
+
+
+def _manifest(
+    previous: dict[str, Any] | None, config: SweepConfig, chash: str, kind: str, command: list[str],
+    engine: Engine, workloads: dict[str, Workload], data_dir: Path | None, n_cells: int,
+) -> dict[str, Any]:  # fmt: skip
+    """The run's manifest with a new session appended; a resumed run must see the same prompts.
+
+    The data folder is not part of the config hash (moving it changes nothing), so the prompts
+    themselves are fingerprinted: resuming on other prompts would pair different workloads.
+    A resume under other package versions or another git commit is allowed, with a warning.
+    """
+    env = environment(engine, config)
+    suites = {n: w.source for n, w in workloads.items()}
+    if previous is not None:
+        for name, source in suites.items():
+            before = previous.get("suites", {}).get(name, {}).get("prompts_hash")
+            if before != source["prompts_hash"]:
+                raise JfbenchError(
+                    f"suite {name!r} now yields other prompts than when this run started (data changed?): "
+                    "restore the data, or pass --force to start the run again"
+                )
+        drift = [k for k in ("git_commit", "versions") if previous.get(k) != env[k]]
+        if drift:
+            print(f"warning: resuming under another {' and '.join(drift)} than the finished cells used; "
+                  "see the manifest's sessions", file=sys.stderr)
+    started = now_iso()
+    manifest = previous or {"run_id": f"{started[:10]}-{chash[:8]}-{uuid.uuid4().hex[:6]}", "kind": kind,
+                            "started": started, "sessions": []}
+    manifest.update({
+        "command": " ".join(command), "config": config_dict(config), "config_hash": chash, **env,
+        "data_dir": str(data_dir) if data_dir else None, "suites": suites, "n_cells": n_cells, "finished": None,
+    })
+    manifest["sessions"].append({
+        "pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": started, "finished": None,
+        "git_commit": env["git_commit"], "git_dirty": env["git_dirty"], "versions": env["versions"],
+    })
+    return manifest
 
 
 class _CellLoop:

@@ -21,6 +21,7 @@ import torch
 from drafters import DRAFTERS, Drafter
 from jetflow_bench import engine as hf_engine
 from jetflow_bench.engine import BatchResult, StepRecord
+from jetflow_bench.prompts import encode
 from jetflow_bench.registry import Registry
 from jetflow_bench.runtime import synchronize
 from jetflow_bench.stopping import StopRule
@@ -34,6 +35,8 @@ class Engine(Protocol):
     name: str
     tokenizer: Any
     eos_token_ids: tuple[int, ...]
+
+    def encode(self, text: str) -> list[int]: ...  # prompt text -> ids exactly as the model sees them
 
     def build_drafter(self, spec: DrafterSpec, checkpoint: Path | None) -> Drafter: ...
 
@@ -65,6 +68,9 @@ class HFEngine:
     @classmethod
     def load(cls, target: str, device: str, dtype: str) -> HFEngine:
         return cls(TargetRunner.load(target, device, dtype))
+
+    def encode(self, text: str) -> list[int]:
+        return encode(self.target, text)
 
     def build_drafter(self, spec: DrafterSpec, checkpoint: Path | None) -> Drafter:
         return DRAFTERS.get(spec.name).build(self.target, checkpoint=checkpoint, **dict(spec.options))
