@@ -14,7 +14,9 @@ Run-folder layout (``--out RUN``; plots, reports and regression checks read thes
       ablation.parquet   `jfbench ablate` only: one row per variant × suite × budget × batch size
       ablation.csv       the same
       cells/             the source of truth: per cell <cell_id>.steps.parquet,
-                         <cell_id>.requests.parquet, <cell_id>.json (written last = finished)
+                         <cell_id>.requests.parquet, <cell_id>.json (written last = finished);
+                         the tables above are rebuilt from it after finished cells (as often as
+                         costs at most ~10% of the run) and always when the run ends
       .lock              held while a sweep writes the folder (pid + host inside)
 
 Cell keys (first columns of every table): suite, drafter, variant, budget, batch_size, repeat.

@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -45,6 +46,7 @@ from jetflow_bench.sweep.store import Derived, RunStore, now_iso
 from jetflow_bench.sweep.tables import cell_frames
 from suites import Record, Request, Suite, get_suite
 
+REBUILD_RATIO = 10  # run time between refreshes of the combined tables >= 10 x the last refresh's cost
 VERSIONED = ("jetflow-bench", "torch", "transformers", "tokenizers", "numpy", "pandas", "pyarrow")
 
 
@@ -146,12 +148,18 @@ def run_sweep(
         store.write_manifest(manifest)
         todo = [c for c in grid if c.cell_id not in finished]
         sweep = _CellLoop(engine, store, config, manifest["run_id"], workloads)
+        rebuilt_at, rebuild_s = 0.0, 0.0
         with SweepProgress(len(grid), len(finished), show_progress) as progress:
             for cell in todo:
                 progress.start_cell(cell, len(workloads[cell.suite].prompts))
                 sweep.run(cell, hashes[cell.cell_id], progress)
                 finished.add(cell.cell_id)
-                store.rebuild([c.cell_id for c in grid if c.cell_id in finished], config.n_boot, config.seed, derived)
+                # The combined tables are a convenience (cells/ is the record): refresh them after a
+                # cell unless that would spend over 1/REBUILD_RATIO of the run rebuilding big tables.
+                if time.perf_counter() - rebuilt_at >= REBUILD_RATIO * rebuild_s:
+                    started = time.perf_counter()
+                    store.rebuild([c.cell_id for c in grid if c.cell_id in finished], config.n_boot, config.seed, derived)
+                    rebuilt_at, rebuild_s = time.perf_counter(), time.perf_counter() - started
                 progress.end_cell()
         summary = store.rebuild([c.cell_id for c in grid], config.n_boot, config.seed, derived)
         manifest["sessions"][-1]["finished"] = manifest["finished"] = now_iso()

@@ -4,8 +4,8 @@ A cell's results become visible all at once: its two parquet parts are written t
 files and renamed into place, then its ``.json`` record — the commit marker — is renamed into
 place last. A crash (even ``kill -9``) at any moment leaves either a finished cell or nothing
 that counts; the next run with the same config skips finished cells and redoes the rest. The
-combined tables at the top of the folder are rebuilt from ``cells/`` after every cell, so they
-never hold duplicate rows.
+combined tables at the top of the folder are always rebuilt whole from ``cells/`` (after finished
+cells, and at the end of a run), so they never hold duplicate rows.
 
 The lock is an ``flock`` on ``.lock`` (which also names the holder's pid and host for the
 message): the kernel drops it when its process dies, however it dies, so a stale lock from a
@@ -114,6 +114,7 @@ class RunStore:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.cells_dir = folder / CELLS
+        self._parts: dict[str, tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None]] = {}  # read once
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[RunStore]:
@@ -180,18 +181,26 @@ class RunStore:
         for name, frame in (("steps", steps), ("requests", requests)):
             atomic_write(self.cells_dir / f"{cell_id}.{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False))
         write_json(self.cells_dir / f"{cell_id}.json", row)  # the commit marker, last
+        self._parts[cell_id] = (steps, requests, row)
 
     def cell_requests(self, cell_id: str) -> pd.DataFrame:
-        return pd.read_parquet(self.cells_dir / f"{cell_id}.requests.parquet")
+        return self._part(cell_id)[1]
+
+    def _part(self, cell_id: str) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None]:
+        if cell_id not in self._parts:
+            self._parts[cell_id] = (
+                pd.read_parquet(self.cells_dir / f"{cell_id}.steps.parquet"),
+                pd.read_parquet(self.cells_dir / f"{cell_id}.requests.parquet"),
+                read_json(self.cells_dir / f"{cell_id}.json"),
+            )
+        return self._parts[cell_id]
 
     def load(self, cell_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """(steps, requests, cells) of the given finished cells, in the given order."""
-        steps = [pd.read_parquet(self.cells_dir / f"{c}.steps.parquet") for c in cell_ids]
-        requests = [pd.read_parquet(self.cells_dir / f"{c}.requests.parquet") for c in cell_ids]
-        rows = [read_json(self.cells_dir / f"{c}.json") for c in cell_ids]
+        parts = [self._part(c) for c in cell_ids]
         return (
-            concat(steps, STEP_COLUMNS), concat(requests, REQUEST_COLUMNS),
-            pd.DataFrame([r for r in rows if r is not None], columns=CELL_COLUMNS),
+            concat([p[0] for p in parts], STEP_COLUMNS), concat([p[1] for p in parts], REQUEST_COLUMNS),
+            pd.DataFrame([p[2] for p in parts if p[2] is not None], columns=CELL_COLUMNS),
         )
 
     def rebuild(self, cell_ids: list[str], n_boot: int, seed: int, derived: Derived | None = None) -> pd.DataFrame:
