@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
+import functools
+import inspect
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, get_type_hints
 
 import torch
 import typer
@@ -16,7 +19,7 @@ from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import resolve_device, resolve_dtype, set_threads
 from jetflow_bench.sweep.ablation import AXES, HeadTrainer, ablation_table, variants, with_checkpoints
-from jetflow_bench.sweep.driver import SweepOutcome, run_sweep
+from jetflow_bench.sweep.driver import run_sweep
 from jetflow_bench.sweep.grid import (
     DrafterSpec,
     SweepConfig,
@@ -58,73 +61,103 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Discard results of anot
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress display on stderr.")]
 
 
+@dataclass(frozen=True)
+class GridFlags:
+    """The flags `sweep` and `ablate` share (defined once; `grid_flags` adds them to both)."""
+
+    suites: SuitesOpt = "gsm8k"
+    budgets: BudgetsOpt = "16,64,256"
+    batch_sizes: BatchSizesOpt = "1"
+    repeats: RepeatsOpt = 3
+    limit: LimitOpt = None
+    max_new_tokens: MaxNewOpt = None
+    temperature: TemperatureOpt = 0.0
+    device: DeviceOpt = None
+    dtype: DtypeOpt = None
+    data_dir: DataDirOpt = None
+    sample_seed: SampleSeedOpt = None
+    threads: ThreadsOpt = None
+    seed: SeedOpt = 0
+    engine: EngineOpt = "hf"
+    tie_eps: TieEpsOpt = 1e-4
+    strict: StrictOpt = False
+    force: ForceOpt = False
+    progress: ProgressOpt = True
+
+
+def grid_flags(command: Callable[..., None]) -> Callable[..., None]:
+    """Give ``command`` (which takes ``grid: GridFlags``) the `GridFlags` fields as CLI options.
+
+    Typer reads options from the signature, so the wrapper's signature is the command's own
+    parameters plus one keyword parameter per field; the wrapper packs those into ``grid``.
+    """
+    hints = get_type_hints(GridFlags, include_extras=True)
+    shared = [
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
+        for f in fields(GridFlags)
+    ]
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "grid"]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        grid = GridFlags(**{f.name: kwargs.pop(f.name) for f in fields(GridFlags)})
+        command(grid=grid, **kwargs)
+
+    wrapper.__signature__ = inspect.Signature([*own, *shared])  # type: ignore[attr-defined]
+    return wrapper
+
+
 def resolve_target(target: str) -> str:
     """A local folder becomes an absolute path (so the config hash names it); a hub id stays."""
     local = Path(target).expanduser()
     return str(local.resolve()) if local.exists() else target
 
 
-def grid_config(
-    target: str, drafters: list[DrafterSpec], suites: str, budgets: str, batch_sizes: str, repeats: int,
-    limit: int | None, max_new_tokens: int | None, temperature: float, device: str | None, dtype: str | None,
-    threads: int | None, sample_seed: int | None, seed: int, engine: str, tie_eps: float,
-    extra: tuple = (),
-) -> SweepConfig:  # fmt: skip
+def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra: tuple = ()) -> SweepConfig:
     """Validate every flag (before any model loads) and resolve the config."""
-    if temperature != 0:
-        raise JfbenchError(f"--temperature {temperature}: sampling is not supported yet; use --temperature 0 (greedy)")
-    budget_list = parse_budgets(budgets)
-    sizes = parse_ints(batch_sizes, "--batch-sizes")
-    suite_names = tuple(dict.fromkeys(SUITES.canonical(n) for n in parse_names(suites, "--suites")))
-    dev = resolve_device(device)
-    set_threads(threads)
+    if grid.temperature != 0:
+        raise JfbenchError(
+            f"--temperature {grid.temperature}: sampling is not supported yet; use --temperature 0 (greedy)"
+        )
+    budgets = parse_budgets(grid.budgets)
+    sizes = parse_ints(grid.batch_sizes, "--batch-sizes")
+    suites = tuple(dict.fromkeys(SUITES.canonical(n) for n in parse_names(grid.suites, "--suites")))
+    dev = resolve_device(grid.device)
+    set_threads(grid.threads)
     return SweepConfig(
-        target=resolve_target(target), drafters=tuple(drafters), suites=suite_names,
-        budgets=budget_list, batch_sizes=sizes, repeats=repeats, device=str(dev),
-        dtype=str(resolve_dtype(dtype, dev)).removeprefix("torch."), threads=torch.get_num_threads(),
-        limit=limit, max_new_tokens=max_new_tokens, temperature=temperature, sample_seed=sample_seed,
-        seed=seed, engine=ENGINES.canonical(engine), tie_eps=tie_eps, extra=extra,
+        target=resolve_target(target), drafters=tuple(drafters), suites=suites, budgets=budgets,
+        batch_sizes=sizes, repeats=grid.repeats, device=str(dev),
+        dtype=str(resolve_dtype(grid.dtype, dev)).removeprefix("torch."), threads=torch.get_num_threads(),
+        limit=grid.limit, max_new_tokens=grid.max_new_tokens, temperature=grid.temperature,
+        sample_seed=grid.sample_seed, seed=grid.seed, engine=ENGINES.canonical(grid.engine), tie_eps=grid.tie_eps,
+        extra=extra,
     )
 
 
-def finish(outcome: SweepOutcome, out: Path, strict: bool) -> None:
-    """Notes and the one-line result on stderr; exit 1 under --strict when outputs diverged."""
+def run_and_report(config: SweepConfig, out: Path, grid: GridFlags, kind: str = "sweep", derived=None) -> None:
+    """Run the grid; notes and a one-line result on stderr; exit 1 under --strict on divergences."""
+    outcome = run_sweep(config, out, command=sys.argv, data_dir=grid.data_dir, force=grid.force, kind=kind,
+                        show_progress=grid.progress, derived=derived)
     for note in outcome.notes:
         print(note, file=sys.stderr)
     print(f"{out}: {outcome.ran} cell(s) run, {outcome.skipped} already done; see `jfbench show {out}`",
           file=sys.stderr)
     if outcome.unexcused:
-        print(f"{'error' if strict else 'warning'}: {outcome.unexcused} request(s) diverge from the AR baseline "
-              "beyond fp near-ties (see requests.parquet: lossless, first_divergence)", file=sys.stderr)
-        if strict:
+        print(f"{'error' if grid.strict else 'warning'}: {outcome.unexcused} request(s) diverge from the AR "
+              "baseline beyond fp near-ties (see requests.parquet: lossless, first_divergence)", file=sys.stderr)
+        if grid.strict:
             raise typer.Exit(1)
 
 
 @app.command("sweep")
+@grid_flags
 def sweep(
     target: TargetOpt,
     out: OutOpt,
+    grid: GridFlags,
     drafters: Annotated[
         str, typer.Option("--drafters", help="Comma-separated drafters, NAME or NAME=CHECKPOINT_DIR.")
     ] = "ngram",
-    suites: SuitesOpt = "gsm8k",
-    budgets: BudgetsOpt = "16,64,256",
-    batch_sizes: BatchSizesOpt = "1",
-    repeats: RepeatsOpt = 3,
-    limit: LimitOpt = None,
-    max_new_tokens: MaxNewOpt = None,
-    temperature: TemperatureOpt = 0.0,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
-    data_dir: DataDirOpt = None,
-    sample_seed: SampleSeedOpt = None,
-    threads: ThreadsOpt = None,
-    seed: SeedOpt = 0,
-    engine: EngineOpt = "hf",
-    tie_eps: TieEpsOpt = 1e-4,
-    strict: StrictOpt = False,
-    force: ForceOpt = False,
-    progress: ProgressOpt = True,
 ) -> None:
     """Run every drafter × suite × budget × batch size × repeat, plus the AR baseline at each
     batch size, on the same prompts; write tidy tables and a summary to --out.
@@ -143,10 +176,7 @@ def sweep(
         DrafterSpec(DRAFTERS.canonical(name), checkpoint=str(ckpt) if ckpt else None)
         for name, ckpt in parse_drafters(drafters)
     ]
-    config = grid_config(target, specs, suites, budgets, batch_sizes, repeats, limit, max_new_tokens, temperature,
-                         device, dtype, threads, sample_seed, seed, engine, tie_eps)
-    outcome = run_sweep(config, out, command=sys.argv, data_dir=data_dir, force=force, show_progress=progress)
-    finish(outcome, out, strict)
+    run_and_report(grid_config(target, specs, grid), out, grid)
 
 
 def _values(flag: str, text: str | None) -> list:
@@ -179,9 +209,11 @@ def _head_trainer(data_dir: Path | None, config: SweepConfig) -> HeadTrainer:
 
 
 @app.command("ablate")
+@grid_flags
 def ablate(
     target: TargetOpt,
     out: OutOpt,
+    grid: GridFlags,
     drafter: Annotated[
         str, typer.Option("--drafter", help="The base drafter, NAME or NAME=CHECKPOINT_DIR (its default variant).")
     ] = "jetflow",
@@ -201,24 +233,6 @@ def ablate(
         list[str] | None,
         typer.Option("--train-option", help="Recipe field for heads trained here, KEY=VALUE (e.g. steps=40)."),
     ] = None,
-    suites: SuitesOpt = "gsm8k",
-    budgets: BudgetsOpt = "16,64,256",
-    batch_sizes: BatchSizesOpt = "1",
-    repeats: RepeatsOpt = 3,
-    limit: LimitOpt = None,
-    max_new_tokens: MaxNewOpt = None,
-    temperature: TemperatureOpt = 0.0,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
-    data_dir: DataDirOpt = None,
-    sample_seed: SampleSeedOpt = None,
-    threads: ThreadsOpt = None,
-    seed: SeedOpt = 0,
-    engine: EngineOpt = "hf",
-    tie_eps: TieEpsOpt = 1e-4,
-    strict: StrictOpt = False,
-    force: ForceOpt = False,
-    progress: ProgressOpt = True,
 ) -> None:
     """Run the base drafter's default configuration and each named variant on the same grid;
     write ablation.parquet/csv with τ and speed-up deltas vs the default (paired bootstrap CI).
@@ -248,12 +262,9 @@ def ablate(
         raise JfbenchError(f"--option {clash[0]}: use its own flag (--{clash[0].replace('_', '-')}) instead")
     specs = variants(base, axes, generic)
     given = {k: Path(v).expanduser().resolve() for k, v in _pairs(checkpoint, "--checkpoint").items()}
-    config = grid_config(target, specs, suites, budgets, batch_sizes, repeats, limit, max_new_tokens, temperature,
-                         device, dtype, threads, sample_seed, seed, engine, tie_eps, extra=(("ablation", True),))
+    config = grid_config(target, specs, grid, extra=(("ablation", True),))
     recipe = {k: parse_value(v) for k, v in _pairs(train_option, "--train-option").items()}
-    specs = with_checkpoints(specs, given, _head_trainer(data_dir, config), recipe)
-    config = dataclasses.replace(config, drafters=tuple(specs))
+    specs = with_checkpoints(specs, given, _head_trainer(grid.data_dir, config), recipe)
+    config = replace(config, drafters=tuple(specs))
     derived = {"ablation": lambda requests: ablation_table(requests, config.n_boot, config.seed)}
-    outcome = run_sweep(config, out, command=sys.argv, data_dir=data_dir, force=force, kind="ablation",
-                        show_progress=progress, derived=derived)
-    finish(outcome, out, strict)
+    run_and_report(config, out, grid, kind="ablation", derived=derived)
