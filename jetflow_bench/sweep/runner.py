@@ -20,7 +20,7 @@ import torch
 
 from drafters import DRAFTERS, Drafter
 from jetflow_bench import engine as hf_engine
-from jetflow_bench.engine import BatchResult, StepRecord
+from jetflow_bench.engine import BatchResult, RequestResult, StepRecord
 from jetflow_bench.prompts import encode
 from jetflow_bench.registry import Registry
 from jetflow_bench.runtime import synchronize
@@ -138,7 +138,7 @@ class CellRun:
     """A finished cell's raw output, before losslessness and scoring."""
 
     steps: list[tuple[int, StepRecord]]  # (global request id, record with batch_step made cell-wide)
-    outputs: dict[int, hf_engine.RequestResult]  # global request id -> result
+    outputs: dict[int, RequestResult]  # global request id -> result
     wall_s: float  # first timed generate start -> last end (warm-up excluded)
     peak_memory_bytes: int
     started: float  # unix time
@@ -180,7 +180,7 @@ def run_cell(
     engine.generate([p.tokens for p in chunks[0]], warm_stop, cell.budget, drafter)
     engine.reset_peak_memory()
     steps: list[tuple[int, StepRecord]] = []
-    outputs: dict[int, hf_engine.RequestResult] = {}
+    outputs: dict[int, RequestResult] = {}
     started = time.time()
     engine.synchronize()
     t0 = time.perf_counter()
