@@ -116,9 +116,11 @@ def show(
     format: Annotated[ShowFormat, typer.Option("--format", help="table (rich), markdown, csv or json.")] = ShowFormat.table,
     table: Annotated[ShowTable, typer.Option("--table", help="Which table csv/json print (all its columns).")] = ShowTable.summary,
 ) -> None:
-    """Print a run's summary. table/markdown: one row per arm, repeats pooled (τ, α, budget fill,
-    tokens/s, TPOT, TTFT, decode speed-up with CI and spread, e2e speed-up, accuracy vs AR,
-    diverged = unexcused+excused requests, other = engine overhead share). csv/json: every column of
+    """Print a run's summary (and ablation) as tables, or its rows as csv/json.
+
+    table/markdown: one row per arm, repeats pooled — τ, α, budget fill, tokens/s, TPOT, TTFT,
+    decode speed-up with CI and spread, e2e speed-up, accuracy vs AR, diverged (unexcused +
+    excused requests), other (engine overhead share of step time). csv/json: every column of
     summary.parquet (or --table ablation / cells), one row per cell, for scripts.
 
     Examples:

@@ -159,10 +159,10 @@ def sweep(
         str, typer.Option("--drafters", help="Comma-separated drafters, NAME or NAME=CHECKPOINT_DIR.")
     ] = "ngram",
 ) -> None:
-    """Run every drafter × suite × budget × batch size × repeat, plus the AR baseline at each
-    batch size, on the same prompts; write tidy tables and a summary to --out.
+    """Run a grid of drafters × suites × budgets × batch sizes × repeats into a run folder.
 
-    Re-running the same command resumes an interrupted run without recomputing finished cells.
+    Every batch size also runs the AR baseline on the same prompts (warm-up first), and every
+    drafter request is checked token for token against it. Re-running the same command resumes an interrupted run without recomputing finished cells.
 
     Examples:
 
@@ -234,8 +234,10 @@ def ablate(
         typer.Option("--train-option", help="Recipe field for heads trained here, KEY=VALUE (e.g. steps=40)."),
     ] = None,
 ) -> None:
-    """Run the base drafter's default configuration and each named variant on the same grid;
-    write ablation.parquet/csv with τ and speed-up deltas vs the default (paired bootstrap CI).
+    """Run a drafter's default configuration and named variants on one grid; write their deltas.
+
+    ablation.parquet/csv: τ and speed-up deltas of each variant vs the default, with paired
+    bootstrap 95% CIs over prompts.
 
     Variants that need other weights (--head, --loss, --data) use --checkpoint VARIANT=DIR or are
     trained on demand, cached by recipe: the default head's own recipe (from its config.json, plus
