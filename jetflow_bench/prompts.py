@@ -23,5 +23,12 @@ def suite_requests(
 
 
 def encode(target: TargetRunner, text: str) -> list[int]:
-    """Prompt text -> ids exactly as the model sees it (the chat template already holds the specials)."""
-    return target.tokenizer(text, add_special_tokens=False)["input_ids"]
+    """Prompt text -> ids exactly as the model sees it.
+
+    The tokenizer adds its own specials (a Llama-style BOS) as a `generate` user's call would,
+    except when the text already starts with them (a chat template wrote the BOS). Models
+    without a BOS (Qwen, the toy target) get the text's tokens only.
+    """
+    tokenizer = target.tokenizer
+    templated = bool(tokenizer.bos_token) and text.startswith(tokenizer.bos_token)
+    return tokenizer(text, add_special_tokens=not templated)["input_ids"]
