@@ -23,7 +23,7 @@ from jetflow_bench.kv_cache import KVCache
 
 
 class ScratchKV:
-    """KVStore for one inference forward: entries written in place after ``base`` scratch slots."""
+    """KVStore for one inference forward: its entries are written in place at slots [start, start + count)."""
 
     def __init__(self, kv: KVCache, start: int, count: int) -> None:
         self.kv = kv

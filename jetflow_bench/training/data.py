@@ -107,7 +107,7 @@ def target_fingerprint(name: str | Path) -> str:
 
 
 def _encode(tokenizer, text: str) -> list[int]:
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]  # long prompts are dropped later
 
 
 def regenerate(

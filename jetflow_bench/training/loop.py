@@ -52,6 +52,8 @@ def new_head(target: TargetRunner, config: TrainConfig) -> DraftHead:
     )
     head = DraftHead(cfg, target.embed, target.lm_head).to(target.device)
     head.init_weights(config.seed)
+    with torch.no_grad():  # start from the target's output scale: the LM head expects its final norm
+        head.norm.weight.copy_(target.norm.weight.float())
     return head
 
 
