@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 
 from drafters import DRAFTERS
 from drafters.base import SequenceView
-from drafters.checkpoint import TargetShape, load_head, save_head
+from drafters.checkpoint import TargetShape, default_taps, load_head, save_head
 from drafters.head import DraftHead, HeadConfig
 from drafters.head_cache import ContextCache
 from drafters.masks import block_allowed, join, tree_allowed
@@ -69,6 +69,12 @@ def observed_cache(target: TargetRunner, head: DraftHead, prompts=PROMPTS) -> tu
     cache = ContextCache(head, [s.request for s in seqs], capacity=4)  # tiny: forces growth
     cache.append([out.hidden[i, : len(p)] for i, p in enumerate(prompts)])
     return cache, seqs
+
+
+def test_default_taps_follow_dflash_on_deep_targets():
+    assert default_taps(36, 5) == [1, 9, 17, 25, 33]  # z-lab Qwen3-8B DFlash heads
+    assert default_taps(36, 1) == [18]
+    assert default_taps(3, 3) == [0, 1, 2]  # shallow toy target: every layer
 
 
 def test_block_masks_keep_blocks_apart():

@@ -19,6 +19,8 @@ LOSSES = ("fkl", "rkl", "sft")
 DATA = ("regen", "raw")
 SOURCES = ("gsm8k", "mbpp", "sharegpt")
 DEFAULT_HEAD = {"eagle": "causal", "dflash": "diffusion", "jetflow": "causal"}
+# Bump when the training code changes in a way that alters the weights, so cached heads retrain.
+RECIPE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -82,5 +84,5 @@ class TrainConfig:
 
     def key(self, target_fingerprint: str) -> str:
         """Short hash of this config on this target (cache folder names)."""
-        blob = json.dumps({"config": self.to_dict(), "target": target_fingerprint}, sort_keys=True)
+        blob = json.dumps({"config": self.to_dict(), "target": target_fingerprint, "version": RECIPE_VERSION}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
