@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -161,31 +160,30 @@ def test_data_dir_without_corpus_falls_back_to_package_data_or_fails(tmp_path: P
         find_corpus_files(tmp_path / "missing")
 
 
-def _cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    from jetflow_bench.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["jfbench", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code or 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def test_cli_unknown_preset_is_one_line_exit_2(monkeypatch, capsys) -> None:
-    code, out, err = _cli(monkeypatch, capsys, "target", "train", "--preset", "tinny")
+def test_cli_unknown_preset_is_one_line_exit_2(cli) -> None:
+    code, out, err = cli("target", "train", "--preset", "tinny")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "'tinny'" in err and "did you mean 'tiny'" in err
 
 
-def test_cli_info_reports_parameters_and_perplexity(
-    small_data: Path, tmp_path: Path, monkeypatch, capsys
-) -> None:
+def test_cli_info_reports_parameters_and_perplexity(small_data: Path, tmp_path: Path, cli) -> None:
     folder = _train(small_data, tmp_path / "nano")
-    code, out, _ = _cli(monkeypatch, capsys, "target", "info", str(folder), "--format", "json")
+    code, out, _ = cli("target", "info", str(folder), "--format", "json")
     record = json.loads(out)
     model = AutoModelForCausalLM.from_pretrained(folder)
     assert code == 0 and record["parameters"] == sum(p.numel() for p in model.parameters())
     assert record["toy"]["preset"] == "nano" and record["toy"]["heldout"]["perplexity"] > 1.0
+
+
+@pytest.mark.slow
+def test_micro_preset_learns_the_corpora(micro_target: Path) -> None:
+    summary = json.loads((micro_target / "jfbench_toy.json").read_text())
+    heldout = summary["heldout"]
+    assert heldout["perplexity"] < heldout["uniform_perplexity"] / 10
+    tokenizer = AutoTokenizer.from_pretrained(micro_target)
+    model = AutoModelForCausalLM.from_pretrained(micro_target)
+    prompt = tokenizer(
+        "Question: Ann has 5 pens and buys 3 more. How many pens does she have?\nAnswer:", return_tensors="pt"
+    )
+    text = tokenizer.decode(model.generate(**prompt, max_new_tokens=40)[0, prompt.input_ids.shape[1] :])
+    assert text.strip()

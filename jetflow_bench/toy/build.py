@@ -11,13 +11,14 @@ import json
 import math
 import platform
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
 import tokenizers
 import torch
 import transformers
-from transformers import GenerationConfig, PreTrainedTokenizerFast
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from jetflow_bench.toy.corpus import CorpusFile, Document, load_documents
 from jetflow_bench.toy.data import (
@@ -35,7 +36,9 @@ from jetflow_bench.toy.train import build_model, heldout_nll, train_steps
 MARKER = "jfbench_toy.json"
 
 
-def _tokenizer_texts(train_docs: dict[str, list[Document]], weights: dict[str, float], max_chars: int):
+def _tokenizer_texts(
+    train_docs: dict[str, list[Document]], weights: dict[str, float], max_chars: int
+) -> Iterator[str]:
     """Training segments for the BPE trainer, each source capped at its mixture share of `max_chars`."""
     for name, docs in train_docs.items():
         budget = weights[name] * max_chars
@@ -47,12 +50,12 @@ def _tokenizer_texts(train_docs: dict[str, list[Document]], weights: dict[str, f
                 yield seg
 
 
-def _perplexities(model, heldout: dict[str, torch.Tensor], preset: ToyPreset) -> dict:
+def _perplexities(model: Qwen3ForCausalLM, heldout: dict[str, torch.Tensor], preset: ToyPreset) -> dict:
     """Held-out perplexity per source and over all scored tokens, with uniform guessing as reference."""
-    per_window_budget = max(1, preset.eval_windows // len(heldout))
+    windows_per_source = max(1, preset.eval_windows // len(heldout))
     total_nll, total_count, per_source = 0.0, 0, {}
     for name, stream in heldout.items():
-        windows = heldout_windows(stream, preset.seq_len, per_window_budget)  # (W, T)
+        windows = heldout_windows(stream, preset.seq_len, windows_per_source)  # (W, T)
         nll, count = heldout_nll(model, windows, preset.batch_size)
         per_source[name] = {"perplexity": math.exp(nll / count), "tokens": count}
         total_nll, total_count = total_nll + nll, total_count + count
@@ -90,7 +93,9 @@ def build_toy_target(
     )
     train_streams = {name: tokenize_stream(tokenizer, docs) for name, docs in train_docs.items()}
     heldout_streams = {name: tokenize_stream(tokenizer, docs) for name, docs in heldout_docs.items()}
-    heldout_streams = {name: s for name, s in heldout_streams.items() if len(s) >= 2}
+    heldout_streams = {
+        name: s for name, s in heldout_streams.items() if len(s) >= 2
+    }  # 1 token predicts nothing
     prep_seconds = time.perf_counter() - started
 
     torch.manual_seed(seed)

@@ -73,9 +73,7 @@ def mixture_weights(available: list[str], mixture: tuple[tuple[str, float], ...]
 
 
 def heldout_windows(stream: torch.Tensor, seq_len: int, max_windows: int) -> torch.Tensor:
-    """Up to `max_windows` non-overlapping windows from the start of `stream`. Returns (W, T<=seq_len)."""
-    if len(stream) < 2:
-        raise JfbenchError("the held-out split has fewer than 2 tokens: the corpus is too small")
+    """Up to `max_windows` non-overlapping windows from the start of a (N >= 2,) stream. Returns (W, T<=seq_len)."""
     length = min(seq_len, len(stream))
     count = max(1, min(max_windows, len(stream) // length))
     return stream[: count * length].view(count, length)  # (W, T)
