@@ -26,8 +26,6 @@ from torch import nn
 
 from jetflow_bench.attention import AttentionFn, get_attention
 
-MODES = ("causal", "bidirectional")  # attention among a block's entries; tree passes use ancestor masks
-
 
 @dataclass(frozen=True)
 class HeadConfig:
