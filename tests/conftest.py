@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+# Idle OpenMP threads sleep instead of spinning: on 2 shared cores a spinning pool in one process
+# (torch's default) starves every other (sandboxed programs, subprocess CLIs), slowing tests ~4x.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def shared_data_dir() -> Path | None:
     """JFBENCH_DATA_DIR, else ../shared/data beside the checkout, else None (package data only)."""
