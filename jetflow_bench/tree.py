@@ -83,17 +83,11 @@ def pad_trees(trees: Sequence[DraftTree], pad_token: int = 0) -> tuple[torch.Ten
     get parent -1 and depth 0, and are masked out of everything by ``valid``.
     """
     n_max = max(len(t) for t in trees)
-    b = len(trees)
-    tokens = torch.full((b, n_max), pad_token, dtype=torch.long)
-    parents = torch.full((b, n_max), -1, dtype=torch.long)
-    depths = torch.zeros((b, n_max), dtype=torch.long)
-    valid = torch.zeros((b, n_max), dtype=torch.bool)
-    for i, t in enumerate(trees):
-        n = len(t)
-        tokens[i, :n] = torch.tensor(t.tokens)
-        parents[i, :n] = torch.tensor(t.parents)
-        depths[i, :n] = torch.tensor(t.depths)
-        valid[i, :n] = True
+    # One tensor construction per field from padded Python lists (per-row tensors cost more).
+    tokens = torch.tensor([t.tokens + [pad_token] * (n_max - len(t)) for t in trees], dtype=torch.long)
+    parents = torch.tensor([t.parents + [-1] * (n_max - len(t)) for t in trees], dtype=torch.long)
+    depths = torch.tensor([t.depths + [0] * (n_max - len(t)) for t in trees], dtype=torch.long)
+    valid = torch.tensor([[True] * len(t) + [False] * (n_max - len(t)) for t in trees], dtype=torch.bool)
     return tokens, parents, depths, valid
 
 
