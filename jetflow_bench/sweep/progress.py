@@ -10,16 +10,9 @@ import time
 from types import TracebackType
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import Progress, TaskID, TextColumn
 
+from jetflow_bench.progress import progress_bar
 from jetflow_bench.sweep.grid import Cell
 
 
@@ -40,16 +33,7 @@ class SweepProgress:
 
     def __enter__(self) -> SweepProgress:
         if self.enabled and self.console.is_terminal:
-            self._bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]}"),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=self.console,
-            )
+            self._bar = progress_bar(self.console, "{task.description}", TextColumn("{task.fields[rate]}"))
             self._bar.__enter__()
             self._overall = self._bar.add_task("cells", total=self.total, completed=self.done, rate="")
         return self

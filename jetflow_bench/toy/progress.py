@@ -6,14 +6,9 @@ import time
 from types import TracebackType
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import Progress, TextColumn
+
+from jetflow_bench.progress import progress_bar
 
 
 class TrainProgress:
@@ -34,15 +29,9 @@ class TrainProgress:
 
     def __enter__(self) -> TrainProgress:
         if self.enabled and self.console.is_terminal:
-            self._bar = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
+            self._bar = progress_bar(
+                self.console, "[bold]{task.description}",
                 TextColumn("{task.fields[tps]:>6.0f} tok/s  loss {task.fields[loss]:.3f}"),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=self.console,
             )
             self._bar.__enter__()
             self._task = self._bar.add_task(self.label, total=self.total_steps, tps=0.0, loss=float("nan"))
