@@ -9,12 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from jetflow_bench.training import ensure_head
+from jetflow_bench.training import QUICK_RECIPE, ensure_head
 from tests.conftest import shared_data_dir
-
-RECIPE = {
-    "steps": 40, "prompts": 96, "max_new_tokens": 96, "seq_len": 160, "batch_size": 4, "anchors": 8, "warmup": 5,
-}
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +18,6 @@ def learned_heads(micro_target: Path) -> dict[str, Path]:
     if shared_data_dir() is None:
         pytest.skip("training a head needs the shared data folder (JFBENCH_DATA_DIR)")
     return {
-        name: ensure_head(micro_target, name, data_dir=shared_data_dir(), device="cpu", show_progress=False, **RECIPE)
+        name: ensure_head(micro_target, name, data_dir=shared_data_dir(), device="cpu", show_progress=False, **QUICK_RECIPE)
         for name in ("eagle", "dflash", "jetflow")
     }

@@ -1,0 +1,45 @@
+"""The exact command behind this reference run; CI re-runs it and `jfbench check`s the result.
+
+    python results/baselines/ci/reproduce.py OUT
+    jfbench check --baseline results/baselines/ci --run OUT
+
+What it runs: the `micro` toy target (seed 0) and the quick-recipe eagle / dflash / jetflow heads
+(seed 0; `jetflow_bench.training.QUICK_RECIPE`), trained here or reused from the cache, then a
+sweep of those heads and `ngram` on GSM8K and HumanEval (first 4 prompts each), budgets 16 and
+64, batch 1, 64 new tokens, greedy, fp32 on the CPU with torch's default threads, --strict.
+τ and per-depth acceptance are deterministic for this setup, so the check gates on them.
+`jfbench check --update-baseline --run OUT` rewrites the reference deliberately.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from jetflow_bench.runtime import data_dir
+from jetflow_bench.toy import ensure_toy_target
+from jetflow_bench.training import QUICK_RECIPE, ensure_head
+
+LEARNED = ("eagle", "dflash", "jetflow")
+
+
+def main(out: str) -> int:
+    data = data_dir()
+    target = ensure_toy_target("micro", data, show_progress=False)
+    heads = [
+        f"{name}={ensure_head(target, name, data_dir=data, device='cpu', show_progress=False, **QUICK_RECIPE)}"
+        for name in LEARNED
+    ]
+    command = [
+        "jfbench", "sweep", "--target", str(target), "--drafters", ",".join(["ngram", *heads]),
+        "--suites", "gsm8k,humaneval", "--budgets", "16,64", "--batch-sizes", "1", "--repeats", "1",
+        "--limit", "4", "--max-new-tokens", "64", "--device", "cpu", "--dtype", "float32",
+        "--strict", "--no-progress", "--out", out,
+    ]
+    return subprocess.run(command).returncode
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python results/baselines/ci/reproduce.py OUT")
+    sys.exit(main(sys.argv[1]))
