@@ -64,7 +64,9 @@ def train(
     """Train a draft head against the frozen target; print the head folder and a JSON summary.
 
     Checkpoints every 50 steps into <out>/.partial; an interrupted run resumes where it stopped,
-    and a finished <out> with the same settings is returned as is.
+    and a finished <out> with the same settings is returned as is. Regenerated training data is
+    cached under the jfbench cache folder (JFBENCH_CACHE). On a busy small CPU, --threads 1 is
+    often several times faster for toy-sized targets than torch's default.
 
     Examples:
 
