@@ -29,7 +29,7 @@ from jetflow_bench.target import TargetRunner
 from jetflow_bench.training.config import TrainConfig
 from suites import get_suite
 from suites.base import Record, render_chat
-from suites.sources import Unparsable, read_rows
+from suites.sources import read_rows
 
 FORMAT_VERSION = 1
 FILES = {"gsm8k": "gsm8k/train.jsonl", "mbpp": "mbpp/mbpp.jsonl", "sharegpt": "sharegpt_chat/ShareGPT_V3_unfiltered_cleaned_split.first2023.json"}
@@ -84,7 +84,7 @@ def training_pairs(sources: tuple[str, ...], count: int, seed: int, tokenizer, d
         path = folder / FILES[name]
         if not path.is_file():
             raise JfbenchError(f"--corpus {name}: {path} is missing; fix --data-dir or leave {name} out of --corpus")
-        rows = [(w, r) for w, r in read_rows(path) if isinstance(r, dict) and not isinstance(r, Unparsable)]
+        rows = [(w, r) for w, r in read_rows(path) if isinstance(r, dict)]  # unparsable lines are skipped
         pairs = list(READERS[name](rows, tokenizer))
         random.Random(seed).shuffle(pairs)
         per_source.append(pairs)
