@@ -215,3 +215,14 @@ def test_ablation_deltas_are_paired_over_prompts():
     # per-prompt ratios are constant, so pairing leaves no spread: the CI collapses onto the delta
     assert np.isclose(row.speedup_delta_lo, -1.0) and np.isclose(row.speedup_delta_hi, -1.0)
     assert set(table.index) == {"refine_passes=1", "head=diffusion"}
+
+
+def test_checkpoint_pairs_accept_variant_names_with_equals():
+    from jetflow_bench.cli.sweep_cmd import _pairs
+
+    assert _pairs(["head=diffusion=/heads/d", "refine_passes=0=/h"], "--checkpoint") == {
+        "head=diffusion": "/heads/d", "refine_passes=0": "/h",
+    }
+    assert _pairs(["max_ngram=2,4"], "--option") == {"max_ngram": "2,4"}
+    with pytest.raises(JfbenchError):
+        _pairs(["no-equals"], "--checkpoint")

@@ -184,9 +184,10 @@ def _values(flag: str, text: str | None) -> list:
 
 
 def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` items; split at the last "=" so a variant name like ``head=diffusion`` can be a key."""
     out = {}
     for item in items or []:
-        key, sep, value = item.partition("=")
+        key, sep, value = item.rpartition("=")
         if not sep or not key.strip() or not value.strip():
             raise JfbenchError(f"{flag} {item!r}: use {flag} NAME=VALUE")
         out[key.strip()] = value.strip()
