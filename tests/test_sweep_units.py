@@ -62,6 +62,25 @@ def test_hashes_change_with_what_determines_the_numbers():
     assert cell_hash(cfg, cell, spec_for(cfg, cell)) != cell_hash(config(seed=1), cell, spec_for(cfg, cell))
 
 
+def test_hashes_name_weights_not_paths(tmp_path):
+    """A CI clone's cache holds the same target and heads under other paths: same hash; new weights: new hash."""
+    def model(folder, weights: bytes, note: str):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps({"note": note}))
+        (folder / "model.safetensors").write_bytes(weights)
+        return str(folder)
+
+    def sweep(root, note="a"):
+        head = model(root / "head", b"w" * 8, note)
+        return config(target=model(root / "target", b"t" * 8, "t"), drafters=(DrafterSpec("eagle", checkpoint=head),))
+
+    here, there, retrained = sweep(tmp_path / "a"), sweep(tmp_path / "b"), sweep(tmp_path / "c", note="b")
+    assert config_hash(here) == config_hash(there) != config_hash(retrained)
+    cell = next(c for c in cells(here) if c.drafter == "eagle")
+    assert cell_hash(here, cell, here.drafters[0]) == cell_hash(there, cell, there.drafters[0])
+    assert cell_hash(here, cell, here.drafters[0]) != cell_hash(retrained, cell, retrained.drafters[0])
+
+
 @pytest.mark.parametrize("text", ["0", "2000", "16,0", "x"])
 def test_bad_budgets_are_user_errors(text):
     with pytest.raises(JfbenchError, match="budget"):

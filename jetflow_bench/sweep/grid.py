@@ -5,7 +5,8 @@ batch_size, repeat``. The AR baseline is a cell like any other (drafter "ar", va
 budget 1) and is run for every (suite, batch_size, repeat) before the drafters that pair with it,
 so that losslessness can be checked against it as soon as a drafter cell finishes.
 
-Hashes: `config_hash` covers the whole resolved config (a run folder holds exactly one);
+Hashes: `config_hash` covers the whole resolved config (a run folder holds exactly one), with
+the target and checkpoints named by their weights' fingerprint rather than their path;
 `cell_hash` covers what determines one cell's numbers (the config without the grid lists, plus
 the cell and its drafter spec), so every result row says precisely what produced it.
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 from jetflow_bench.engine import check_budget
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.fingerprint import model_fingerprint
 
 CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat"]
 PAIR_KEYS = ["suite", "batch_size", "repeat"]  # a drafter cell's AR baseline shares these
@@ -135,14 +137,26 @@ def config_dict(config: SweepConfig) -> dict[str, Any]:
     return _plain(config)
 
 
+def _identity(config: SweepConfig) -> dict[str, Any]:
+    """The config with the target and checkpoints named by their weights, not their paths."""
+    return {**config_dict(config), "target": model_fingerprint(config.target),
+            "drafters": [_spec_identity(s) for s in config.drafters]}
+
+
+def _spec_identity(spec: DrafterSpec) -> dict[str, Any]:
+    checkpoint = spec.checkpoint and model_fingerprint(spec.checkpoint)
+    return {**_plain(spec), "checkpoint": checkpoint}
+
+
 def config_hash(config: SweepConfig) -> str:
-    return stable_hash(config)
+    """Same weights and settings -> same hash, wherever the target and heads are stored."""
+    return stable_hash(_identity(config))
 
 
 def cell_hash(config: SweepConfig, cell: Cell, spec: DrafterSpec) -> str:
     """Hash of what determines one cell: shared settings, the cell keys and its drafter spec."""
-    shared = {k: v for k, v in config_dict(config).items() if k not in GRID_FIELDS}
-    return stable_hash({"config": shared, "cell": cell.keys, "drafter": spec})
+    shared = {k: v for k, v in _identity(config).items() if k not in GRID_FIELDS}
+    return stable_hash({"config": shared, "cell": cell.keys, "drafter": _spec_identity(spec)})
 
 
 def spec_for(config: SweepConfig, cell: Cell) -> DrafterSpec:

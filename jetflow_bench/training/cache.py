@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from jetflow_bench import runtime
+from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.training.config import TrainConfig
-from jetflow_bench.training.data import target_fingerprint
 from jetflow_bench.training.loop import finished, train_drafter
 
 # About a minute per head on 2 cores for the micro target: enough for drafts to be accepted. The
@@ -27,7 +27,7 @@ def head_path(target_dir: str | Path, config: TrainConfig, device: str | None = 
     """Where `ensure_head` keeps the head for these arguments (it may not exist yet)."""
     dev = runtime.resolve_device(device)
     precision = runtime.resolve_dtype(dtype, dev)
-    key = config.key(f"{target_fingerprint(target_dir)}|{dev.type}|{precision}")
+    key = config.key(f"{model_fingerprint(target_dir)}|{dev.type}|{precision}")
     return runtime.cache_dir() / "heads" / f"{config.drafter}-{key}"
 
 

@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from jetflow_bench import runtime
 from jetflow_bench.engine import generate
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.stopping import StopRule
 from jetflow_bench.target import TargetRunner
 from jetflow_bench.training.config import TrainConfig
@@ -93,19 +94,6 @@ def training_pairs(sources: tuple[str, ...], count: int, seed: int, tokenizer, d
     return (mixed + leftovers)[:count]
 
 
-def target_fingerprint(name: str | Path) -> str:
-    """Identity of a target's weights: a toy target's config hash, else config + weight file sizes."""
-    folder = Path(name)
-    if not folder.is_dir():
-        return str(name)  # a hub id names its weights
-    toy = folder / "jfbench_toy.json"
-    if toy.is_file():
-        return "toy:" + json.loads(toy.read_text()).get("config_hash", "")
-    sizes = sorted((f.name, f.stat().st_size) for f in folder.glob("*.safetensors"))
-    blob = (folder / "config.json").read_text() + json.dumps(sizes)
-    return "dir:" + hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
 def _encode(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]  # long prompts are dropped later
 
@@ -141,7 +129,7 @@ def training_sequences(
     if config.data == "raw":
         return [_encode(tokenizer, _joined(p)) + eos for p in pairs]
     key = json.dumps({
-        "target": target_fingerprint(target.name), "prompts": hashlib.sha256(json.dumps(prompts).encode()).hexdigest(),
+        "target": model_fingerprint(target.name), "prompts": hashlib.sha256(json.dumps(prompts).encode()).hexdigest(),
         "max_new_tokens": config.max_new_tokens, "dtype": str(target.dtype), "device": target.device.type,
         "format": FORMAT_VERSION,
     }, sort_keys=True)

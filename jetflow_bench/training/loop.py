@@ -26,10 +26,11 @@ from drafters.checkpoint import TargetShape, default_taps, save_head
 from drafters.head import DraftHead, HeadConfig
 from jetflow_bench import runtime
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.target import TargetRunner
 from jetflow_bench.toy.progress import TrainProgress
 from jetflow_bench.training.config import TrainConfig
-from jetflow_bench.training.data import SequenceBatcher, target_fingerprint, training_sequences
+from jetflow_bench.training.data import SequenceBatcher, training_sequences
 from jetflow_bench.training.teacher import teacher_batch
 from jetflow_bench.training.train_block import block_loss
 from jetflow_bench.training.train_eagle import eagle_loss
@@ -168,7 +169,7 @@ def train_drafter(
             if out_of_time:
                 break
     info = {
-        "config": config.to_dict(), "steps_done": done, "target_fingerprint": target_fingerprint(runner.name),
+        "config": config.to_dict(), "steps_done": done, "target_fingerprint": model_fingerprint(runner.name),
         "sequences": len(batcher.sequences), "training_tokens": batcher.token_count(),
         "first_loss": losses[0] if losses else None, "last_loss_mean": sum(losses[-10:]) / max(1, len(losses[-10:])),
         "last_top1_agreement": agree, "losses": [round(x, 4) for x in losses], "seconds": time.perf_counter() - started,
