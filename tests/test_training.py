@@ -19,7 +19,7 @@ from jetflow_bench.target import TargetRunner
 from jetflow_bench.training import TrainConfig, ensure_head, head_path, train_drafter
 from jetflow_bench.training import data as training_data
 from jetflow_bench.training.losses import depth_weights, distill_loss
-from jetflow_bench.training.train_block import prefix_lengths
+from jetflow_bench.training.train_block import block_groups, prefix_lengths
 from tests.conftest import shared_data_dir
 from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
 from tests.random_models import save_random_model
@@ -74,6 +74,35 @@ def test_jetflow_blocks_mix_all_mask_and_real_prefix():
     assert k.min() == 0 and k.max() <= 14
     assert 0.35 < (k == 0).float().mean() < 0.65
     assert prefix_lengths(TrainConfig(drafter="dflash"), (4, 4), gen).eq(0).all()
+
+
+@pytest.mark.parametrize(("drafter", "head", "layout"), [
+    ("jetflow", None, "packed"), ("jetflow", None, "prefix"), ("jetflow", "diffusion", "prefix"), ("dflash", None, "prefix"),
+])
+def test_no_training_query_sees_the_token_it_predicts(drafter, head, layout):
+    """A MASK at offset o predicts x_{p+o}: no entry it attends to may hold a real token at offset >= o."""
+    config = TrainConfig(drafter=drafter, head=head, layout=layout if drafter == "jetflow" else None, block_size=6)
+    groups = block_groups(config, config.mode, 2, torch.Generator().manual_seed(0), torch.device("cpu"))
+    assert sum(g.count for g in groups) == config.anchors
+    for g in groups:
+        for mask_row, depth_row in zip(g.is_mask.flatten(0, 1), g.depth.flatten(0, 1), strict=True):
+            for j in mask_row.nonzero().flatten().tolist():
+                seen = g.allowed[j].clone()
+                seen[j] = False
+                assert not (seen & ~mask_row & (g.offsets >= g.offsets[j])).any()
+                assert depth_row[j] >= 1
+    if layout == "packed":  # a prefix_zero share of all-mask blocks for pass 1, the rest packed
+        assert [g.count for g in groups] == [8, 8] and groups[1].is_mask.sum(-1).eq(5).all()
+
+
+def test_packed_layout_needs_a_causal_jetflow_head():
+    assert TrainConfig(drafter="jetflow").resolved_layout == "packed"
+    assert TrainConfig(drafter="jetflow", head="diffusion").resolved_layout == "prefix"
+    for bad in ({"drafter": "jetflow", "head": "diffusion"}, {"drafter": "dflash"}):
+        with pytest.raises(JfbenchError, match="--layout packed needs"):
+            TrainConfig(**bad, layout="packed")
+    with pytest.raises(JfbenchError, match="--layout 'tree'"):
+        TrainConfig(drafter="jetflow", layout="tree")
 
 
 @needs_data

@@ -221,6 +221,9 @@ def ablate(
     head: Annotated[str | None, typer.Option("--head", help="Head mask variants, e.g. diffusion.")] = None,
     loss: Annotated[str | None, typer.Option("--loss", help="Training-loss variants: rkl, sft.")] = None,
     data: Annotated[str | None, typer.Option("--data", help="Training-data variants: raw.")] = None,
+    layout: Annotated[
+        str | None, typer.Option("--layout", help="JetFlow training-block variants: prefix (one real prefix per block).")
+    ] = None,
     refine_passes: Annotated[str | None, typer.Option("--refine-passes", help="Refinement passes, e.g. 0,1,2.")] = None,
     scoring: Annotated[str | None, typer.Option("--scoring", help="Tree scoring variants: entropy.")] = None,
     construction: Annotated[str | None, typer.Option("--construction", help="Tree construction: spine-first.")] = None,
@@ -240,7 +243,7 @@ def ablate(
     ablation.parquet/csv: τ and speed-up deltas of each variant vs the default, with paired
     bootstrap 95% CIs over prompts.
 
-    Variants that need other weights (--head, --loss, --data) use --checkpoint VARIANT=DIR or are
+    Variants that need other weights (--head, --loss, --data, --layout) use --checkpoint VARIANT=DIR or are
     trained on demand, cached by recipe: the default head's own recipe (from its config.json, plus
     --train-option) changed only by the variant's setting.
 
@@ -256,7 +259,7 @@ def ablate(
         raise JfbenchError(f"--drafter {drafter!r}: ablate one base drafter at a time, e.g. --drafter jetflow=DIR")
     ((name, ckpt),) = parsed
     base = DrafterSpec(DRAFTERS.canonical(name), checkpoint=str(ckpt) if ckpt else None)
-    flags = {"head": head, "loss": loss, "data": data, "refine_passes": refine_passes, "scoring": scoring,
+    flags = {"head": head, "loss": loss, "data": data, "layout": layout, "refine_passes": refine_passes, "scoring": scoring,
              "construction": construction}
     axes = {flag: _values(f"--{flag.replace('_', '-')}", text) for flag, text in flags.items() if text is not None}
     generic = {k: _values(f"--option {k}", v) for k, v in _pairs(option, "--option").items()}

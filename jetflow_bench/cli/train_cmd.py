@@ -48,6 +48,12 @@ def train(
         int, typer.Option("--block-size", min=2, help="Anchor + drafted positions of block heads.")
     ] = _DEFAULTS.block_size,
     anchors: Annotated[int, typer.Option("--anchors", min=1, help="Blocks per sequence per step.")] = _DEFAULTS.anchors,
+    layout: Annotated[
+        str | None,
+        typer.Option("--layout", help="jetflow training blocks: packed (true path + a MASK query per node, every "
+                     "prefix length at once) or prefix (one random-length real prefix, then masks). "
+                     "Default: packed for a causal head, prefix for diffusion."),
+    ] = None,
     ttt_steps: Annotated[
         int, typer.Option("--ttt-steps", min=1, help="EAGLE training-time-test steps (own features fed back).")
     ] = _DEFAULTS.ttt_steps,
@@ -79,7 +85,8 @@ def train(
     config = TrainConfig(
         drafter=drafter, head=head, loss=loss, data=data, corpus=tuple(s.strip() for s in corpus.split(",") if s.strip()),
         prompts=prompts, max_new_tokens=max_new_tokens, steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
-        layers=layers, block_size=block_size, anchors=anchors, ttt_steps=ttt_steps, seed=seed,
+        layers=layers, block_size=block_size, anchors=anchors, layout=layout, ttt_steps=ttt_steps,
+        seed=seed,
     )
     started = time.time()
     path = train_drafter(

@@ -35,6 +35,7 @@ AXES: dict[str, tuple[str, str]] = {
     "head": ("train", "head"),  # causal | diffusion block mask in the head
     "loss": ("train", "loss"),  # fkl | rkl | sft
     "data": ("train", "data"),  # target-regenerated | raw corpus
+    "layout": ("train", "layout"),  # jetflow training blocks: packed | prefix
     "refine_passes": ("infer", "refine_passes"),
     "scoring": ("infer", "scoring"),
     "construction": ("infer", "construction"),

@@ -18,6 +18,7 @@ HEADS = {"causal": "causal", "diffusion": "bidirectional"}  # CLI name -> in-blo
 LOSSES = ("fkl", "rkl", "sft")
 DATA = ("regen", "raw")
 SOURCES = ("gsm8k", "mbpp", "sharegpt")
+LAYOUTS = ("prefix", "packed")  # jetflow training blocks (see training/train_block.py)
 DEFAULT_HEAD = {"eagle": "causal", "dflash": "diffusion", "jetflow": "causal"}
 # Bump when the training code changes in a way that alters the weights, so cached heads retrain.
 RECIPE_VERSION = 1
@@ -47,6 +48,7 @@ class TrainConfig:
     ttt_steps: int = 3  # training-time-test steps, own features fed back (eagle)
     decay: float = 7.0  # loss weight exp(-(k-1)/decay) at drafted depth k; 0 = uniform
     prefix_zero: float = 0.5  # jetflow: share of blocks trained all-masks (pass 1); the rest keep a real prefix
+    layout: str | None = None  # jetflow blocks: prefix | packed; None = packed for a causal head, else prefix
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -58,6 +60,11 @@ class TrainConfig:
             raise JfbenchError(f"--head {self.head!r} is unknown: choose one of {', '.join(HEADS)}")
         if self.drafter == "eagle" and self.resolved_head != "causal":
             raise JfbenchError("--head diffusion applies to block drafters (dflash, jetflow), not eagle")
+        if self.layout is not None and self.layout not in LAYOUTS:
+            raise JfbenchError(f"--layout {self.layout!r} is unknown: choose one of {', '.join(LAYOUTS)}")
+        if self.layout == "packed" and (self.drafter != "jetflow" or self.mode != "causal"):
+            raise JfbenchError("--layout packed needs --drafter jetflow with a causal head (a bidirectional "
+                               "block would let each query see the token it predicts)")
         unknown = [s for s in self.corpus if s not in SOURCES]
         if unknown or not self.corpus:
             raise JfbenchError(f"--corpus {','.join(self.corpus)!r}: choose from {', '.join(SOURCES)}")
@@ -69,6 +76,12 @@ class TrainConfig:
     @property
     def resolved_head(self) -> str:
         return self.head or DEFAULT_HEAD[self.drafter]
+
+    @property
+    def resolved_layout(self) -> str:
+        if self.layout:
+            return self.layout
+        return "packed" if self.drafter == "jetflow" and self.mode == "causal" else "prefix"
 
     @property
     def mode(self) -> str:
