@@ -16,6 +16,10 @@ Worked example of the refinement entries for the tree root -> a -> b (D = 15):
     position  p      p+1    p+2    p+1      p+2    p+3
     sees      root   root,a root,a,b  root,M  root,a,M  root,a,b,M
 
+Training matches this (``jfbench train --drafter jetflow``, packed layout): the true continuation
+is laid out as a chain with one MASK query below every node, so each block teaches every
+branch-conditioned child distribution at once (see jetflow_bench/training/train_block.py).
+
 Cost: 1 + r head forwards whatever the depth, each over at most 2 x budget entries. A head trained
 bidirectionally (``--head diffusion``) runs the same pipeline; it was never trained to read a
 path through a tree-causal mask, which is what the ablation measures.
