@@ -207,6 +207,18 @@ def test_another_config_or_a_held_lock_is_refused(target, base_run, tmp_path):
     assert set(summary["budget"]) == {1, 1024}  # the old config's cells are gone
 
 
+def test_a_grown_grid_keeps_the_finished_cells(target, tmp_path):
+    out = tmp_path / "run"
+    assert jfbench(*sweep_args(target, out, "--budgets", "4", "--batch-sizes", "1"))[0] == 0
+    first = pd.read_parquet(out / "requests.parquet")
+    code, _, err = jfbench(*sweep_args(target, out, "--budgets", "4,16", "--batch-sizes", "1"))
+    assert code == 0 and "grid changed" in err and "1 cell(s) run, 2 already done" in err
+    grown = pd.read_parquet(out / "requests.parquet")
+    kept = grown[grown["budget"].isin([1, 4])].reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, first.reset_index(drop=True))  # the same measurements, not re-runs
+    assert set(grown["budget"]) == {1, 4, 16} and json.loads((out / "manifest.json").read_text())["n_cells"] == 3
+
+
 def test_strict_fails_after_writing_results_on_unexcused_divergence(target, tmp_path, monkeypatch):
     monkeypatch.setattr(driver, "judge", lambda *args: Verdict(False, False, 3, 0.5))
     out = tmp_path / "run"

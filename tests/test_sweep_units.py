@@ -23,6 +23,7 @@ from jetflow_bench.sweep.grid import (
     config_hash,
     parse_budgets,
     parse_drafters,
+    settings_hash,
     spec_for,
 )
 from jetflow_bench.sweep.lossless import first_divergence, judge, tie_gap
@@ -60,6 +61,11 @@ def test_hashes_change_with_what_determines_the_numbers():
     same_cell_bigger_grid = config(budgets=(16, 64, 256))
     assert cell_hash(cfg, cell, spec_for(cfg, cell)) == cell_hash(same_cell_bigger_grid, cell, spec_for(cfg, cell))
     assert cell_hash(cfg, cell, spec_for(cfg, cell)) != cell_hash(config(seed=1), cell, spec_for(cfg, cell))
+
+
+def test_settings_hash_ignores_only_the_grid():
+    assert settings_hash(config()) == settings_hash(config(budgets=(16, 64, 256), repeats=1, suites=("gsm8k",)))
+    assert settings_hash(config()) != settings_hash(config(max_new_tokens=8))
 
 
 def test_hashes_name_weights_not_paths(tmp_path):
@@ -160,6 +166,10 @@ def test_store_refuses_other_configs_and_foreign_folders(tmp_path):
     (store.folder / "summary.csv").write_text("x")
     assert store.prepare("bbb", force=True) is None
     assert not (store.folder / "summary.csv").exists()
+    store.write_manifest({"config_hash": "aaa", "settings_hash": "s"})
+    assert store.prepare("bbb", force=False, settings_hash="s")["config_hash"] == "aaa"  # only the grid changed
+    with pytest.raises(JfbenchError, match="another config"):
+        store.prepare("bbb", force=False, settings_hash="t")
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(JfbenchError, match="holds no jfbench run"):

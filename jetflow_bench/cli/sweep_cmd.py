@@ -162,7 +162,9 @@ def sweep(
     """Run a grid of drafters × suites × budgets × batch sizes × repeats into a run folder.
 
     Every batch size also runs the AR baseline on the same prompts (warm-up first), and every
-    drafter request is checked token for token against it. Re-running the same command resumes an interrupted run without recomputing finished cells.
+    drafter request is checked token for token against it. Re-running the same command resumes an
+    interrupted run without recomputing finished cells; re-running it with only the grid changed
+    (more budgets, another drafter, fewer repeats) keeps the finished cells still in the grid.
 
     Examples:
 

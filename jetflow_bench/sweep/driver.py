@@ -36,6 +36,7 @@ from jetflow_bench.sweep.grid import (
     cells,
     config_dict,
     config_hash,
+    settings_hash,
     spec_for,
     stable_hash,
 )
@@ -137,7 +138,7 @@ def run_sweep(
     chash = config_hash(config)
     store = RunStore(out)
     with store.locked():
-        previous = store.prepare(chash, force)
+        previous = store.prepare(chash, force, settings_hash(config))
         engine = ENGINES.get(config.engine)(config.target, config.device, config.dtype)
         workloads = {name: load_workload(name, engine, config, data_dir) for name in config.suites}
         grid = list(cells(config))
@@ -183,7 +184,7 @@ def _manifest(
     if previous is not None:
         for name, source in suites.items():
             before = previous.get("suites", {}).get(name, {}).get("prompts_hash")
-            if before != source["prompts_hash"]:
+            if before is not None and before != source["prompts_hash"]:  # None: a suite new to the grid
                 raise JfbenchError(
                     f"suite {name!r} now yields other prompts than when this run started (data changed?): "
                     "restore the data, or pass --force to start the run again"
@@ -196,7 +197,8 @@ def _manifest(
     manifest = previous or {"run_id": f"{started[:10]}-{chash[:8]}-{uuid.uuid4().hex[:6]}", "kind": kind,
                             "started": started, "sessions": []}
     manifest.update({
-        "command": " ".join(command), "config": config_dict(config), "config_hash": chash, **env,
+        "command": " ".join(command), "config": config_dict(config), "config_hash": chash,
+        "settings_hash": settings_hash(config), **env,
         "data_dir": str(data_dir) if data_dir else None, "suites": suites, "n_cells": n_cells, "finished": None,
     })
     manifest["sessions"].append({

@@ -153,10 +153,18 @@ def config_hash(config: SweepConfig) -> str:
     return stable_hash(_identity(config))
 
 
+def _settings(config: SweepConfig) -> dict[str, Any]:
+    return {k: v for k, v in _identity(config).items() if k not in GRID_FIELDS}
+
+
+def settings_hash(config: SweepConfig) -> str:
+    """Hash of the config without the grid lists: runs that differ only in their grid share cells."""
+    return stable_hash(_settings(config))
+
+
 def cell_hash(config: SweepConfig, cell: Cell, spec: DrafterSpec) -> str:
     """Hash of what determines one cell: shared settings, the cell keys and its drafter spec."""
-    shared = {k: v for k, v in _identity(config).items() if k not in GRID_FIELDS}
-    return stable_hash({"config": shared, "cell": cell.keys, "drafter": _spec_identity(spec)})
+    return stable_hash({"config": _settings(config), "cell": cell.keys, "drafter": _spec_identity(spec)})
 
 
 def spec_for(config: SweepConfig, cell: Cell) -> DrafterSpec:

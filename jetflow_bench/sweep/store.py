@@ -134,9 +134,11 @@ class RunStore:
     def manifest(self) -> dict[str, Any] | None:
         return read_json(self.manifest_path)
 
-    def prepare(self, config_hash: str, force: bool) -> dict[str, Any] | None:
+    def prepare(self, config_hash: str, force: bool, settings_hash: str | None = None) -> dict[str, Any] | None:
         """Check the folder may take a run of ``config_hash``; returns the manifest to resume, if any.
 
+        A run whose settings match and only the grid differs (drafters, suites, budgets, batch
+        sizes, repeats) is resumed: finished cells still in the grid are kept, the rest are run.
         A folder holding a run of another config is refused unless ``force``, which discards its
         results. A non-empty folder that holds no run is always refused: it may be anything.
         """
@@ -146,13 +148,16 @@ class RunStore:
                 raise JfbenchError(f"--out {self.folder} is not empty and holds no jfbench run: choose a new folder")
             return None
         if manifest.get("config_hash") != config_hash:
-            if not force:
+            if force:
+                self.discard()
+                return None
+            if settings_hash is None or manifest.get("settings_hash") != settings_hash:
                 raise JfbenchError(
                     f"--out {self.folder} holds a run of another config ({manifest.get('config_hash')}, this one is "
-                    f"{config_hash}): choose another --out, or pass --force to discard those results"
+                    f"{config_hash}; a resume may change only drafters, suites, budgets, batch sizes and repeats): "
+                    "choose another --out, or pass --force to discard those results"
                 )
-            self.discard()
-            return None
+            print("note: the grid changed; finished cells that are still in it are kept", file=sys.stderr)
         for leftover in [*self.folder.glob(".*.tmp-*"), *self.cells_dir.glob(".*.tmp-*")]:
             leftover.unlink(missing_ok=True)  # from a crashed writer
         return manifest
