@@ -69,18 +69,19 @@ def test_settings_hash_ignores_only_the_grid():
 
 
 def test_hashes_name_weights_not_paths(tmp_path):
-    """A CI clone's cache holds the same target and heads under other paths: same hash; new weights: new hash."""
-    def model(folder, weights: bytes, note: str):
+    """A CI clone retrains the same heads under other paths, with other wall times: same hash; other weights: new hash."""
+    def model(folder, weights: bytes, seconds: float):
         folder.mkdir(parents=True)
-        (folder / "config.json").write_text(json.dumps({"note": note}))
+        record = {"hidden_size": 8, "target": {"name": str(folder), "vocab_size": 9}, "training": {"seconds": seconds}}
+        (folder / "config.json").write_text(json.dumps(record))
         (folder / "model.safetensors").write_bytes(weights)
         return str(folder)
 
-    def sweep(root, note="a"):
-        head = model(root / "head", b"w" * 8, note)
-        return config(target=model(root / "target", b"t" * 8, "t"), drafters=(DrafterSpec("eagle", checkpoint=head),))
+    def sweep(root, weights=b"w" * 8, seconds=1.0):
+        head = model(root / "head", weights, seconds)
+        return config(target=model(root / "target", b"t" * 8, 0.0), drafters=(DrafterSpec("eagle", checkpoint=head),))
 
-    here, there, retrained = sweep(tmp_path / "a"), sweep(tmp_path / "b"), sweep(tmp_path / "c", note="b")
+    here, there, retrained = sweep(tmp_path / "a"), sweep(tmp_path / "b", seconds=2.0), sweep(tmp_path / "c", b"v" * 8)
     assert config_hash(here) == config_hash(there) != config_hash(retrained)
     cell = next(c for c in cells(here) if c.drafter == "eagle")
     assert cell_hash(here, cell, here.drafters[0]) == cell_hash(there, cell, there.drafters[0])
