@@ -6,6 +6,7 @@ weights under another path (a CI clone's cache, another user's home) hash the sa
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -26,14 +27,24 @@ def model_fingerprint(name: str | Path) -> str:
     toy = folder / "jfbench_toy.json"
     if toy.is_file():
         return "toy:" + json.loads(toy.read_text()).get("config_hash", "")
+    files = [folder / "config.json", *sorted(folder.glob("*.safetensors"))]
+    return _folder_digest(folder.resolve(), tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+
+
+@functools.lru_cache(maxsize=64)
+def _folder_digest(folder: Path, stamp: tuple[tuple[str, int, int], ...]) -> str:
+    """The digest of one folder state (``stamp``: name, size, mtime of each file), hashed once per state.
+
+    A sweep hashes every cell with its heads' fingerprints: this keeps that to one read per head.
+    """
     config = json.loads((folder / "config.json").read_text())
     config.pop("training", None)
     if isinstance(config.get("target"), dict):
         config["target"] = {k: v for k, v in config["target"].items() if k != "name"}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode())
-    weights = sorted(folder.glob("*.safetensors"))
-    by_content = sum(f.stat().st_size for f in weights) <= HASH_CONTENT_UP_TO
-    for f in weights:
+    weights = [(folder / name, size) for name, size, _ in stamp[1:]]
+    by_content = sum(size for _, size in weights) <= HASH_CONTENT_UP_TO
+    for f, size in weights:
         digest.update(f.name.encode())
-        digest.update(f.read_bytes() if by_content else str(f.stat().st_size).encode())
+        digest.update(f.read_bytes() if by_content else str(size).encode())
     return "dir:" + digest.hexdigest()[:16]

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -86,6 +87,9 @@ def test_hashes_name_weights_not_paths(tmp_path):
     cell = next(c for c in cells(here) if c.drafter == "eagle")
     assert cell_hash(here, cell, here.drafters[0]) == cell_hash(there, cell, there.drafters[0])
     assert cell_hash(here, cell, here.drafters[0]) != cell_hash(retrained, cell, retrained.drafters[0])
+    head = Path(here.drafters[0].checkpoint) / "model.safetensors"
+    head.write_bytes(b"u" * 16)  # retrained in place: the per-folder memo must not serve the old digest
+    assert config_hash(here) not in {config_hash(there), config_hash(retrained)}
 
 
 @pytest.mark.parametrize("text", ["0", "2000", "16,0", "x"])

@@ -135,16 +135,16 @@ def run_sweep(
 
     ``derived`` adds tables computed from the requests rows (the ablation), rebuilt with the rest.
     """
-    chash = config_hash(config)
+    chash, shash = config_hash(config), settings_hash(config)
     store = RunStore(out)
     with store.locked():
-        previous = store.prepare(chash, force, settings_hash(config))
+        previous = store.prepare(chash, force, shash)
         engine = ENGINES.get(config.engine)(config.target, config.device, config.dtype)
         workloads = {name: load_workload(name, engine, config, data_dir) for name in config.suites}
         grid = list(cells(config))
         hashes = {c.cell_id: cell_hash(config, c, spec_for(config, c)) for c in grid}
         finished = store.finished(hashes)
-        manifest = _manifest(previous, config, chash, kind, command, engine, workloads, data_dir, len(grid))
+        manifest = _manifest(previous, config, chash, shash, kind, command, engine, workloads, data_dir, len(grid))
         manifest["sessions"][-1]["cells_done_before"] = len(finished)
         store.write_manifest(manifest)
         todo = [c for c in grid if c.cell_id not in finished]
@@ -170,7 +170,7 @@ def run_sweep(
 
 
 def _manifest(
-    previous: dict[str, Any] | None, config: SweepConfig, chash: str, kind: str, command: list[str],
+    previous: dict[str, Any] | None, config: SweepConfig, chash: str, shash: str, kind: str, command: list[str],
     engine: Engine, workloads: dict[str, Workload], data_dir: Path | None, n_cells: int,
 ) -> dict[str, Any]:  # fmt: skip
     """The run's manifest with a new session appended; a resumed run must see the same prompts.
@@ -197,8 +197,8 @@ def _manifest(
     manifest = previous or {"run_id": f"{started[:10]}-{chash[:8]}-{uuid.uuid4().hex[:6]}", "kind": kind,
                             "started": started, "sessions": []}
     manifest.update({
-        "command": " ".join(command), "config": config_dict(config), "config_hash": chash,
-        "settings_hash": settings_hash(config), **env,
+        "command": " ".join(command), "config": config_dict(config), "config_hash": chash, "settings_hash": shash,
+        **env,
         "data_dir": str(data_dir) if data_dir else None, "suites": suites, "n_cells": n_cells, "finished": None,
     })
     manifest["sessions"].append({

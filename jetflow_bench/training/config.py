@@ -78,7 +78,10 @@ class TrainConfig:
         return self.head or DEFAULT_HEAD[self.drafter]
 
     @property
-    def resolved_layout(self) -> str:
+    def resolved_layout(self) -> str | None:
+        """Training-block layout of a block head; None for eagle, which trains no blocks."""
+        if self.drafter == "eagle":
+            return None
         if self.layout:
             return self.layout
         return "packed" if self.drafter == "jetflow" and self.mode == "causal" else "prefix"

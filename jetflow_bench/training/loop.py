@@ -170,7 +170,7 @@ def train_drafter(
                 break
     info = {
         "config": config.to_dict(), "steps_done": done, "target_fingerprint": model_fingerprint(runner.name),
-        "block_layout": None if config.drafter == "eagle" else config.resolved_layout,
+        "block_layout": config.resolved_layout,
         "sequences": len(batcher.sequences), "training_tokens": batcher.token_count(),
         "first_loss": losses[0] if losses else None, "last_loss_mean": sum(losses[-10:]) / max(1, len(losses[-10:])),
         "last_top1_agreement": agree, "losses": [round(x, 4) for x in losses], "seconds": time.perf_counter() - started,

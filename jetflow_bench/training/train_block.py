@@ -29,11 +29,10 @@ from dataclasses import dataclass
 import torch
 
 from drafters.head import DraftHead
-from drafters.masks import block_allowed, context_allowed, join
+from drafters.masks import block_allowed, context_allowed, join, tree_allowed
 from jetflow_bench.training.config import TrainConfig
 from jetflow_bench.training.losses import depth_weights, distill_loss
 from jetflow_bench.training.teacher import TeacherBatch
-from jetflow_bench.tree import ancestor_mask
 
 
 @dataclass
@@ -69,14 +68,14 @@ def packed_group(count: int, batch: int, n: int, device: torch.device) -> BlockG
     parents = torch.cat([chain - 1, chain])[None]  # (1, 2D): chain, then one query per chain node
     depths = torch.cat([chain, chain + 1])[None]
     is_mask = torch.arange(2 * d, device=device) >= d
-    return BlockGroup(count, depths[0], ancestor_mask(parents, depths)[0], is_mask.expand(batch, count, -1),
+    return BlockGroup(count, depths[0], tree_allowed(parents, depths)[0], is_mask.expand(batch, count, -1),
                       torch.ones(batch, count, 2 * d, dtype=torch.long, device=device))
 
 
 def block_groups(config: TrainConfig, mode: str, batch: int, generator: torch.Generator, device) -> list[BlockGroup]:
     """The step's block layouts (see the module docstring)."""
     a, n = config.anchors, config.block_size
-    if config.drafter == "jetflow" and config.resolved_layout == "packed":
+    if config.resolved_layout == "packed":
         all_mask = round(a * config.prefix_zero)
         groups = [prefix_group(mode, torch.zeros(batch, all_mask, dtype=torch.long), n, device)] if all_mask else []
         return [*groups, packed_group(a - all_mask, batch, n, device)] if a > all_mask else groups
