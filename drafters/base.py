@@ -21,6 +21,25 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class DraftCost:
+    """What drafting cost during one engine step, for each row of the batch (raw counters).
+
+    Covers ``propose`` and the ``observe`` that follows it. A batched head forward counts once in
+    ``passes`` (rows run it together) and in full in every row's ``entries``; FLOPs of batched work
+    are shared equally among the step's rows.
+    """
+
+    passes: int  # sequential drafter forwards this step (EAGLE: one per depth; JetFlow: 1 + r; ngram: 0)
+    entries: list[int]  # (B,) token positions the head processed for each row, summed over passes
+    flops: list[float]  # (B,) estimated FLOPs spent on each row (jetflow_bench.flops)
+
+    @classmethod
+    def free(cls, rows: int) -> DraftCost:
+        """Drafting without a model (prompt lookup, test doubles): nothing the counters measure."""
+        return cls(0, [0] * rows, [0.0] * rows)
+
+
+@dataclass
 class SequenceView:
     """What a drafter may read about one sequence. Owned by the engine; do not mutate."""
 
@@ -55,6 +74,14 @@ class Drafter(ABC):
     @abstractmethod
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
         """One tree per sequence, root = ``seq.tokens[-1]``, at most ``budget`` nodes."""
+
+    def take_cost(self, rows: int) -> DraftCost:
+        """The drafting cost since the last call, for the ``rows`` sequences of the step just drafted.
+
+        The engine calls it once per step after ``observe`` (and once after the prompt's
+        ``observe``, whose cost belongs to prefill). Drafters that run a model override this.
+        """
+        return DraftCost.free(rows)
 
     def describe(self) -> dict[str, Any]:
         """Settings that identify this drafter's configuration (goes into config hashes)."""

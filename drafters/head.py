@@ -24,7 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from drafters.base import DraftCost
 from jetflow_bench.attention import AttentionFn, get_attention
+from jetflow_bench.flops import TransformerShape, matrix_params
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,38 @@ class DraftLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
+class HeadMeter:
+    """Counts an inference head's forwards and their FLOPs until `take` hands them over.
+
+    The head calls it from ``forward`` (one pass over (B, N) entries attending to T + N keys),
+    ``logits`` (LM-head rows), ``fuse`` (committed context tokens: fusion + context k/v) and
+    ``eagle_inputs`` (EAGLE's input projection); formulas in `jetflow_bench.flops`.
+    """
+
+    def __init__(self, head: DraftHead) -> None:
+        cfg = head.cfg
+        self.shape = TransformerShape.of(list(head.layers), head._shared[1], cfg.num_heads, cfg.head_dim)
+        self.context_params = matrix_params([head.fc]) + sum(
+            matrix_params([layer.self_attn.k_proj, layer.self_attn.v_proj]) for layer in head.layers
+        )  # per committed token: fusion Linear + every layer's context k/v projections
+        self.input_params = matrix_params([head.input_proj]) if cfg.eagle_input else 0
+        self.passes, self.entries, self.flops = 0, 0, 0.0
+
+    def forward(self, rows: int, entries: int, keys: int) -> None:
+        self.passes += 1
+        self.entries += entries
+        self.flops += rows * self.shape.layer_flops(entries, keys)
+
+    def add(self, flops: float) -> None:
+        self.flops += flops
+
+    def take(self, rows: int) -> DraftCost:
+        share = self.flops / rows if rows else 0.0
+        cost = DraftCost(self.passes, [self.entries] * rows, [share] * rows)
+        self.passes, self.entries, self.flops = 0, 0, 0.0
+        return cost
+
+
 class DraftHead(nn.Module):
     """Fusion + draft layers + final norm; the target's embedding and LM head are borrowed."""
 
@@ -187,6 +221,12 @@ class DraftHead(nn.Module):
         self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
         self._shared = (embed, lm_head)  # a tuple, so nn.Module registers neither (not saved, not trained)
         self.attend = get_attention(attention)
+        self.meter: HeadMeter | None = None  # set by an inference drafter (`count_cost`); None in training
+
+    def count_cost(self) -> HeadMeter:
+        """Start counting this head's forwards and FLOPs (inference)."""
+        self.meter = HeadMeter(self)
+        return self.meter
 
     def init_weights(self, seed: int) -> None:
         """Fresh head: small normal weights, unit norms, MASK = the mask token's embedding."""
@@ -207,10 +247,14 @@ class DraftHead(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (..., H) -> draft logits (..., V) through the target's LM head."""
+        if self.meter is not None:
+            self.meter.add(self.meter.shape.lm_head_flops(hidden.shape[:-1].numel()))
         return self._shared[1](hidden)
 
     def fuse(self, taps: torch.Tensor) -> torch.Tensor:
         """Tapped target states (..., K, H) in ``cfg.taps`` order -> fused features (..., H)."""
+        if self.meter is not None:  # each fused token also gets its context k/v in every layer
+            self.meter.add(2 * self.meter.context_params * taps.shape[:-2].numel())
         return self.hidden_norm(self.fc(taps.flatten(-2)))
 
     def block_inputs(self, tokens: torch.Tensor, is_mask: torch.Tensor) -> torch.Tensor:
@@ -219,6 +263,8 @@ class DraftHead(nn.Module):
 
     def eagle_inputs(self, tokens: torch.Tensor, parent_features: torch.Tensor) -> torch.Tensor:
         """EAGLE entry: token embedding fused with the feature of the position before it. (B, N, H)."""
+        if self.meter is not None:
+            self.meter.add(2 * self.meter.input_params * tokens.numel())
         return self.input_proj(torch.cat([self.embed(tokens), parent_features], dim=-1))
 
     # ------------------------------------------------------------------ attention
@@ -234,6 +280,8 @@ class DraftHead(nn.Module):
         mask: torch.Tensor,  # (B, 1, N, T + N) additive, over [context ; entries]
         store: KVStore,
     ) -> torch.Tensor:  # (B, N, H) normalised output features (LM-head input; EAGLE feeds them back)
+        if self.meter is not None:
+            self.meter.forward(x.shape[0], x.shape[1], mask.shape[-1])
         cos, sin = self.rotary(positions, x.dtype)
         h = x
         for i, layer in enumerate(self.layers):

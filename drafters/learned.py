@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from drafters.base import Drafter, SequenceView
+from drafters.base import DraftCost, Drafter, SequenceView
 from drafters.checkpoint import HeadInfo, load_head
 from drafters.head import DraftHead
 from drafters.head_cache import ContextCache
@@ -43,6 +43,7 @@ class LearnedDrafter(Drafter):
         order = sorted(set(self.taps))  # the target hands taps over in ascending layer order
         self._tap_index = torch.tensor([order.index(t) for t in self.taps])  # (K,) into observe's K axis
         self.cache: ContextCache | None = None
+        self.meter = head.count_cost()
 
     @classmethod
     def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> LearnedDrafter:
@@ -80,6 +81,9 @@ class LearnedDrafter(Drafter):
         self.cache.align(seqs)
         index = self._tap_index.to(features[0].device)
         self.cache.append([f.index_select(1, index) for f in features])
+
+    def take_cost(self, rows: int) -> DraftCost:
+        return self.meter.take(rows)
 
     def require_cache(self, seqs: Sequence[SequenceView]) -> ContextCache:
         if self.cache is None:

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from drafters.base import Drafter, SequenceView
+from drafters.base import DraftCost, Drafter, SequenceView
 from jetflow_bench.acceptance import greedy_accept
+from jetflow_bench.arms import AR_ARM
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import synchronize
 from jetflow_bench.stopping import StopRule
@@ -35,9 +36,14 @@ class StepRecord:
     active: int  # sequences in that forward
     budget: int  # nodes allowed per tree, root included
     drafted: int  # drafted nodes (root excluded)
-    accepted: int  # drafted tokens accepted
-    emitted: int  # tokens appended after stop truncation
+    accepted: int  # drafted tokens accepted AND kept after stop truncation (what τ counts)
+    accepted_raw: int  # drafted tokens accepted by verification, before stop truncation
+    emitted: int  # tokens appended after stop truncation (kept accepted + the bonus if kept)
     depth: int  # tree depth
+    draft_passes: int  # sequential drafter forwards in this step (rows of one forward share it)
+    draft_entries: int  # token positions the draft head processed for this row, summed over passes
+    draft_flops: float  # estimated drafting FLOPs for this row (jetflow_bench.flops)
+    verify_flops: float  # estimated FLOPs of this row's tree in the target forward
     draft_s: float  # drafter: propose + observe (head forwards, tree building inside the drafter)
     verify_s: float  # the target forward only
     other_s: float  # engine overhead: tree checks, masks, acceptance, KV commit, stop rules
@@ -147,6 +153,7 @@ def generate(
         if batch.active:
             features = None if out.hidden is None else [out.hidden[i, : len(prompts[i])] for i in batch.active]
             drafter.observe(batch.views(), features)
+        drafter.take_cost(len(batch.active))  # the prompt's context features belong to prefill
     steps: list[StepRecord] = []
     while batch.active:
         steps.extend(_speculative_step(target, batch, budget, drafter))
@@ -158,6 +165,8 @@ def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter:
 
     Acceptance (greedy): keep the deepest tree node whose whole root path matches the target's
     argmax at each parent, then append the target's argmax at that node (the bonus token).
+    Counting: a row's `accepted` is what survives the stop rule — when EOS, a stop string or
+    max_new_tokens cuts the final step, the accepted tokens past the cut were never emitted.
     """
     views, clock = batch.views(), batch.clock
     t0 = clock()
@@ -174,7 +183,7 @@ def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter:
     )
     target.commit(acc.paths)
     rows = list(batch.active)
-    before = [len(v.tokens) for v in views]
+    before = [len(v.tokens) for v in views]  # committed length + 1: the root is not cached yet
     for i in rows:
         batch.steps_done[i] += 1
     for row, seq in enumerate(views):
@@ -188,13 +197,16 @@ def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter:
         features = None if ver.hidden is None else [ver.hidden[r, acc.paths[r]] for r in keep]
         drafter.observe(batch.views(), features)
     t5 = clock()
+    cost = drafter.take_cost(len(rows)) if drafter else DraftCost.free(len(rows))
     batch.batch_steps += 1
     return [
         StepRecord(
             request=i, step=batch.steps_done[i] - 1, batch_step=batch.batch_steps - 1, active=len(rows),
-            budget=budget, drafted=len(trees[row]) - 1, accepted=acc.accepted[row], emitted=emitted[row],
-            depth=trees[row].depth, draft_s=(t1 - t0) + (t5 - t4), verify_s=t3 - t2,
-            other_s=(t2 - t1) + (t4 - t3),
+            budget=budget, drafted=len(trees[row]) - 1, accepted=min(acc.accepted[row], emitted[row]),
+            accepted_raw=acc.accepted[row], emitted=emitted[row], depth=trees[row].depth,
+            draft_passes=cost.passes, draft_entries=cost.entries[row], draft_flops=cost.flops[row],
+            verify_flops=target.shape.forward_flops(len(trees[row]), before[row] - 1 + len(trees[row])),
+            draft_s=(t1 - t0) + (t5 - t4), verify_s=t3 - t2, other_s=(t2 - t1) + (t4 - t3),
         )
         for row, i in enumerate(rows)
     ]
@@ -210,7 +222,7 @@ def _shrink(target: TargetRunner, batch: _Batch, keep: list[int]) -> None:
 
 def _check_trees(trees: list[DraftTree], views: list[SequenceView], budget: int, drafter: Drafter | None) -> None:
     """A plug-in's tree must fit the budget and grow from the committed last token."""
-    name = drafter.name if drafter else "ar"
+    name = drafter.name if drafter else AR_ARM
     if len(trees) != len(views):
         raise RuntimeError(f"drafter {name!r} returned {len(trees)} trees for {len(views)} sequences")
     for tree, view in zip(trees, views, strict=True):

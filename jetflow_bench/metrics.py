@@ -1,12 +1,14 @@
-"""Every benchmark rate, derived from the engine's raw counters (pure functions, DESIGN.md §4).
+"""Every benchmark rate, derived from the engine's raw counters (pure functions; docs/methodology.md).
 
 The engine records counters, never rates; this module turns them into the summary table. Inputs
 are two tidy frames (plus an optional third):
 
 - steps — one row per (verify step, request): cell keys, `request`, `step`, `batch_step`,
-  `active`, `drafted` (nodes, root excluded), `accepted`, `emitted`, `depth`, `budget` (B, root
-  included), `draft_s` / `verify_s` / `other_s` (seconds of the whole *batched* step, repeated on
-  every row of that `batch_step`).
+  `active`, `drafted` (nodes, root excluded), `accepted` (kept after the stop rule),
+  `accepted_raw` (before it), `emitted`, `depth`, `budget` (B, root included), the draft-cost
+  counters `draft_passes`, `draft_entries`, `draft_flops`, `verify_flops`, and `draft_s` /
+  `verify_s` / `other_s` (seconds of the whole *batched* step, repeated on every row of that
+  `batch_step`).
 - requests — one row per request: cell keys, `request`, `prompt_tokens`, `new_tokens`, `ttft_s`,
   `decode_s`, `steps`, `correct` (bool or NA = not scored), `lossless`, `excused`.
 - cells (optional) — one row per cell: cell keys, `wall_s` (the cell's wall-clock span).
@@ -25,9 +27,12 @@ import numpy as np
 import pandas as pd
 from pandas.api.typing import DataFrameGroupBy
 
+from jetflow_bench.arms import AR_ARM
 from jetflow_bench.errors import JfbenchError
 
 STEP_TIME_COLUMNS = ("draft_s", "verify_s", "other_s")
+DRAFT_COST_COLUMNS = ("draft_passes", "draft_entries", "draft_flops")  # the drafter's, per step row
+COST_COLUMNS = (*DRAFT_COST_COLUMNS, "verify_flops")
 SPEEDUP_FIELDS = ("micro", "micro_lo", "micro_hi", "macro", "macro_lo", "macro_hi")
 TimeKind = Literal["decode", "e2e"]
 
@@ -46,25 +51,39 @@ def _grouped(frame: pd.DataFrame, keys: list[str]) -> DataFrameGroupBy:
 
 
 def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None = None) -> pd.DataFrame:
-    """Acceptance counters and rates per cell, one row per cell.
+    """Acceptance counters, rates and draft cost per cell, one row per cell.
 
-    With N = number of step rows and sums over them:
-        tau               = 1 + Σaccepted / N          (tokens per verify step, bonus included)
+    `accepted` counts drafted tokens kept after the stop rule; `accepted_raw` those accepted by
+    verification before it (they differ only on a request's final step). With N = number of step
+    rows, N_d = rows that drafted at least one token, and sums over rows:
+        tau               = Σemitted / N               (tokens per verify step, bonus included)
+        accepted_per_step = Σaccepted / N              (bonus excluded; = tau − 1 except for the
+                                                        final bonus tokens a stop rule cut)
+        tau_per_draft     = 1 + Σaccepted / N_d        (vLLM's "mean acceptance length": steps that
+                                                        proposed nothing do not count; NaN if N_d = 0)
         alpha             = Σaccepted / Σdrafted       (NaN when nothing was drafted, e.g. AR)
         budget_efficiency = Σaccepted / Σ(budget − 1)  (NaN when B = 1 throughout)
         a_d               = #{steps: accepted ≥ d} / N,        d = 1..D
         p_d               = a_d / a_{d−1},  a_0 = 1            (NaN when a_{d−1} = 0)
         accept_hist       = JSON list, element k = #{steps: accepted = k}
+        draft_passes, draft_entries, draft_flops, verify_flops = their means per step row
+                            (NaN for rows recorded before these counters existed)
     D = `max_depth` if given (so several runs share columns) else the largest `accepted` in
     `steps`; the histogram always runs to max(D, largest accepted) so it never drops a step.
-    Columns: keys..., n_steps, drafted, accepted, tau, alpha, budget_efficiency, a_1..a_D,
-    p_1..p_D, accept_hist.
+    Columns: keys..., n_steps, drafted, accepted, accepted_raw, tau, accepted_per_step,
+    tau_per_draft, alpha, budget_efficiency, draft_passes, draft_entries, draft_flops,
+    verify_flops, a_1..a_D, p_1..p_D, accept_hist.
     """
     most = int(steps["accepted"].max()) if len(steps) else 0
     depth = most if max_depth is None else max_depth
-    sums = _grouped(steps.assign(slots=steps["budget"] - 1), keys).agg(
+    rows = steps.assign(
+        slots=steps["budget"] - 1, drafting=steps["drafted"] > 0,
+        **{c: steps.get(c, np.nan) for c in ("accepted_raw", *COST_COLUMNS)},
+    )
+    sums = _grouped(rows, keys).agg(
         n_steps=("accepted", "size"), drafted=("drafted", "sum"), accepted=("accepted", "sum"),
-        slots=("slots", "sum"),
+        accepted_raw=("accepted_raw", "sum"), emitted=("emitted", "sum"), slots=("slots", "sum"),
+        drafting=("drafting", "sum"), **{c: (c, "mean") for c in COST_COLUMNS},
     )
     # counts[k] = steps accepting exactly k; at_least[d] = steps accepting ≥ d (reverse cumsum).
     counts = (
@@ -73,10 +92,14 @@ def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None
         .reindex(sums.index)
     )
     at_least = counts.to_numpy()[:, ::-1].cumsum(axis=1)[:, ::-1]  # (cells, H+1); at_least[:, 0] = N
-    out = sums.drop(columns="slots")
-    out["tau"] = 1 + _div(sums["accepted"], sums["n_steps"])
+    out = sums[["n_steps", "drafted", "accepted", "accepted_raw"]].copy()
+    out["tau"] = _div(sums["emitted"], sums["n_steps"])
+    out["accepted_per_step"] = _div(sums["accepted"], sums["n_steps"])
+    out["tau_per_draft"] = 1 + _div(sums["accepted"], sums["drafting"])
     out["alpha"] = _div(sums["accepted"], sums["drafted"])
     out["budget_efficiency"] = _div(sums["accepted"], sums["slots"])
+    for c in COST_COLUMNS:
+        out[c] = sums[c]
     for d in range(1, depth + 1):
         out[f"a_{d}"] = _div(at_least[:, d], at_least[:, 0])
     for d in range(1, depth + 1):
@@ -230,8 +253,8 @@ def speedup(
 
 
 def is_ar(requests: pd.DataFrame) -> pd.Series:
-    """Default baseline predicate: rows of the plain autoregressive arm (drafter == "ar")."""
-    return requests["drafter"] == "ar"
+    """Default baseline predicate: rows of the plain autoregressive arm (drafter == AR_ARM)."""
+    return requests["drafter"] == AR_ARM
 
 
 def baseline_stats(
@@ -290,8 +313,9 @@ def summarize(
     """The summary table: one row per cell, every column derived from the raw rows.
 
     Joins `acceptance_stats`, `time_stats`, `baseline_stats` and `quality_stats` (see each for
-    its formulas) on `keys`. Column order: keys..., n_requests, n_steps, drafted, accepted, tau,
-    alpha, budget_efficiency, a_1..a_D, p_1..p_D, accept_hist, new_tokens, tokens_per_s,
+    its formulas) on `keys`. Column order: keys..., n_requests, n_steps, drafted, accepted,
+    accepted_raw, tau, accepted_per_step, tau_per_draft, alpha, budget_efficiency, draft_passes,
+    draft_entries, draft_flops, verify_flops, a_1..a_D, p_1..p_D, accept_hist, new_tokens, tokens_per_s,
     seq_tokens_per_s, wall_s, tpot_s, ttft_s, draft_s, verify_s, other_s, other_share,
     speedup_decode_micro(_lo, _hi), speedup_decode_macro(_lo, _hi), speedup_e2e_micro(_lo, _hi),
     speedup_e2e_macro(_lo, _hi), accuracy, baseline_accuracy, lossless_unexcused, lossless_excused.

@@ -18,6 +18,7 @@ from torch import nn
 
 from jetflow_bench.attention import additive_mask, get_attention
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.flops import TransformerShape
 from jetflow_bench.kv_cache import KVCache
 from jetflow_bench.runtime import resolve_device, resolve_dtype
 from jetflow_bench.tree import DraftTree, ancestor_mask, pad_trees
@@ -77,6 +78,7 @@ class TargetRunner:
         self.q_heads = self.config.num_attention_heads
         self.kv_heads = self.config.num_key_value_heads
         self.scale = first.scaling
+        self.shape = TransformerShape.of(self.layers, self.lm_head, self.q_heads, self.head_dim)  # for FLOP counts
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.context_window = int(getattr(self.config, "max_position_embeddings", 1 << 30))

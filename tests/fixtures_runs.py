@@ -48,8 +48,8 @@ def _cell_rows(
                 accepted = int(min(rng.geometric(1 - p) - 1, depth)) if p else 0
                 emitted = min(accepted + 1, left[r])
                 steps.append({**cell, "request": r, "step": step_no[r], "batch_step": batch_step,
-                              "active": active, "drafted": budget - 1, "accepted": emitted - 1,
-                              "emitted": emitted, "depth": depth, **times})
+                              "active": active, "drafted": budget - 1,
+                              "accepted": min(accepted, emitted), "accepted_raw": accepted, "emitted": emitted, "depth": depth, **times})
                 left[r] -= emitted
                 step_no[r] += 1
                 decode[r] += sum(times.values())

@@ -173,6 +173,23 @@ def test_untrained_heads_are_lossless(target, checkpoints, name, budget):
     for prompts in (PROMPTS, PROMPTS[:1]):
         result = generate(target, prompts, stop, budget=budget, drafter=drafter)
         assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in reference.requests[: len(prompts)]]
+        assert sum(s.accepted for s in result.steps) > 0, "losslessness means nothing if every draft was rejected"
+
+
+@pytest.mark.parametrize(("name", "options", "passes"), [
+    ("dflash", {}, 1), ("jetflow", {"refine_passes": 0}, 1), ("jetflow", {"refine_passes": 2}, 3),
+    ("eagle", {"depth": 5}, 5),
+])
+def test_draft_passes_and_entries_per_step(target, checkpoints, name, options, passes):
+    drafter = DRAFTERS.get(name).build(target, checkpoints[name], **options)
+    result = generate(target, PROMPTS, StopRule(10, frozenset()), budget=16, drafter=drafter)
+    block = HEADS[name].block_size
+    for s in result.steps:
+        assert s.draft_passes == passes and s.draft_flops > 0
+        if name == "dflash" or options.get("refine_passes") == 0:
+            assert s.draft_entries == block  # one pass over [anchor, MASK x D]
+        else:
+            assert s.draft_entries > block
 
 
 def test_head_for_another_target_is_a_one_line_error(target, tmp_path):

@@ -36,13 +36,16 @@ def test_ngram_is_lossless(runner, budget, batch_size):
     stop = StopRule(max_new_tokens=40, eos_token_ids=frozenset({1}))
     reference = [r.output_tokens for r in generate(runner, prompts, stop).requests]
     drafter = DRAFTERS.get("ngram")()
-    outputs = []
+    outputs, all_steps = [], []
     for start in range(0, len(prompts), batch_size):
         result = generate(runner, prompts[start : start + batch_size], stop, budget=budget, drafter=drafter)
         outputs += [r.output_tokens for r in result.requests]
+        all_steps += result.steps
     assert outputs == reference
-    if budget > 1:
+    if budget > 1:  # a drafter that rejects everything is trivially lossless: prove drafts were kept
         assert result.steps and max(s.drafted for s in result.steps) <= budget - 1
+        assert sum(s.accepted for s in all_steps) > 0
+        assert sum(s.emitted for s in all_steps) / len(all_steps) > 1.2  # τ on repetitive prompts
 
 
 @pytest.mark.parametrize("budget", [2, 8, 64])
@@ -56,6 +59,40 @@ def test_oracle_reaches_the_budget_limited_maximum(runner, budget):
     for r in result.requests:  # 1 token from prefill, then `budget` tokens per verify step
         assert r.steps == math.ceil((len(r.output_tokens) - 1) / budget)
     assert all(s.accepted == s.drafted for s in result.steps)
+
+
+def test_counts_obey_the_stop_rule_on_the_final_step(runner):
+    """The oracle knows 40 tokens but the stop rule keeps 30: every request's last step is cut
+    inside an accepted path, and only the kept tokens may count as accepted."""
+    prompts = repetitive_prompts(3, seed=7)
+    long = generate(runner, prompts, StopRule(max_new_tokens=40)).requests
+    oracle = OracleDrafter({tuple(p): r.output_tokens for p, r in zip(prompts, long, strict=True)})
+    result = generate(runner, prompts, StopRule(max_new_tokens=30), budget=8, drafter=oracle)
+    cut = 0
+    for r in result.requests:
+        rows = sorted((s for s in result.steps if s.request == r.request), key=lambda s: s.step)
+        assert sum(s.emitted for s in rows) == len(r.output_tokens) - 1  # the 1st token is prefill's
+        for s in rows[:-1]:
+            assert s.emitted == s.accepted + 1 and s.accepted == s.accepted_raw
+        final = rows[-1]
+        assert final.emitted <= final.accepted_raw + 1 and final.accepted == min(final.accepted_raw, final.emitted)
+        cut += final.accepted_raw - final.accepted
+    assert cut > 0, "the fixture must truncate some final step inside its accepted path"
+
+
+def test_verify_flops_follow_each_rows_tree_and_cache(runner):
+    prompts = repetitive_prompts(2, seed=3)
+    ngram = generate(runner, prompts, StopRule(max_new_tokens=12), budget=16, drafter=DRAFTERS.get("ngram")())
+    assert any(s.drafted for s in ngram.steps)
+    for s in ngram.steps:  # prompt lookup runs no model: no draft passes, entries or FLOPs
+        assert s.draft_passes == s.draft_entries == 0 and s.draft_flops == 0
+        assert s.verify_flops == runner.shape.forward_flops(s.drafted + 1, _cached(ngram, s, prompts) + s.drafted + 1)
+
+
+def _cached(result, step, prompts) -> int:
+    """Tokens in the target's cache when ``step`` ran: prompt + tokens emitted before it − the root."""
+    before = [s for s in result.steps if s.request == step.request and s.step < step.step]
+    return len(prompts[step.request]) + 1 + sum(s.emitted for s in before) - 1
 
 
 def test_ar_baseline_records_one_token_per_step(runner):

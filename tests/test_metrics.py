@@ -20,16 +20,26 @@ from jetflow_bench.metrics import (
 KEYS = ["suite", "drafter", "batch_size"]
 
 
-def make_steps(accepted: dict[int, list[int]], drafted: int, budget: int, **cell) -> pd.DataFrame:
-    """Batch-size-1 step rows: request r's steps run back to back, each its own batch_step."""
-    rows = [
-        {"request": r, "step": i, "accepted": a, "drafted": drafted, "budget": budget}
-        for r, accs in accepted.items() for i, a in enumerate(accs)
-    ]
+def make_steps(
+    accepted: dict[int, list[int]], drafted: int, budget: int, kept: dict[int, int] | None = None, **cell
+) -> pd.DataFrame:
+    """Batch-size-1 step rows: request r's steps run back to back, each its own batch_step.
+
+    ``accepted`` holds what verification accepted per step; ``kept[r]`` = tokens the stop rule
+    kept of request r's FINAL step (its accepted path + bonus, cut to that many), as the engine
+    records it: emitted = kept, accepted = min(raw, kept). Other steps emit accepted + 1.
+    """
+    kept = kept or {}
+    rows = []
+    for r, accs in accepted.items():
+        for i, raw in enumerate(accs):
+            emitted = kept[r] if r in kept and i == len(accs) - 1 else raw + 1
+            rows.append({"request": r, "step": i, "accepted": min(raw, emitted), "accepted_raw": raw,
+                         "emitted": emitted, "drafted": drafted, "budget": budget})
     frame = pd.DataFrame(rows).assign(**cell)
     return frame.assign(
-        batch_step=range(len(frame)), active=1, emitted=frame["accepted"] + 1, depth=budget - 1,
-        draft_s=0.01, verify_s=0.02, other_s=0.01,
+        batch_step=range(len(frame)), active=1, depth=budget - 1, draft_s=0.01, verify_s=0.02, other_s=0.01,
+        draft_passes=2, draft_entries=3 * budget, draft_flops=1e6, verify_flops=4e6,
     )
 
 
@@ -53,6 +63,41 @@ def test_tau_alpha_budget_efficiency_depths_and_histogram() -> None:
     assert [row["a_1"], row["a_2"], row["a_3"]] == pytest.approx([2 / 3, 2 / 3, 1 / 3])
     assert [row["p_1"], row["p_2"], row["p_3"]] == pytest.approx([2 / 3, 1.0, 1 / 2])
     assert json.loads(row["accept_hist"]) == [1, 0, 1, 1]
+
+
+def test_tau_counts_only_tokens_kept_after_the_stop_rule() -> None:
+    # Request 0: steps accept 3, 1, then 4 — but EOS sits at the 2nd token of the final step's path,
+    # so that step keeps 2 tokens (2 accepted drafts, no bonus). Request 1: steps accept 0, 2; its
+    # final step keeps both drafts and the bonus (3 tokens). Request 2: one step accepting 5 whose
+    # max_new_tokens cut keeps 4 drafts, no bonus.
+    steps = make_steps({0: [3, 1, 4], 1: [0, 2], 2: [5]}, drafted=6, budget=8, kept={0: 2, 1: 3, 2: 4},
+                       suite="s", drafter="jetflow", batch_size=1)
+    row = acceptance_stats(steps, KEYS).iloc[0]
+    emitted = 4 + 2 + 2 + 1 + 3 + 4  # per step: accepted + 1, except the three cut final steps
+    assert steps["emitted"].sum() == emitted == 16
+    kept_accepted = 3 + 1 + 2 + 0 + 2 + 4
+    assert row["n_steps"] == 6 and row["accepted"] == kept_accepted == 12 and row["accepted_raw"] == 15
+    assert row["tau"] == pytest.approx(emitted / 6)  # NOT 1 + 15/6 (the raw count)
+    assert row["accepted_per_step"] == pytest.approx(12 / 6)
+    assert row["alpha"] == pytest.approx(12 / 36)
+    # kept accepted per step: 3, 1, 2, 0, 2, 4 → at least d: d=1: 5, d=2: 4, d=3: 2, d=4: 1
+    assert [row[f"a_{d}"] for d in range(1, 5)] == pytest.approx([5 / 6, 4 / 6, 2 / 6, 1 / 6])
+    assert json.loads(row["accept_hist"]) == [1, 1, 2, 1, 1]
+    assert [row["draft_passes"], row["draft_entries"], row["draft_flops"], row["verify_flops"]] == [2, 24, 1e6, 4e6]
+
+
+def test_tau_per_draft_skips_steps_that_proposed_nothing() -> None:
+    steps = make_steps({0: [2, 0, 0, 3]}, drafted=4, budget=5, suite="s", drafter="ngram", batch_size=1)
+    steps.loc[[1, 2], "drafted"] = 0  # no prompt-lookup match in steps 1 and 2
+    row = acceptance_stats(steps, KEYS).iloc[0]
+    assert row["tau"] == pytest.approx((3 + 1 + 1 + 4) / 4)
+    assert row["tau_per_draft"] == pytest.approx(1 + 5 / 2)  # vLLM's mean acceptance length
+
+
+def test_old_step_rows_without_cost_counters_give_nan() -> None:
+    steps = make_steps({0: [1]}, drafted=3, budget=4, suite="s", drafter="jetflow", batch_size=1)
+    row = acceptance_stats(steps.drop(columns=["draft_passes", "verify_flops", "accepted_raw"]), KEYS).iloc[0]
+    assert math.isnan(row["draft_passes"]) and math.isnan(row["verify_flops"]) and row["draft_flops"] == 1e6
 
 
 def test_max_depth_pads_columns_and_empty_denominators_are_nan() -> None:
@@ -158,15 +203,16 @@ def test_summary_rows_are_rederivable_from_raw_rows() -> None:
                 for b in ("", "_lo", "_hi")]
     depth = [f"{x}_{d}" for x in "ap" for d in range(1, 5)]
     assert list(summary.columns) == [
-        *KEYS, "n_requests", "n_steps", "drafted", "accepted", "tau", "alpha", "budget_efficiency",
-        *depth, "accept_hist", "new_tokens", "tokens_per_s", "seq_tokens_per_s", "wall_s", "tpot_s",
+        *KEYS, "n_requests", "n_steps", "drafted", "accepted", "accepted_raw", "tau", "accepted_per_step",
+        "tau_per_draft", "alpha", "budget_efficiency", "draft_passes", "draft_entries", "draft_flops",
+        "verify_flops", *depth, "accept_hist", "new_tokens", "tokens_per_s", "seq_tokens_per_s", "wall_s", "tpot_s",
         "ttft_s", "draft_s", "verify_s", "other_s", "other_share", *speedups, "accuracy",
         "baseline_accuracy", "lossless_unexcused", "lossless_excused",
     ]
     rows = summary.set_index(["suite", "drafter"])
     jet, ar = rows.loc[("s", "jetflow")], rows.loc[("s", "ar")]
     jet_steps = steps[(steps["suite"] == "s") & (steps["drafter"] == "jetflow")]
-    assert jet["tau"] == pytest.approx(1 + jet_steps["accepted"].sum() / len(jet_steps)) == pytest.approx(1 + 11 / 6)
+    assert jet["tau"] == pytest.approx(jet_steps["emitted"].sum() / len(jet_steps)) == pytest.approx(1 + 11 / 6)
     assert jet["alpha"] == pytest.approx(11 / 36) and jet["budget_efficiency"] == pytest.approx(11 / 42)
     assert jet["a_3"] == pytest.approx(2 / 6) and jet["n_steps"] == 6
     assert jet["draft_s"] == pytest.approx(0.06) and jet["other_share"] == pytest.approx(0.25)

@@ -26,8 +26,9 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from jetflow_bench.arms import AR_ARM
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.report.loading import AR_DRAFTER, CELL_KEYS, SPEEDUP, Run, align, load_run
+from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run, align, load_run
 
 DEFAULT_BASELINE = Path("results/baselines/ci")
 GATED_DEPTHS = ("a_1", "a_2", "a_3")
@@ -132,7 +133,7 @@ def _compare_cell(row: pd.Series, tau_tol: float, speedup_warn: float) -> list[F
             if _drop(base, run, relative=False) > tau_tol:
                 found.append(Finding("fail", cell, depth, f"{depth} {base:.3f} → {run:.3f} (tolerance "
                                                           f"−{tau_tol:g} absolute)"))
-    if row["drafter"] != AR_DRAFTER and f"{SPEEDUP}_base" in row and f"{SPEEDUP}_run" in row:
+    if row["drafter"] != AR_ARM and f"{SPEEDUP}_base" in row and f"{SPEEDUP}_run" in row:
         base, run = float(row[f"{SPEEDUP}_base"]), float(row[f"{SPEEDUP}_run"])
         drop = _drop(base, run, relative=True)
         if drop > speedup_warn:

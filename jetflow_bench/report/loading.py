@@ -17,12 +17,12 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
+from jetflow_bench.arms import AR_ARM
 from jetflow_bench.errors import JfbenchError
 
-# The columns that identify one cell; the AR baseline has drafter "ar", budget 1, variant "default".
+# The columns that identify one cell; the AR baseline has drafter AR_ARM, budget 1, variant "default".
 # Equal to `jetflow_bench.sweep.grid.CELL_KEYS` (tested); repeated so reading results never imports torch.
 CELL_KEYS: tuple[str, ...] = ("suite", "drafter", "variant", "budget", "batch_size", "repeat")
-AR_DRAFTER = "ar"
 DEFAULT_VARIANT = "default"
 SPEEDUP = "speedup_decode_micro"  # the headline speed-up: decode-only, time-weighted (DESIGN.md §4)
 
@@ -86,7 +86,7 @@ class Run:
     def cells(self, drafters: bool = True) -> pd.DataFrame:
         """Summary rows of the default variant; `drafters=False` keeps only the AR baseline."""
         rows = self.summary[self.summary["variant"] == DEFAULT_VARIANT]
-        is_ar = rows["drafter"] == AR_DRAFTER
+        is_ar = rows["drafter"] == AR_ARM
         return rows[~is_ar if drafters else is_ar]
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 
+from jetflow_bench.arms import AR_ARM
+
 AR_COLOR = "#7f7f7f"
 FIXED: dict[str, str] = {
-    "ar": AR_COLOR,
+    AR_ARM: AR_COLOR,
     "jetflow": "#d55e00",  # vermillion: the method under study stands out
     "dflash": "#009e73",  # bluish green
     "eagle": "#0072b2",  # blue
@@ -23,7 +25,7 @@ FIXED: dict[str, str] = {
 # For names outside FIXED; none of these is close to a fixed colour or to grey.
 EXTRA: tuple[str, ...] = ("#56b4e9", "#f0e442", "#8c564b", "#17becf", "#bcbd22", "#9467bd", "#393b79", "#ad494a")
 # Legend order: baseline first, then the paper's families from oldest to newest.
-ORDER: tuple[str, ...] = ("ar", "ngram", "oracle", "eagle", "dflash", "jetflow")
+ORDER: tuple[str, ...] = (AR_ARM, "ngram", "oracle", "eagle", "dflash", "jetflow")
 
 
 def drafter_color(name: str) -> str:

@@ -23,7 +23,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from jetflow_bench.report.loading import AR_DRAFTER, CELL_KEYS, SPEEDUP, Run, depth_columns
+from jetflow_bench.arms import AR_ARM
+from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run, depth_columns
 from jetflow_bench.report.palette import AR_COLOR, drafter_color, drafter_order
 
 CPU_NOTE = (
@@ -167,8 +168,8 @@ def time_breakdown(run: Run) -> ReportFigure | None:
     steps = rows.join(run.batch_steps, on=keys)["batch_steps"]
     per_step = rows[["drafter", "budget"]].assign(**{p: 1e3 * rows[p] / steps for p in parts}).dropna()
     data = per_step.groupby(["drafter", "budget"], as_index=False)[list(parts)].mean()
-    ar_ms = data.loc[data["drafter"] == AR_DRAFTER, list(parts)].sum(axis=1)
-    drafters = [d for d in drafter_order(data["drafter"]) if d != AR_DRAFTER]
+    ar_ms = data.loc[data["drafter"] == AR_ARM, list(parts)].sum(axis=1)
+    drafters = [d for d in drafter_order(data["drafter"]) if d != AR_ARM]
     if not drafters:
         return None
     cols = min(len(drafters), 3)
@@ -209,8 +210,8 @@ def throughput_vs_batch(run: Run) -> ReportFigure | None:
         for drafter, line in best[best["suite"] == suite].groupby("drafter"):
             line = line.sort_values("batch_size")
             ax.plot(line["batch_size"], line["tokens_per_s"], marker="o", color=drafter_color(drafter),
-                    ls="--" if drafter == AR_DRAFTER else "-")
-            if drafter != AR_DRAFTER:
+                    ls="--" if drafter == AR_ARM else "-")
+            if drafter != AR_ARM:
                 for x, y, b in line[["batch_size", "tokens_per_s", "budget"]].itertuples(index=False):
                     ax.annotate(f"B={b}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
                                 color=drafter_color(drafter))

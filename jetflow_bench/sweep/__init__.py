@@ -20,18 +20,21 @@ Run-folder layout (``--out RUN``; plots, reports and regression checks read thes
       .lock              held while a sweep writes the folder (pid + host inside)
 
 Cell keys (first columns of every table): suite, drafter, variant, budget, batch_size, repeat.
-The AR baseline is drafter "ar", variant "default", budget 1.
+The AR baseline is drafter `AR_ARM` (jetflow_bench.arms), variant "default", budget 1.
 
-steps:    run_id, <cell keys>, request, step, batch_step, active, drafted, accepted, emitted, depth,
-          draft_s, verify_s, other_s  (the three times belong to the whole batched forward
-          `batch_step`, repeated on each of its rows; `budget` is the cell's B, root included)
+steps:    run_id, <cell keys>, request, step, batch_step, active, drafted, accepted (kept after the
+          stop rule), accepted_raw (before it), emitted, depth, draft_passes, draft_entries,
+          draft_flops, verify_flops, draft_s, verify_s, other_s  (the three times belong to the
+          whole batched forward `batch_step`, repeated on each of its rows; `budget` is the
+          cell's B, root included)
 requests: run_id, <cell keys>, request, record_id, prompt, prompt_hash, prompt_tokens (count),
           output_ids, output, new_tokens, finish_reason, ttft_s, decode_s, steps, drafted,
-          accepted, tau, lossless, excused, first_divergence (index into the generated tokens,
+          accepted, accepted_raw, emitted (sums of the step rows), tau (= emitted / steps), lossless, excused, first_divergence (index into the generated tokens,
           NA when lossless), tie_gap, correct (NA when the suite does not score), config_hash
 cells:    run_id, <cell keys>, cell_id, config_hash, engine, n_requests, wall_s, peak_mem_bytes,
           drafted_mean, drafted_max, budget_fill, started, finished
-summary:  <cell keys>, then `jetflow_bench.metrics.summarize`'s columns (tau, alpha,
+summary:  <cell keys>, then `jetflow_bench.metrics.summarize`'s columns (tau, accepted_per_step,
+          tau_per_draft, alpha, draft_passes, draft_entries, draft_flops, verify_flops,
           budget_efficiency, a_1..a_D, p_1..p_D, accept_hist, tokens_per_s, tpot_s, ttft_s,
           other_share, speedup_{decode,e2e}_{micro,macro}{,_lo,_hi}, accuracy, baseline_accuracy,
           lossless_unexcused, lossless_excused, ...), then drafted_mean, drafted_max,

@@ -9,7 +9,7 @@ arm (variant "default") and the AR baseline, so resume, losslessness and the sum
 ablation table — one row per drafter × variant × suite × budget × batch size, repeats pooled:
     tau, tau_default, tau_delta (+ _lo, _hi)
     speedup_decode_micro, speedup_default, speedup_delta (+ _lo, _hi)
-with tau = 1 + Σaccepted / Σsteps and speedup = Σ AR decode_s / Σ arm decode_s over the prompts
+with tau = Σemitted / Σsteps and speedup = Σ AR decode_s / Σ arm decode_s over the prompts
 (both arms' sums pool all repeats). The CI is a paired percentile bootstrap over prompts: each
 resample draws prompts with replacement and uses the same draw for the variant, the default
 and the AR baseline, so prompt difficulty cancels out of the deltas.
@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from jetflow_bench.arms import AR_ARM
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.metrics import _div
-from jetflow_bench.sweep.grid import AR, DEFAULT_VARIANT, DrafterSpec
+from jetflow_bench.sweep.grid import DEFAULT_VARIANT, DrafterSpec
 
 # Ablation flag -> (stage, drafter option). "train" options need their own weights.
 AXES: dict[str, tuple[str, str]] = {
@@ -122,20 +123,20 @@ def with_checkpoints(
 
 
 def _per_prompt(requests: pd.DataFrame) -> pd.DataFrame:
-    """Sums over repeats per prompt: accepted, steps, decode_s (index: request)."""
-    return requests.groupby("request")[["accepted", "steps", "decode_s"]].sum()
+    """Sums over repeats per prompt: emitted, steps, decode_s (index: request)."""
+    return requests.groupby("request")[["emitted", "steps", "decode_s"]].sum()
 
 
 def _stats(arm: pd.DataFrame, ar: pd.DataFrame, idx: np.ndarray) -> dict[str, np.ndarray]:
     """tau and micro speed-up of ``arm`` for each row of prompt positions ``idx`` (n_boot, n)."""
-    acc, steps, time = (arm[c].to_numpy(float)[idx].sum(axis=-1) for c in ("accepted", "steps", "decode_s"))
-    return {"tau": 1 + _div(acc, steps), "speedup": _div(ar["decode_s"].to_numpy(float)[idx].sum(axis=-1), time)}
+    emitted, steps, time = (arm[c].to_numpy(float)[idx].sum(axis=-1) for c in ("emitted", "steps", "decode_s"))
+    return {"tau": _div(emitted, steps), "speedup": _div(ar["decode_s"].to_numpy(float)[idx].sum(axis=-1), time)}
 
 
 def ablation_table(requests: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Deltas of every non-default variant against its default arm; see the module docstring."""
     group_keys = ["suite", "budget", "batch_size"]
-    arms = requests[requests["drafter"] != AR]
+    arms = requests[requests["drafter"] != AR_ARM]
     rows = []
     for (drafter, variant, suite, budget, batch_size), arm in arms.groupby(["drafter", "variant", *group_keys]):
         if variant == DEFAULT_VARIANT:
@@ -143,7 +144,7 @@ def ablation_table(requests: pd.DataFrame, n_boot: int = 1000, seed: int = 0) ->
         same = (requests["suite"] == suite) & (requests["batch_size"] == batch_size)
         default = requests[same & (requests["drafter"] == drafter) & (requests["variant"] == DEFAULT_VARIANT)
                            & (requests["budget"] == budget)]
-        ar = requests[same & (requests["drafter"] == AR)]
+        ar = requests[same & (requests["drafter"] == AR_ARM)]
         if default.empty or ar.empty:
             continue
         frames = [_per_prompt(f) for f in (arm, default, ar)]

@@ -27,7 +27,7 @@ from drafters import Drafter
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.stopping import StopRule
 from jetflow_bench.sweep.grid import (
-    AR,
+    AR_ARM,
     DEFAULT_VARIANT,
     Cell,
     DrafterSpec,
@@ -252,7 +252,7 @@ class _CellLoop:
         """Per request: identical to the paired AR cell's tokens, or an (excused?) divergence."""
         if cell.is_baseline:
             return {i: Verdict(True, False, None, None) for i in outputs}
-        baseline = Cell(cell.suite, AR, DEFAULT_VARIANT, 1, cell.batch_size, cell.repeat)
+        baseline = Cell(cell.suite, AR_ARM, DEFAULT_VARIANT, 1, cell.batch_size, cell.repeat)
         reference = self.store.cell_requests(baseline.cell_id).set_index("request")["output_ids"]
         return {
             i: judge(work.prompts[i].tokens, list(reference[i]), out, self.engine.next_token_logits, self.config.tie_eps)
@@ -266,7 +266,7 @@ def fill_notes(summary: pd.DataFrame) -> list[str]:
     The budget is not shrunk to what the drafter can fill: its cells keep B, and `budget_fill`
     (mean drafted / (B − 1)) and `drafted_max` in the summary show how much of it was used.
     """
-    arms = summary[(summary["drafter"] != "ar") & summary["drafted_max"].notna()]
+    arms = summary[(summary["drafter"] != AR_ARM) & summary["drafted_max"].notna()]
     notes = []
     for (drafter, variant, budget), group in arms.groupby(["drafter", "variant", "budget"]):
         most = int(group["drafted_max"].max())

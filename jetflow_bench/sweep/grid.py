@@ -1,7 +1,7 @@
 """The sweep's configuration, its grid of cells, and the hashes that identify both.
 
 A *cell* is one measured combination of the cell keys ``suite, drafter, variant, budget,
-batch_size, repeat``. The AR baseline is a cell like any other (drafter "ar", variant "default",
+batch_size, repeat``. The AR baseline is a cell like any other (drafter `AR_ARM`, variant "default",
 budget 1) and is run for every (suite, batch_size, repeat) before the drafters that pair with it,
 so that losslessness can be checked against it as soon as a drafter cell finishes.
 
@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jetflow_bench.arms import AR_ARM
 from jetflow_bench.engine import check_budget
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
 
 CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat"]
 PAIR_KEYS = ["suite", "batch_size", "repeat"]  # a drafter cell's AR baseline shares these
-AR = "ar"
 DEFAULT_VARIANT = "default"
 GRID_FIELDS = ("drafters", "suites", "budgets", "batch_sizes", "repeats")  # not part of a cell's hash
 
@@ -53,7 +53,7 @@ class DrafterSpec:
         return self.name if self.variant == DEFAULT_VARIANT else f"{self.name}[{self.variant}]"
 
 
-AR_SPEC = DrafterSpec(AR)
+AR_SPEC = DrafterSpec(AR_ARM)
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class Cell:
 
     @property
     def is_baseline(self) -> bool:
-        return self.drafter == AR
+        return self.drafter == AR_ARM
 
     @property
     def keys(self) -> dict[str, Any]:
@@ -185,7 +185,7 @@ def cells(config: SweepConfig) -> Iterator[Cell]:
     for repeat in range(config.repeats):
         for suite in config.suites:
             for batch_size in config.batch_sizes:
-                yield Cell(suite, AR, DEFAULT_VARIANT, 1, batch_size, repeat)
+                yield Cell(suite, AR_ARM, DEFAULT_VARIANT, 1, batch_size, repeat)
                 for spec in config.drafters:
                     for budget in config.budgets:
                         yield Cell(suite, spec.name, spec.variant, budget, batch_size, repeat)
@@ -227,8 +227,8 @@ def parse_drafters(text: str) -> list[tuple[str, Path | None]]:
     for item in parse_names(text, "--drafters"):
         name, _, path = item.partition("=")
         name = name.strip()
-        if name.lower() == AR:
-            raise JfbenchError("--drafters: the AR baseline 'ar' is always run; list only drafters")
+        if name.lower() == AR_ARM:
+            raise JfbenchError(f"--drafters: the AR baseline {AR_ARM!r} is always run; list only drafters")
         checkpoint = Path(path.strip()).expanduser().resolve() if path.strip() else None
         if checkpoint is not None and not checkpoint.exists():
             raise JfbenchError(f"--drafters {item!r}: checkpoint {checkpoint} does not exist")

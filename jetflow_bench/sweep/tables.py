@@ -14,19 +14,19 @@ from dataclasses import asdict
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.metrics import summarize
+from jetflow_bench.metrics import DRAFT_COST_COLUMNS, summarize
 from jetflow_bench.sweep.grid import CELL_KEYS, PAIR_KEYS, Cell
 from jetflow_bench.sweep.lossless import Verdict
 from jetflow_bench.sweep.runner import CellRun
 
 STEP_COLUMNS = [
-    "run_id", *CELL_KEYS, "request", "step", "batch_step", "active", "drafted", "accepted", "emitted",
-    "depth", "draft_s", "verify_s", "other_s",
+    "run_id", *CELL_KEYS, "request", "step", "batch_step", "active", "drafted", "accepted", "accepted_raw",
+    "emitted", "depth", *DRAFT_COST_COLUMNS, "verify_flops", "draft_s", "verify_s", "other_s",
 ]
 REQUEST_COLUMNS = [
     "run_id", *CELL_KEYS, "request", "record_id", "prompt", "prompt_hash", "prompt_tokens",
     "output_ids", "output", "new_tokens", "finish_reason", "ttft_s", "decode_s", "steps", "drafted",
-    "accepted", "tau", "lossless", "excused", "first_divergence", "tie_gap", "correct", "config_hash",
+    "accepted", "accepted_raw", "emitted", "tau", "lossless", "excused", "first_divergence", "tie_gap", "correct", "config_hash",
 ]
 CELL_COLUMNS = [
     "run_id", *CELL_KEYS, "cell_id", "config_hash", "engine", "n_requests", "wall_s", "peak_mem_bytes",
@@ -58,20 +58,19 @@ def cell_frames(
         [{"run_id": run_id, **keys, "request": request, **_step_fields(record)} for request, record in run.steps],
         columns=STEP_COLUMNS,
     )
-    per_request = steps.groupby("request")[["drafted", "accepted"]].sum()
+    per_request = steps.groupby("request")[["drafted", "accepted", "accepted_raw", "emitted"]].sum()
     rows = []
     for request, result in sorted(run.outputs.items()):
         record_id, prompt_text, output_text = texts[request]
         verdict = verdicts[request]
-        drafted = int(per_request["drafted"].get(request, 0))
-        accepted = int(per_request["accepted"].get(request, 0))
+        counts = {c: int(per_request[c].get(request, 0)) for c in per_request.columns}
         rows.append({
             "run_id": run_id, **keys, "request": request, "record_id": record_id, "prompt": prompt_text,
             "prompt_hash": prompt_hash(prompt_text), "prompt_tokens": len(result.prompt_tokens),
             "output_ids": list(result.output_tokens), "output": output_text,
             "new_tokens": len(result.output_tokens), "finish_reason": result.finish_reason,
-            "ttft_s": result.ttft_s, "decode_s": result.decode_s, "steps": result.steps, "drafted": drafted,
-            "accepted": accepted, "tau": 1 + accepted / result.steps if result.steps else np.nan,
+            "ttft_s": result.ttft_s, "decode_s": result.decode_s, "steps": result.steps, **counts,
+            "tau": counts["emitted"] / result.steps if result.steps else np.nan,
             "lossless": verdict.lossless, "excused": verdict.excused, "first_divergence": verdict.first_divergence,
             "tie_gap": verdict.tie_gap, "correct": correct[request], "config_hash": config_hash,
         })
