@@ -61,9 +61,28 @@ def test_best_first_returns_min_budget_reachable(budget, fanout):
     reachable = 1 + widths[0] + widths[0] * widths[1] + widths[0] * widths[1] * widths[2]
     assert len(tree) == min(budget, reachable)
     check_invariants(tree, budget, options)
-    # best-first: every node outside the tree scores no better than the worst node inside
-    scores = sorted(tree.scores[1:])
-    assert all(s <= 0 for s in scores)
+    # optimality by brute force: the tree's nodes are the budget − 1 best-scoring reachable nodes
+    best = sorted(all_reachable_scores(MARGINALS, fanout, options.max_depth), reverse=True)[: budget - 1]
+    assert sorted(tree.scores[1:], reverse=True) == pytest.approx(best)
+
+
+def all_reachable_scores(marginals: list[ChildDist], fanout: int, max_depth: int) -> list[float]:
+    """Cumulative log-prob of every node reachable under the fan-out and depth caps (brute force).
+
+    Log-probs only fall along a path, so the k best of these always form an ancestor-closed set.
+    """
+    level, scores = [0.0], []
+    for depth in range(min(max_depth, len(marginals))):
+        top = marginals[depth].logps[:fanout]
+        level = [s + lp for s in level for lp in top]
+        scores += level
+    return scores
+
+
+def test_brute_force_helper_counts_every_node():
+    scores = all_reachable_scores(MARGINALS, 2, 3)
+    assert len(scores) == 2 + 2 * 2 + 2 * 2 * 2
+    assert max(scores) == pytest.approx(math.log(0.6))
 
 
 def test_fanout_one_is_the_greedy_chain():

@@ -66,15 +66,18 @@ def test_commit_then_continue_equals_fresh_prefill():
 
 
 def test_taps_are_the_chosen_layer_outputs():
-    model = random_model("qwen3", layers=3)
+    model = random_model("qwen3", layers=4)
     runner = TargetRunner(model, None, "qwen3")
     prompt = [5, 6, 7, 8]
-    out = runner.prefill([prompt], capacity=16, taps=(2, 0))
+    out = runner.prefill([prompt], capacity=16, taps=(3, 0, 2))
     with torch.no_grad():
-        ref = model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
-    assert out.hidden.shape == (1, 4, 2, 64)
+        ref = model(torch.tensor([prompt]), output_hidden_states=True).hidden_states  # (embeddings, layer 0, ...)
+    assert out.hidden.shape == (1, 4, 3, 64)  # taps handed over in ascending layer order: 0, 2, 3
     torch.testing.assert_close(out.hidden[0, :, 0], ref[1][0], atol=1e-5, rtol=0)  # layer 0 output
-    # the last hidden state in HF output is after the final norm; layer 1 output is hidden_states[2]
+    torch.testing.assert_close(out.hidden[0, :, 1], ref[3][0], atol=1e-5, rtol=0)  # layer 2 output
+    # HF applies the final norm to its last hidden state; the tap is the final layer's raw output
+    with torch.no_grad():
+        torch.testing.assert_close(runner.norm(out.hidden[0, :, 2]), ref[4][0], atol=1e-5, rtol=0)
     with pytest.raises(JfbenchError, match="tap layers"):
         runner.prefill([prompt], capacity=16, taps=(5,))
 
