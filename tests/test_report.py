@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.report.html import render_report
+from jetflow_bench.report.html import methodology_url, render_report
 from jetflow_bench.report.loading import load_run
 from jetflow_bench.report.palette import AR_COLOR, drafter_color, palette
 from jetflow_bench.report.plots import CPU_NOTE, make_figures, save_figures
@@ -82,7 +82,7 @@ def test_plots_for_one_and_four_drafters(drafters: tuple[str, ...], tmp_path: Pa
     assert sorted(p.name for p in written) == sorted(f"{f.name}.{x}" for f in figures for x in ("png", "svg"))
     assert all(p.stat().st_size > 5000 for p in written)
     speedup = figures[0]
-    assert CPU_NOTE in speedup.caption
+    assert CPU_NOTE not in speedup.caption  # the report says the CPU caveat once, not per figure
     # Every drafter is drawn in its palette colour (matplotlib writes colours as lower-case hex in SVG).
     svg = (tmp_path / "plots" / "speedup_vs_budget.svg").read_text()
     assert all(drafter_color(d) in svg for d in drafters)
@@ -96,10 +96,12 @@ def test_report_has_every_section_and_is_self_contained(report_html: str) -> Non
     assert "summary-table-1" in page.ids
     images = [u for u in page.urls if u.startswith("data:image/png;base64,")]
     assert len(images) == 6  # five run figures + the ablation figure
-    assert all(u.startswith(("data:", "#")) for u in page.urls)  # nothing fetched from the network
+    # nothing fetched from the network; the one link out is the local methodology page
+    assert all(u.startswith(("data:", "#")) or u == methodology_url() for u in page.urls)
+    assert methodology_url().endswith("docs/methodology.md") and methodology_url() in page.urls
     assert not re.search(r"https?://", report_html)
     assert "link" not in page.tags and page.tags.count("script") == 1
-    assert CPU_NOTE.replace("'", "&#39;") in report_html
+    assert report_html.count(CPU_NOTE.replace("'", "&#39;")) == 1
     assert "banner pass" in report_html and "banner fail" not in report_html
     for key in ("command", "config_hash", "device", "git_commit", "versions"):
         assert f"<dt>{key}</dt>" in report_html

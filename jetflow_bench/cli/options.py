@@ -21,7 +21,7 @@ DataDirOpt = Annotated[
     typer.Option(
         "--data-dir",
         envvar="JFBENCH_DATA_DIR",
-        help="Folder with the benchmark data files (the layout of shared/data). Env: JFBENCH_DATA_DIR.",
+        help="Folder with the benchmark data files (layout: docs/methodology.md, Data). Env: JFBENCH_DATA_DIR.",
     ),
 ]
 TargetOpt = Annotated[

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,7 @@ from jetflow_bench.cli.options import FormatOpt, OutputFormat
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.report.html import write_report
 from jetflow_bench.report.loading import load_run
-from jetflow_bench.report.plots import make_figures, save_figures
+from jetflow_bench.report.plots import CPU_NOTE, make_figures, save_figures
 
 RunArg = Annotated[Path, typer.Argument(help="Run folder written by `jfbench sweep` or `jfbench ablate`.")]
 FIGURE_FORMATS = ("png", "svg", "pdf")
@@ -49,6 +50,8 @@ def plot(
         return
     for path in written:
         print(path)
+    if "cpu" in loaded.device.lower() or not loaded.device:
+        print(f"note: {CPU_NOTE}", file=sys.stderr)
 
 
 @app.command("report")

@@ -59,9 +59,9 @@ def list_suites(
 
     Examples:
 
-      jfbench suites list --data-dir ../shared/data
+      jfbench suites list --data-dir ~/data/jfbench
 
-      JFBENCH_DATA_DIR=../shared/data jfbench suites list --format json
+      JFBENCH_DATA_DIR=~/data/jfbench jfbench suites list --format json
     """
     rows = [_summary(name, data_dir, skip_bad) for name in SUITES.names()]
     if fmt is OutputFormat.json:

@@ -65,7 +65,7 @@ def train(
 
     Examples:
 
-        jfbench target train --preset micro --data-dir ../shared/data
+        jfbench target train --preset micro --data-dir ~/data/jfbench
 
         nice -n 5 jfbench target train --preset tiny --threads 2 --out /tmp/tiny
 

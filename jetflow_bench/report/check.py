@@ -1,6 +1,6 @@
 """CI regression check: compare a run against a committed reference run, cell by cell.
 
-Gating follows DESIGN.md §5.6: CI machines are noisy, so the gate fails only on device-independent
+Gating follows docs/methodology.md ("The baseline is honest"): CI machines are noisy, so the gate fails only on device-independent
 numbers and only warns on speed-ups.
 
 - fail: τ drops by more than `tau_tol` relative to the baseline;

@@ -95,6 +95,13 @@ def _environment() -> jinja2.Environment:
     )
 
 
+def methodology_url() -> str:
+    """Link to the definitions every number follows: the checkout's docs/methodology.md when this
+    package runs from one, else the path as the repository names it."""
+    doc = Path(__file__).resolve().parents[2] / "docs" / "methodology.md"
+    return doc.as_uri() if doc.is_file() else "docs/methodology.md"
+
+
 def render_report(runs: Sequence[Run], title: str | None = None) -> str:
     """The report's HTML for `runs` (the first is the reference for deltas)."""
     if not runs:
@@ -107,6 +114,7 @@ def render_report(runs: Sequence[Run], title: str | None = None) -> str:
         sections=sections,
         cpu_note=CPU_NOTE,
         on_cpu=on_cpu,
+        methodology_url=methodology_url(),
         version=__version__,
     )
 

@@ -24,7 +24,7 @@ from jetflow_bench.errors import JfbenchError
 # Equal to `jetflow_bench.sweep.grid.CELL_KEYS` (tested); repeated so reading results never imports torch.
 CELL_KEYS: tuple[str, ...] = ("suite", "drafter", "variant", "budget", "batch_size", "repeat")
 DEFAULT_VARIANT = "default"
-SPEEDUP = "speedup_decode_micro"  # the headline speed-up: decode-only, time-weighted (DESIGN.md §4)
+SPEEDUP = "speedup_decode_micro"  # the headline speed-up: decode-only, time-weighted (docs/methodology.md)
 
 
 def _read_table(folder: Path, stem: str) -> pd.DataFrame | None:

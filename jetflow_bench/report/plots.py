@@ -30,7 +30,7 @@ from jetflow_bench.report.palette import AR_COLOR, drafter_color, drafter_order
 CPU_NOTE = (
     "On CPU, verification cost grows almost linearly with the budget (unlike a GPU, where verifying "
     "256 tokens costs little more than one), so CPU speed-ups peak at small budgets; τ (tokens per "
-    "verify step) is the hardware-independent figure (DESIGN.md §8)."
+    "verify step) is the hardware-independent figure."
 )
 PANEL = (4.2, 3.2)  # inches per facet
 STYLE = "whitegrid"
@@ -92,7 +92,7 @@ def speedup_vs_budget(run: Run) -> ReportFigure | None:
     data = _mean_over_repeats(cells, ["suite", "batch_size", "drafter", "budget"],
                               [SPEEDUP, f"{SPEEDUP}_lo", f"{SPEEDUP}_hi"])
     suites, sizes = sorted(data["suite"].unique()), sorted(data["batch_size"].unique())
-    figure, axes = _grid(len(sizes), len(suites), CPU_NOTE)
+    figure, axes = _grid(len(sizes), len(suites))
     for (i, size), (j, suite) in ((a, b) for a in enumerate(sizes) for b in enumerate(suites)):
         ax, panel = axes[i, j], data[(data["suite"] == suite) & (data["batch_size"] == size)]
         for drafter, line in panel.groupby("drafter"):
@@ -106,7 +106,7 @@ def speedup_vs_budget(run: Run) -> ReportFigure | None:
         ax.set_ylabel("decode speed-up ×")
     _drafter_legend(figure, data["drafter"], [Line2D([], [], color=AR_COLOR, ls="--", label="AR = 1×")])
     caption = ("Decode-only speed-up over the AR baseline on the same prompts (Σ baseline time / Σ method "
-               "time), bands = bootstrap 95% CI over prompts. " + CPU_NOTE)
+               "time), bands = bootstrap 95% CI over prompts.")
     return ReportFigure("speedup_vs_budget", "Speed-up vs budget", caption, figure)
 
 
@@ -173,7 +173,7 @@ def time_breakdown(run: Run) -> ReportFigure | None:
     if not drafters:
         return None
     cols = min(len(drafters), 3)
-    figure, axes = _grid(-(-len(drafters) // cols), cols, CPU_NOTE)
+    figure, axes = _grid(-(-len(drafters) // cols), cols)
     shades = {"draft_s": (1.0, None), "verify_s": (0.55, None), "other_s": (0.25, "//")}
     for ax, drafter in zip(axes.flat, drafters, strict=False):
         bars = data[data["drafter"] == drafter].sort_values("budget")
@@ -193,7 +193,7 @@ def time_breakdown(run: Run) -> ReportFigure | None:
     size = int(rows["batch_size"].min())
     caption = (f"Where a verify step's time goes at batch size {size} (mean over suites and repeats): "
                "drafting (solid), target verification (light), other bookkeeping (hatched); dashed = one "
-               "plain AR decode step. " + CPU_NOTE)
+               "plain AR decode step.")
     return ReportFigure("time_breakdown", "Time per step", caption, figure)
 
 
@@ -205,7 +205,7 @@ def throughput_vs_batch(run: Run) -> ReportFigure | None:
     data = _mean_over_repeats(rows, ["suite", "drafter", "batch_size", "budget"], ["tokens_per_s"])
     best = data.loc[data.groupby(["suite", "drafter", "batch_size"])["tokens_per_s"].idxmax()]
     suites = sorted(best["suite"].unique())
-    figure, axes = _grid(1, len(suites), CPU_NOTE, sharey=False)
+    figure, axes = _grid(1, len(suites), sharey=False)
     for ax, suite in zip(axes[0], suites, strict=True):
         for drafter, line in best[best["suite"] == suite].groupby("drafter"):
             line = line.sort_values("batch_size")
@@ -222,7 +222,7 @@ def throughput_vs_batch(run: Run) -> ReportFigure | None:
         ax.set(title=suite, xlabel="batch size", ylabel="tokens / s (all sequences)")
     _drafter_legend(figure, best["drafter"])
     caption = ("Aggregate throughput (new tokens / cell wall time) against batch size, each drafter at "
-               "its best budget for that batch size (label); the best budget shrinks as load grows. " + CPU_NOTE)
+               "its best budget for that batch size (label); the best budget shrinks as load grows.")
     return ReportFigure("throughput_vs_batch", "Throughput vs batch size", caption, figure)
 
 

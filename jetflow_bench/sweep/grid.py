@@ -63,7 +63,7 @@ class SweepConfig:
     target: str  # hub id or absolute local path
     drafters: tuple[DrafterSpec, ...]  # the AR baseline is implicit and always run
     suites: tuple[str, ...]  # canonical suite names
-    budgets: tuple[int, ...]  # B, nodes per tree incl. the root (DESIGN.md §4)
+    budgets: tuple[int, ...]  # B, nodes per tree incl. the root (docs/methodology.md)
     batch_sizes: tuple[int, ...]
     repeats: int  # timing repeats; each repeat re-runs the AR baseline too
     device: str  # resolved, e.g. "cpu", "cuda:0"

@@ -1,4 +1,4 @@
-"""Losslessness, checked per request against the AR baseline (DESIGN.md §5.4).
+"""Losslessness, checked per request against the AR baseline (docs/methodology.md, "Losslessness").
 
 Greedy speculative decoding must reproduce plain greedy decoding token for token. A drafter arm's
 output is compared with the baseline's output for the same prompt at the same batch size and

@@ -30,7 +30,7 @@ def build_model(preset: ToyPreset, tokenizer: PreTrainedTokenizerFast) -> Qwen3F
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
     )
-    config._attn_implementation = "sdpa"  # bool masks are wrong under eager (DESIGN.md §8)
+    config._attn_implementation = "sdpa"  # a boolean mask is added to the scores under eager, silently wrong
     return Qwen3ForCausalLM(config)
 
 

@@ -1,4 +1,4 @@
-"""Distillation losses against the frozen target's next-token distribution (DESIGN.md §2 ablations).
+"""Distillation losses against the frozen target's next-token distribution (the paper's loss ablations).
 
 With p = target distribution and q = draft distribution at a predicted position:
     fkl  forward KL  KL(p || q) = sum_y p (log p - log q)   mass-covering: q must cover what p may pick
