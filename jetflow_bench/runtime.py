@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from jetflow_bench.errors import JfbenchError
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+if TYPE_CHECKING:  # torch loads on first use: `jfbench --help` and the path helpers must not pay for it
+    import torch
+
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")  # --dtype names = torch attribute names
 
 
 def resolve_device(device: str | None) -> torch.device:
     """``None`` -> cuda when present, else cpu. A cuda request without a GPU is a user error."""
+    import torch
+
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -27,21 +31,27 @@ def resolve_device(device: str | None) -> torch.device:
 
 def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     """``None`` -> float32 on CPU, bfloat16 on GPU."""
+    import torch
+
     if dtype is None:
         return torch.float32 if device.type == "cpu" else torch.bfloat16
     if dtype not in DTYPES:
         raise JfbenchError(f"--dtype {dtype!r} is not supported: use one of {', '.join(DTYPES)}")
-    return DTYPES[dtype]
+    return getattr(torch, dtype)
 
 
 def synchronize(device: torch.device) -> None:
     """Wait for queued GPU work so that a clock read measures it (no-op on CPU)."""
     if device.type == "cuda":
+        import torch
+
         torch.cuda.synchronize(device)
 
 
 def set_threads(threads: int | None) -> None:
     if threads is not None:
+        import torch
+
         torch.set_num_threads(threads)
 
 

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import torch
 import typer
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from jetflow_bench.bench_baseline import compare_with_hf
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.prompts import encode, suite_requests
 from jetflow_bench.runtime import data_dir as resolve_data_dir
 from jetflow_bench.runtime import set_threads
-from jetflow_bench.target import TargetRunner
 
 bench_app = typer.Typer(help="Speed benchmarks that compare two implementations in one run.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
@@ -42,6 +38,12 @@ def baseline(
 
     Example: jfbench bench baseline --target ~/.cache/jfbench/targets/tiny-seed0-... --batch-sizes 1,4
     """
+    import torch
+
+    from jetflow_bench.bench_baseline import compare_with_hf
+    from jetflow_bench.prompts import encode, suite_requests
+    from jetflow_bench.target import TargetRunner
+
     set_threads(threads)
     sizes = _int_list(batch_sizes, "--batch-sizes")
     runner = TargetRunner.load(target, device=device, dtype=dtype)

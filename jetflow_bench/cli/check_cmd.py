@@ -7,7 +7,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -15,15 +15,10 @@ from rich.table import Table
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import FormatOpt, OutputFormat
-from jetflow_bench.report.check import (
-    DEFAULT_BASELINE,
-    MARK,
-    CheckResult,
-    cell_label,
-    check_run,
-    update_baseline,
-)
-from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP
+from jetflow_bench.report import DEFAULT_BASELINE
+
+if TYPE_CHECKING:  # report.check reads tables with pandas: imported when `check` runs
+    from jetflow_bench.report.check import CheckResult
 
 STYLE = {"fail": "bold red", "warn": "yellow", "info": "cyan", "ok": "green", "missing": "bold red", "new": "cyan"}
 
@@ -34,6 +29,9 @@ def _num(value: float, digits: int = 3) -> str:
 
 def _cells_table(result: CheckResult) -> Table:
     """One row per cell: τ and a_1..a_3 on both sides, decode speed-up, status."""
+    from jetflow_bench.report.check import cell_label
+    from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP
+
     table = Table(title=f"cells: {result.baseline} (baseline) vs {result.run} (run)")
     for column in ("status", "cell", "τ base", "τ run", "Δτ", "a_1..a_3 run", "speed-up base", "speed-up run"):
         table.add_column(column, justify="left" if column in ("status", "cell") else "right")
@@ -49,6 +47,8 @@ def _cells_table(result: CheckResult) -> Table:
 
 
 def _findings_table(result: CheckResult) -> Table:
+    from jetflow_bench.report.check import cell_label
+
     table = Table(title="findings")
     for column in ("level", "cell", "metric", "finding"):
         table.add_column(column)
@@ -99,6 +99,8 @@ def check(
 
         jfbench check --update-baseline --run results/ci-run
     """
+    from jetflow_bench.report.check import MARK, check_run, update_baseline
+
     if update:
         for path in update_baseline(run, baseline):
             print(path)

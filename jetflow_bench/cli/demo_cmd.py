@@ -17,9 +17,6 @@ from jetflow_bench.cli.show_cmd import show
 from jetflow_bench.cli.sweep_cmd import GridFlags, grid_config, run_and_report
 from jetflow_bench.runtime import data_dir as resolve_data_dir
 from jetflow_bench.runtime import set_threads
-from jetflow_bench.sweep.grid import DrafterSpec
-from jetflow_bench.toy import ensure_toy_target
-from jetflow_bench.training import ensure_head
 
 LEARNED = ("eagle", "dflash", "jetflow")
 # A short head-training recipe: enough for drafts to be accepted, minutes not hours on 2 cores.
@@ -52,6 +49,10 @@ def demo(
 
         jfbench demo --preset tiny --budgets 16,64,256 --out results/demo-tiny
     """
+    from jetflow_bench.sweep.grid import DrafterSpec
+    from jetflow_bench.toy import ensure_toy_target
+    from jetflow_bench.training import ensure_head
+
     set_threads(threads)
     data = resolve_data_dir(data_dir)
     target = ensure_toy_target(preset, data)

@@ -13,9 +13,6 @@ from rich.console import Console
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import FormatOpt, OutputFormat
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.report.html import write_report
-from jetflow_bench.report.loading import load_run
-from jetflow_bench.report.plots import CPU_NOTE, make_figures, save_figures
 
 RunArg = Annotated[Path, typer.Argument(help="Run folder written by `jfbench sweep` or `jfbench ablate`.")]
 FIGURE_FORMATS = ("png", "svg", "pdf")
@@ -41,6 +38,9 @@ def plot(
     unknown = sorted(set(chosen) - set(FIGURE_FORMATS))
     if unknown or not chosen:
         raise JfbenchError(f"--formats {formats!r}: choose from {', '.join(FIGURE_FORMATS)} (comma-separated)")
+    from jetflow_bench.report.loading import load_run
+    from jetflow_bench.report.plots import CPU_NOTE, make_figures, save_figures
+
     loaded = load_run(run)
     figures = make_figures(loaded)
     written = save_figures(figures, out or loaded.path / "plots", chosen)
@@ -71,6 +71,8 @@ def report(
 
         jfbench report results/baselines/ci results/ci-run --out reports/ci-vs-baseline.html
     """
+    from jetflow_bench.report.html import write_report
+
     path = write_report(runs, out or Path("reports") / f"{runs[0].name}.html", title)
     Console(stderr=True).print(f"report written to {path}")
     print(path)

@@ -7,9 +7,8 @@ import math
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -17,7 +16,9 @@ from rich.text import Text
 
 from jetflow_bench.cli import app
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.sweep.store import MANIFEST, read_json
+
+if TYPE_CHECKING:  # pandas loads when a table is shown, not for `--help`
+    import pandas as pd
 
 
 class ShowFormat(str, Enum):
@@ -42,6 +43,8 @@ def compact(summary: pd.DataFrame) -> pd.DataFrame:
     Numbers are means over repeats; the decode speed-up's bracket is the mean of its per-repeat
     bootstrap 95% bounds and "sd" its standard deviation across repeats (blank for one repeat).
     """
+    import pandas as pd
+
     rows = []
     for keys, g in summary.groupby(ARM_KEYS, sort=True, dropna=False):
         arm = dict(zip(ARM_KEYS, keys, strict=True))
@@ -63,6 +66,8 @@ def compact(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def compact_ablation(ablation: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame([{
         "arm": f"{r.drafter}[{r.variant}]", "suite": r.suite, "B": r.budget, "bs": r.batch_size, "n": r.n_prompts,
         "tau": _f(r.tau, 2), "d tau": f"{_f(r.tau_delta, 2, sign=True)} [{_f(r.tau_delta_lo, 2)}, {_f(r.tau_delta_hi, 2)}]",
@@ -72,6 +77,8 @@ def compact_ablation(ablation: pd.DataFrame) -> pd.DataFrame:
 
 
 def _f(value: float, digits: int, sign: bool = False) -> str:
+    import pandas as pd
+
     if value is None or pd.isna(value):
         return ""
     return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
@@ -97,6 +104,8 @@ def _read(run: Path, name: str) -> pd.DataFrame:
     if not path.exists():
         hint = "run `jfbench ablate`" if name == "ablation" else "no cell has finished yet"
         raise JfbenchError(f"{path} does not exist ({hint}): check the run folder")
+    import pandas as pd
+
     return pd.read_parquet(path)
 
 
@@ -131,6 +140,8 @@ def show(
 
         jfbench show results/ablate-head --format json --table ablation | jq '.[0]'
     """
+    from jetflow_bench.sweep.store import MANIFEST, read_json
+
     manifest = read_json(run / MANIFEST)
     if manifest is None:
         raise JfbenchError(f"{run} holds no jfbench run ({MANIFEST} missing): pass a folder written by `jfbench sweep`")

@@ -8,29 +8,19 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Annotated, Any, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
-import torch
 import typer
 
-from drafters import DRAFTERS
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import resolve_device, resolve_dtype, set_threads
-from jetflow_bench.sweep.ablation import AXES, HeadTrainer, ablation_table, variants, with_checkpoints
-from jetflow_bench.sweep.driver import run_sweep
-from jetflow_bench.sweep.grid import (
-    DrafterSpec,
-    SweepConfig,
-    parse_budgets,
-    parse_drafters,
-    parse_ints,
-    parse_names,
-    parse_value,
-)
-from jetflow_bench.sweep.runner import ENGINES
 from suites import SUITES
+
+if TYPE_CHECKING:  # the sweep machinery imports torch and pandas: commands import it when they run
+    from jetflow_bench.sweep.ablation import HeadTrainer
+    from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
 
 SuitesOpt = Annotated[str, typer.Option("--suites", help="Comma-separated suites, e.g. gsm8k,math500.")]
 BudgetsOpt = Annotated[
@@ -115,6 +105,11 @@ def resolve_target(target: str) -> str:
 
 def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra: tuple = ()) -> SweepConfig:
     """Validate every flag (before any model loads) and resolve the config."""
+    import torch
+
+    from jetflow_bench.sweep.grid import SweepConfig, parse_budgets, parse_ints, parse_names
+    from jetflow_bench.sweep.runner import ENGINES
+
     if grid.temperature != 0:
         raise JfbenchError(
             f"--temperature {grid.temperature}: sampling is not supported yet; use --temperature 0 (greedy)"
@@ -136,6 +131,8 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
 
 def run_and_report(config: SweepConfig, out: Path, grid: GridFlags, kind: str = "sweep", derived=None) -> None:
     """Run the grid; notes and a one-line result on stderr; exit 1 under --strict on divergences."""
+    from jetflow_bench.sweep.driver import run_sweep
+
     outcome = run_sweep(config, out, command=sys.argv, data_dir=grid.data_dir, force=grid.force, kind=kind,
                         show_progress=grid.progress, derived=derived)
     for note in outcome.notes:
@@ -174,6 +171,9 @@ def sweep(
         jfbench sweep --target ~/.cache/jfbench/targets/micro-seed0-XXXX --drafters ngram
             --suites gsm8k --budgets 8,32 --limit 4 --max-new-tokens 32 --repeats 1 --out results/smoke
     """
+    from drafters import DRAFTERS
+    from jetflow_bench.sweep.grid import DrafterSpec, parse_drafters
+
     specs = [
         DrafterSpec(DRAFTERS.canonical(name), checkpoint=str(ckpt) if ckpt else None)
         for name, ckpt in parse_drafters(drafters)
@@ -182,6 +182,8 @@ def sweep(
 
 
 def _values(flag: str, text: str | None) -> list:
+    from jetflow_bench.sweep.grid import parse_names, parse_value
+
     return [] if text is None else [parse_value(v) for v in parse_names(text, flag)]
 
 
@@ -256,6 +258,10 @@ def ablate(
 
         jfbench ablate --target T --drafter ngram --option max_ngram=1,2 --suites gsm8k --out results/ng
     """
+    from drafters import DRAFTERS
+    from jetflow_bench.sweep.ablation import AXES, ablation_table, variants, with_checkpoints
+    from jetflow_bench.sweep.grid import DrafterSpec, parse_drafters, parse_value
+
     parsed = parse_drafters(drafter)
     if len(parsed) != 1:
         raise JfbenchError(f"--drafter {drafter!r}: ablate one base drafter at a time, e.g. --drafter jetflow=DIR")

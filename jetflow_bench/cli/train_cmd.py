@@ -11,8 +11,7 @@ import typer
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
-from jetflow_bench.training import TrainConfig, train_drafter
-from jetflow_bench.training.config import SOURCES
+from jetflow_bench.training.config import SOURCES, TrainConfig
 
 _DEFAULTS = TrainConfig(drafter="jetflow")
 
@@ -82,6 +81,8 @@ def train(
 
         jfbench train --drafter jetflow --head diffusion --loss rkl --data raw --target DIR --out heads/abl
     """
+    from jetflow_bench.training import train_drafter
+
     config = TrainConfig(
         drafter=drafter, head=head, loss=loss, data=data, corpus=tuple(s.strip() for s in corpus.split(",") if s.strip()),
         prompts=prompts, max_new_tokens=max_new_tokens, steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr,

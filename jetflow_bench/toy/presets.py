@@ -16,6 +16,7 @@ from jetflow_bench.errors import JfbenchError
 
 # Bump when the corpus formatting, tokenizer or training loop changes in a way that alters the weights.
 FORMAT_VERSION = 1
+MARKER = "jfbench_toy.json"  # written last into a target folder: its presence means training finished
 
 
 @dataclass(frozen=True)
