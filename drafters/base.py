@@ -53,6 +53,7 @@ class Drafter(ABC):
 
     name: ClassVar[str] = "drafter"
     taps: tuple[int, ...] = ()  # target layer indices whose hidden states `observe` receives
+    cli_refusal: ClassVar[str | None] = None  # why a sweep cannot build it from the CLI (test doubles)
 
     @classmethod
     def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> Drafter:

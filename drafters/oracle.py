@@ -14,6 +14,10 @@ from jetflow_bench.tree import DraftTree
 
 class OracleDrafter(Drafter):
     name = "oracle"
+    cli_refusal = (
+        "it is a test double that proposes the target's own greedy output, which it must be given "
+        "in Python (drafters.oracle.OracleDrafter(references)); use ngram or a trained head instead"
+    )
 
     def __init__(self, references: Mapping[tuple[int, ...], Sequence[int]]) -> None:
         self.references = references  # prompt tokens -> the target's greedy output for it

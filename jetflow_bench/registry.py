@@ -47,8 +47,15 @@ class Registry(Generic[T]):
             return
         self._entry_points_loaded = True
         for ep in entry_points(group=self.entry_point_group):
-            if ep.name not in self._entries and ep.name not in self._aliases:
-                self._entries[ep.name] = ep.value
+            key = ep.name.strip().lower()
+            taken = self._entries.get(key, self._aliases.get(key))
+            if taken is not None:
+                source = f" of package {ep.dist.name!r}" if ep.dist is not None else ""
+                raise JfbenchError(
+                    f"entry point {ep.name!r} = {ep.value!r}{source} (group {self.entry_point_group}) clashes "
+                    f"with the registered {self.kind} {key!r} = {_describe(taken)}: rename the entry point"
+                )
+            self._entries[key] = ep.value
 
     def canonical(self, name: str) -> str:
         """The registered name for ``name`` or an alias of it; unknown names raise with suggestions."""
@@ -90,3 +97,10 @@ class Registry(Generic[T]):
 
     def describe(self) -> dict[str, Any]:
         return {name: self._entries[name] for name in self.names()}
+
+
+def _describe(entry: object) -> str:
+    """How an error names a registered entry: its "module:attr" string or its qualified name."""
+    if isinstance(entry, str):
+        return repr(entry)
+    return repr(f"{getattr(entry, '__module__', '?')}:{getattr(entry, '__qualname__', entry)}")

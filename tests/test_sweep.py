@@ -74,6 +74,7 @@ def _tables(run: Path) -> dict[str, pd.DataFrame]:
     ("flags", "message"),
     [
         (["--drafters", "ngramm"], "unknown drafter 'ngramm': did you mean 'ngram'?"),
+        (["--drafters", "oracle"], "drafter 'oracle' cannot run from the command line: it is a test double"),
         (["--budgets", "0"], "budget 0 is out of range"),
         (["--budgets", "16,2000"], "budget 2000 is out of range"),
         (["--suites", "gsm9k"], "unknown suite 'gsm9k'"),

@@ -171,11 +171,11 @@ def sweep(
         jfbench sweep --target ~/.cache/jfbench/targets/micro-seed0-XXXX --drafters ngram
             --suites gsm8k --budgets 8,32 --limit 4 --max-new-tokens 32 --repeats 1 --out results/smoke
     """
-    from drafters import DRAFTERS
+    from drafters import runnable_drafter
     from jetflow_bench.sweep.grid import DrafterSpec, parse_drafters
 
     specs = [
-        DrafterSpec(DRAFTERS.canonical(name), checkpoint=str(ckpt) if ckpt else None)
+        DrafterSpec(runnable_drafter(name), checkpoint=str(ckpt) if ckpt else None)
         for name, ckpt in parse_drafters(drafters)
     ]
     run_and_report(grid_config(target, specs, grid), out, grid)
@@ -258,7 +258,7 @@ def ablate(
 
         jfbench ablate --target T --drafter ngram --option max_ngram=1,2 --suites gsm8k --out results/ng
     """
-    from drafters import DRAFTERS
+    from drafters import runnable_drafter
     from jetflow_bench.sweep.ablation import AXES, ablation_table, variants, with_checkpoints
     from jetflow_bench.sweep.grid import DrafterSpec, parse_drafters, parse_value
 
@@ -266,7 +266,7 @@ def ablate(
     if len(parsed) != 1:
         raise JfbenchError(f"--drafter {drafter!r}: ablate one base drafter at a time, e.g. --drafter jetflow=DIR")
     ((name, ckpt),) = parsed
-    base = DrafterSpec(DRAFTERS.canonical(name), checkpoint=str(ckpt) if ckpt else None)
+    base = DrafterSpec(runnable_drafter(name), checkpoint=str(ckpt) if ckpt else None)
     flags = {"head": head, "loss": loss, "data": data, "layout": layout, "refine_passes": refine_passes, "scoring": scoring,
              "construction": construction}
     axes = {flag: _values(f"--{flag.replace('_', '-')}", text) for flag, text in flags.items() if text is not None}
