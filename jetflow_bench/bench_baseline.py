@@ -22,16 +22,27 @@ from jetflow_bench.target import TargetRunner
 
 @dataclass
 class BaselineComparison:
+    """One batch size: tokens/s of both implementations and the ratio of each timed pair."""
+
     batch_size: int
-    ours_tok_s: float  # median over repeats
-    hf_tok_s: float  # median over repeats
-    ours_spread: tuple[float, float]  # (min, max) tokens/s over repeats
-    hf_spread: tuple[float, float]
-    same_tokens: bool  # greedy outputs identical
+    ours_tok_s: list[float]  # per pair
+    hf_tok_s: list[float]  # per pair
+    same_tokens: bool  # greedy outputs identical in every pair
+
+    @property
+    def ratios(self) -> list[float]:
+        """ours / HF tokens per second of each pair (run back to back, so load hits both alike)."""
+        return [o / h for o, h in zip(self.ours_tok_s, self.hf_tok_s, strict=True)]
 
     @property
     def ratio(self) -> float:
-        return self.ours_tok_s / self.hf_tok_s
+        return statistics.median(self.ratios)
+
+    @property
+    def conclusive(self) -> bool:
+        """Whether the pairs agree on which side is faster: a spread straddling 1.0 says the
+        machine's noise is larger than the difference being measured."""
+        return min(self.ratios) >= 1.0 or max(self.ratios) < 1.0
 
 
 def _hf_generate(target: TargetRunner, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
@@ -67,28 +78,26 @@ def compare_with_hf(
     prompts: Sequence[Sequence[int]],
     max_new_tokens: int,
     batch_sizes: Sequence[int] = (1, 4),
-    repeats: int = 3,
+    pairs: int = 5,
     progress=None,
 ) -> list[BaselineComparison]:
-    """Warm up both, then alternate ours / HF ``repeats`` times per batch size (interleaving
-    spreads machine noise evenly over the two)."""
+    """Warm up both, then time ``pairs`` back-to-back pairs per batch size, alternating which
+    implementation goes first (AB, BA, ...), so that drifting machine load falls on both alike."""
     rows = []
     for b in batch_sizes:
         batch = list(prompts[:b])
         _ours(target, batch, 4)  # warm-up, untimed
         _hf_generate(target, batch, 4)
+        tokens = b * max_new_tokens
         ours_rates, hf_rates, same = [], [], True
-        for _ in range(repeats):
-            t_ours, out_ours = _timed(_ours, target, batch, max_new_tokens)
-            t_hf, out_hf = _timed(_hf_generate, target, batch, max_new_tokens)
-            tokens = b * max_new_tokens
+        for k in range(pairs):
+            order = (_ours, _hf_generate) if k % 2 == 0 else (_hf_generate, _ours)
+            timed = {fn: _timed(fn, target, batch, max_new_tokens) for fn in order}
+            (t_ours, out_ours), (t_hf, out_hf) = timed[_ours], timed[_hf_generate]
             ours_rates.append(tokens / t_ours)
             hf_rates.append(tokens / t_hf)
             same &= out_ours == out_hf
             if progress is not None:
                 progress()
-        rows.append(BaselineComparison(
-            b, statistics.median(ours_rates), statistics.median(hf_rates),
-            (min(ours_rates), max(ours_rates)), (min(hf_rates), max(hf_rates)), same,
-        ))
+        rows.append(BaselineComparison(b, ours_rates, hf_rates, same))
     return rows

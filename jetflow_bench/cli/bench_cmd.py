@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
+from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import data_dir as resolve_data_dir
 from jetflow_bench.runtime import set_threads
@@ -25,16 +26,21 @@ def baseline(
     suite: Annotated[str, typer.Option(help="Suite whose first prompts are used.")] = "gsm8k",
     batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,4",
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per prompt (no early EOS).")] = 128,
-    repeats: Annotated[int, typer.Option(min=3, help="Timed repeats per implementation (>= 3).")] = 3,
+    pairs: Annotated[
+        int, typer.Option("--pairs", min=3, help="Timed back-to-back pairs (ours, HF) per batch size (>= 3).")
+    ] = 5,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     data_dir: DataDirOpt = None,
     threads: ThreadsOpt = None,
+    fmt: TableFormatOpt = TableFormat.table,
 ) -> None:
     """Time our AR baseline against `transformers` generate (greedy, same prompts and lengths).
 
     A baseline slower than the best plain decoder inflates every speed-up, so the ratio
-    (ours / HF tokens per second) should be >= 1.0.
+    (ours / HF tokens per second) should be >= 1.0. The two run as interleaved pairs; the ratio is
+    the median of the per-pair ratios, shown with their min–max, and a spread that straddles 1.0
+    is reported as inconclusive (the machine is too noisy to tell).
 
     Example: jfbench bench baseline --target ~/.cache/jfbench/targets/tiny-seed0-... --batch-sizes 1,4
     """
@@ -51,23 +57,20 @@ def baseline(
     prompts = [encode(runner, r.prompt) for r in requests]
     if len(prompts) < max(sizes):
         raise JfbenchError(f"suite {suite!r} has only {len(prompts)} prompts: lower --batch-sizes")
-    console = Console(stderr=True)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("timing ours vs transformers.generate", total=len(sizes) * repeats)
-        rows = compare_with_hf(runner, prompts, max_new_tokens, sizes, repeats, lambda: progress.advance(task))
-    table = Table(title=f"AR baseline vs transformers generate — {runner.name}, {max_new_tokens} new tokens")
-    for col in ("batch", "ours tok/s (min–max)", "HF tok/s (min–max)", "ratio ours/HF", "same tokens"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(
-            str(r.batch_size),
-            f"{r.ours_tok_s:.1f} ({r.ours_spread[0]:.1f}–{r.ours_spread[1]:.1f})",
-            f"{r.hf_tok_s:.1f} ({r.hf_spread[0]:.1f}–{r.hf_spread[1]:.1f})",
-            f"{r.ratio:.2f}x",
-            "yes" if r.same_tokens else "no",
-        )
-    Console().print(table)
-    Console().print(f"device {runner.device}, dtype {runner.dtype}, torch threads {torch.get_num_threads()}")
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("timing ours vs transformers.generate", total=len(sizes) * pairs)
+        rows = compare_with_hf(runner, prompts, max_new_tokens, sizes, pairs, lambda: progress.advance(task))
+    emit([{
+        "batch": r.batch_size, "pairs": len(r.ratios),
+        "ours tok/s": f"{statistics.median(r.ours_tok_s):.1f}", "HF tok/s": f"{statistics.median(r.hf_tok_s):.1f}",
+        "ratio ours/HF": f"{r.ratio:.2f}x", "ratio min–max": f"{min(r.ratios):.2f}–{max(r.ratios):.2f}",
+        "verdict": ("ours faster" if r.ratio >= 1 else "HF faster") if r.conclusive else "inconclusive: spread straddles 1.0",
+        "same tokens": "yes" if r.same_tokens else "no",
+    } for r in rows], fmt, title=f"AR baseline vs transformers generate — {runner.name}, {max_new_tokens} new tokens",
+        caption=f"device {runner.device}, dtype {runner.dtype}, torch threads {torch.get_num_threads()}")
+    if any(not r.conclusive for r in rows):
+        Console(stderr=True).print("note: per-pair ratios straddle 1.0 for some batch size: rerun on an idle "
+                                   "machine or with more --pairs before concluding")
 
 
 def _int_list(spec: str, flag: str) -> list[int]:

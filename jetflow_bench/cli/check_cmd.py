@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import FormatOpt, OutputFormat
+from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit, print_table
 from jetflow_bench.report import DEFAULT_BASELINE
 
 if TYPE_CHECKING:  # report.check reads tables with pandas: imported when `check` runs
@@ -85,7 +85,7 @@ def check(
         bool, typer.Option("--update-baseline", help="Copy the run's summary and manifest into --baseline instead "
                                                      "of checking (a deliberate new reference).")
     ] = False,
-    fmt: FormatOpt = OutputFormat.text,
+    fmt: TableFormatOpt = TableFormat.table,
 ) -> None:
     """Compare a run with the reference cell by cell. Exit 1 when τ or a_1..a_3 regress beyond the
     tolerance, on any unexcused lossless divergence, or when baseline cells are missing; speed-up
@@ -110,13 +110,17 @@ def check(
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(result.markdown(), encoding="utf-8")
-    if fmt is OutputFormat.json:
+    if fmt is TableFormat.json:
         print(_json(result))
+    elif fmt is TableFormat.csv:
+        emit(json.loads(_json(result))["cells"], fmt)
+    elif fmt is TableFormat.markdown:
+        print(result.markdown())
     else:
-        console = Console(width=max(Console().width, 140))
-        console.print(_cells_table(result))
+        console = Console()
+        print_table(console, _cells_table(result))
         if result.findings:
-            console.print(_findings_table(result))
+            print_table(console, _findings_table(result))
         verdict = MARK["fail" if result.failed else "ok"]
         console.print(f"{verdict} {result.headline()}", style=STYLE["fail" if result.failed else "ok"])
     if result.failed:

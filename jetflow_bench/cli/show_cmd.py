@@ -11,21 +11,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from jetflow_bench.cli import app
+from jetflow_bench.cli.output import TableFormat, TableFormatOpt, markdown, print_table, rich_table
 from jetflow_bench.errors import JfbenchError
 
 if TYPE_CHECKING:  # pandas loads when a table is shown, not for `--help`
     import pandas as pd
-
-
-class ShowFormat(str, Enum):
-    table = "table"
-    markdown = "markdown"
-    csv = "csv"
-    json = "json"
 
 
 class ShowTable(str, Enum):
@@ -52,7 +44,10 @@ def compact(summary: pd.DataFrame) -> pd.DataFrame:
         sd = g["speedup_decode_micro"].std() if len(g) > 1 else math.nan
         rows.append({
             "suite": arm["suite"], "arm": name, "B": arm["budget"], "bs": arm["batch_size"], "n": len(g),
-            "tau": _f(g["tau"].mean(), 2), "alpha": _f(g["alpha"].mean(), 2),
+            "tau": _f(g["tau"].mean(), 2), "acc/step": _f(g["accepted_per_step"].mean(), 2),
+            "raw acc/step": _f((g["accepted_raw"] / g["n_steps"]).mean(), 2),
+            "tau/draft": _f(g["tau_per_draft"].mean(), 2), "alpha": _f(g["alpha"].mean(), 2),
+            "passes": _f(g["draft_passes"].mean(), 1),
             "fill": _f(g["budget_fill"].mean(), 2), "tok/s": _f(g["tokens_per_s"].mean(), 1),
             "TPOT ms": _f(1e3 * g["tpot_s"].mean(), 2), "TTFT ms": _f(1e3 * g["ttft_s"].mean(), 1),
             "decode x [CI95]": f"{_f(g['speedup_decode_micro'].mean(), 2)} [{_f(g['speedup_decode_micro_lo'].mean(), 2)}"
@@ -84,21 +79,6 @@ def _f(value: float, digits: int, sign: bool = False) -> str:
     return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
 
 
-def markdown(frame: pd.DataFrame) -> str:
-    cells = [[str(v).replace("|", "\\|") for v in row] for row in frame.itertuples(index=False)]
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
-
-
-def rich_table(frame: pd.DataFrame, title: str, caption: str | None = None) -> Table:
-    table = Table(title=title, caption=caption, show_lines=False)
-    for column in frame.columns:
-        table.add_column(column, justify="left" if column in ("suite", "arm") else "right")
-    for row in frame.itertuples(index=False):
-        table.add_row(*(Text(str(v)) for v in row))  # Text: "jetflow[head=diffusion]" is no markup tag
-    return table
-
-
 def _read(run: Path, name: str) -> pd.DataFrame:
     path = run / f"{name}.parquet"
     if not path.exists():
@@ -122,12 +102,14 @@ def _caption(run: Path, manifest: dict) -> str:
 @app.command("show")
 def show(
     run: Annotated[Path, typer.Argument(help="A run folder written by `jfbench sweep` or `jfbench ablate`.")],
-    format: Annotated[ShowFormat, typer.Option("--format", help="table (rich), markdown, csv or json.")] = ShowFormat.table,
+    format: TableFormatOpt = TableFormat.table,
     table: Annotated[ShowTable, typer.Option("--table", help="Which table csv/json print (all its columns).")] = ShowTable.summary,
 ) -> None:
     """Print a run's summary (and ablation) as tables, or its rows as csv/json.
 
-    table/markdown: one row per arm, repeats pooled — τ, α, budget fill, tokens/s, TPOT, TTFT,
+    table/markdown: one row per arm, repeats pooled — τ (emitted tokens per verify step), accepted
+    drafts per step after and before the stop rule (acc/step, raw acc/step), τ per drafting step
+    (vLLM's figure), α, sequential draft passes per step, budget fill, tokens/s, TPOT, TTFT,
     decode speed-up with CI and spread, e2e speed-up, accuracy vs AR, diverged (unexcused +
     excused requests), other (engine overhead share of step time). csv/json: every column of
     summary.parquet (or --table ablation / cells), one row per cell, for scripts.
@@ -145,9 +127,9 @@ def show(
     manifest = read_json(run / MANIFEST)
     if manifest is None:
         raise JfbenchError(f"{run} holds no jfbench run ({MANIFEST} missing): pass a folder written by `jfbench sweep`")
-    if format in (ShowFormat.csv, ShowFormat.json):
+    if format in (TableFormat.csv, TableFormat.json):
         frame = _read(run, table.value)
-        if format == ShowFormat.csv:
+        if format == TableFormat.csv:
             frame.to_csv(sys.stdout, index=False)
         else:
             print(json.dumps(json.loads(frame.to_json(orient="records")), indent=1))
@@ -155,9 +137,14 @@ def show(
     views = [("summary", compact(_read(run, "summary")))]
     if (run / "ablation.parquet").exists():
         views.append(("ablation (variant - default)", compact_ablation(_read(run, "ablation"))))
-    if format == ShowFormat.markdown:
-        print("\n\n".join(f"**{title}**\n\n{markdown(frame)}" for title, frame in views))
+    if format == TableFormat.markdown:
+        print("\n\n".join(f"**{title}**\n\n{markdown(_records(frame))}" for title, frame in views))
         return
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 220)  # pipes: no squeezing
+    console = Console(highlight=False)
     for title, frame in views:
-        console.print(rich_table(frame, f"{run.name}: {title}", _caption(run, manifest) if title == "summary" else None))
+        caption = _caption(run, manifest) if title == "summary" else None
+        print_table(console, rich_table(_records(frame), f"{run.name}: {title}", caption, left=("suite", "arm")))
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    return frame.to_dict("records")

@@ -10,11 +10,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, FormatOpt, OutputFormat
+from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit
 from jetflow_bench.errors import JfbenchError
 from suites import SUITES, get_suite
 
@@ -53,7 +53,7 @@ def _summary(name: str, data_dir: Path | None, skip_bad: bool) -> dict[str, Any]
 
 @suites_app.command("list")
 def list_suites(
-    data_dir: DataDirOpt = None, skip_bad: SkipBadOpt = False, fmt: FormatOpt = OutputFormat.text
+    data_dir: DataDirOpt = None, skip_bad: SkipBadOpt = False, fmt: TableFormatOpt = TableFormat.table
 ) -> None:
     """Every registered suite, where its data was found (path, hub or package) and its record count.
 
@@ -64,21 +64,20 @@ def list_suites(
       JFBENCH_DATA_DIR=~/data/jfbench jfbench suites list --format json
     """
     rows = [_summary(name, data_dir, skip_bad) for name in SUITES.names()]
-    if fmt is OutputFormat.json:
+    if fmt is TableFormat.json:
         typer.echo(json.dumps({"suites": rows}, indent=2))
         return
-    table = Table(title="jfbench suites")
-    for column in ("suite", "records", "found", "source", "max new tokens", "scored"):
-        table.add_column(column, overflow="fold")
+    shown = []
     for row in rows:
         records = "-" if row["records"] is None else str(row["records"])
         if row["skipped"]:
             records += f" ({row['skipped']} skipped)"
-        scored = "yes" if row["scored"] else f"no: {row['unscored_reason']}"
-        table.add_row(
-            row["suite"], records, row["found"], row["source"], str(row["default_max_new_tokens"]), scored
-        )
-    Console().print(table)
+        shown.append({
+            "suite": row["suite"], "records": records, "found": row["found"], "source": row["source"],
+            "max new tokens": row["default_max_new_tokens"],
+            "scored": "yes" if row["scored"] else f"no: {row['unscored_reason']}",
+        })
+    emit(shown, fmt, title="jfbench suites", left=("suite", "found", "source", "scored"))
 
 
 def _load_tokenizer(name_or_path: str | None) -> Any:

@@ -1,0 +1,45 @@
+"""Table output formats and the interleaved baseline benchmark's arithmetic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jetflow_bench.bench_baseline import BaselineComparison
+from tests.conftest import shared_data_dir
+from tests.random_models import save_random_model
+
+DATA = shared_data_dir()
+needs_data = pytest.mark.skipif(DATA is None, reason="benchmark data not found (set JFBENCH_DATA_DIR)")
+
+
+@needs_data
+@pytest.mark.parametrize("fmt", ["table", "csv", "json", "markdown"])
+def test_piped_tables_never_wrap_a_cell(cli, fmt):
+    code, out, err = cli("suites", "list", "--data-dir", str(DATA), "--format", fmt)
+    assert code == 0, err
+    names = ["gsm8k", "math500", "livecodebench", "mt_bench", "humaneval", "mbpp-sanitized"]
+    for name in names:  # a wrapped cell would leave "livecodeben" / "ch" on two lines
+        assert any(name in line for line in out.splitlines()), (name, out)
+    if fmt == "csv":
+        assert out.splitlines()[0].startswith("suite,records,found")
+
+
+def test_baseline_ratio_is_the_median_of_paired_ratios():
+    row = BaselineComparison(1, ours_tok_s=[100.0, 90.0, 300.0], hf_tok_s=[50.0, 100.0, 100.0], same_tokens=True)
+    assert row.ratios == pytest.approx([2.0, 0.9, 3.0])
+    assert row.ratio == pytest.approx(2.0)
+    assert not row.conclusive  # 0.9 and 3.0 disagree on which side is faster
+    assert BaselineComparison(1, [110.0, 120.0, 105.0], [100.0] * 3, True).conclusive
+
+
+@needs_data
+def test_bench_baseline_runs_interleaved_pairs(cli, tmp_path):
+    target = save_random_model(tmp_path / "model")
+    code, out, err = cli("bench", "baseline", "--target", str(target), "--data-dir", str(DATA), "--batch-sizes", "1,2",
+                         "--max-new-tokens", "6", "--pairs", "3", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [r["batch"] for r in rows] == [1, 2] and all(r["pairs"] == 3 for r in rows)
+    assert all(r["same tokens"] == "yes" for r in rows)  # same greedy tokens from both implementations
