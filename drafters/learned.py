@@ -39,9 +39,7 @@ class LearnedDrafter(Drafter):
         self.head = head
         self.info = info
         self.tree = tree
-        self.taps = head.cfg.taps
-        order = sorted(set(self.taps))  # the target hands taps over in ascending layer order
-        self._tap_index = torch.tensor([order.index(t) for t in self.taps])  # (K,) into observe's K axis
+        self.taps = head.cfg.taps  # the target hands their outputs over in this order
         self.cache: ContextCache | None = None
         self.meter = head.count_cost()
 
@@ -79,8 +77,7 @@ class LearnedDrafter(Drafter):
         if self.cache is None:
             self.cache = ContextCache(self.head, [s.request for s in seqs])
         self.cache.align(seqs)
-        index = self._tap_index.to(features[0].device)
-        self.cache.append([f.index_select(1, index) for f in features])
+        self.cache.append(features)
 
     def take_cost(self, rows: int) -> DraftCost:
         return self.meter.take(rows)

@@ -140,23 +140,27 @@ def generate(
     clock = _Clock(target.device)
     batch = _Batch(prompts, stop, clock)
     capacity = max(len(p) for p in prompts) + stop.max_new_tokens + budget
-    out = target.prefill(prompts, capacity, taps=drafter.taps if drafter else ())
-    last = torch.tensor([len(p) - 1 for p in prompts], device=out.logits.device)
-    first = out.logits[torch.arange(len(prompts), device=last.device), last].argmax(-1).tolist()
-    batch.first_token_at = clock()
-    for seq, token in zip(batch.seqs, first, strict=True):
-        seq.tokens.append(token)
-    keep = batch.retire_finished()
-    _shrink(target, batch, keep)
-    if drafter is not None:
-        drafter.reset(batch.seqs)
-        if batch.active:
-            features = None if out.hidden is None else [out.hidden[i, : len(prompts[i])] for i in batch.active]
-            drafter.observe(batch.views(), features)
-        drafter.take_cost(len(batch.active))  # the prompt's context features belong to prefill
-    steps: list[StepRecord] = []
-    while batch.active:
-        steps.extend(_speculative_step(target, batch, budget, drafter))
+    taps = drafter.taps if drafter else ()
+    try:
+        out = target.prefill(prompts, capacity, taps=taps)
+        last = torch.tensor([len(p) - 1 for p in prompts], device=out.logits.device)
+        first = out.logits[torch.arange(len(prompts), device=last.device), last].argmax(-1).tolist()
+        batch.first_token_at = clock()
+        for seq, token in zip(batch.seqs, first, strict=True):
+            seq.tokens.append(token)
+        keep = batch.retire_finished()
+        _shrink(target, batch, keep)
+        if drafter is not None:
+            drafter.reset(batch.seqs)
+            if batch.active:
+                features = None if out.hidden is None else [out.hidden[i, : len(prompts[i])] for i in batch.active]
+                drafter.observe(batch.views(), features)
+            drafter.take_cost(len(batch.active))  # the prompt's context features belong to prefill
+        steps: list[StepRecord] = []
+        while batch.active:
+            steps.extend(_speculative_step(target, batch, budget, drafter))
+    finally:
+        target.release()
     return BatchResult([r for r in batch.results if r is not None], steps, wall_s=clock() - batch.start)
 
 
@@ -175,7 +179,7 @@ def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter:
     _check_trees(trees, views, budget, drafter)
     prepared = target.prepare(trees)
     t2 = clock()
-    ver = target.forward(prepared)
+    ver = target.forward(prepared, drafter.taps if drafter else ())
     t3 = clock()
     target_argmax = ver.logits.argmax(-1)  # (B, N)
     acc = greedy_accept(

@@ -42,7 +42,7 @@ class TreeBatch:
 @dataclass
 class ForwardOutput:
     logits: torch.Tensor  # (B, N, V) float32, one row per tree node (padding rows are garbage)
-    hidden: torch.Tensor | None  # (B, N, K, H) tapped layer outputs, None without taps
+    hidden: torch.Tensor | None  # (B, N, K, H) tapped layer outputs in the order asked for, None without taps
     trees: TreeBatch  # what was run
 
 
@@ -82,8 +82,7 @@ class TargetRunner:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.context_window = int(getattr(self.config, "max_position_embeddings", 1 << 30))
-        self.cache: KVCache | None = None
-        self.taps: tuple[int, ...] = ()
+        self.cache: KVCache | None = None  # the live batch's cache, from `prefill` until `release`
 
     @classmethod
     def load(
@@ -126,32 +125,35 @@ class TargetRunner:
     ) -> ForwardOutput:
         """Start a batch: allocate a cache of ``capacity`` slots per row and run every prompt.
 
-        Each prompt is verified as a chain, so afterwards the prompt is the committed prefix.
+        Each prompt is verified as a chain, so afterwards the prompt is the committed prefix. A
+        live batch is never silently replaced: `release` it first (or use `score`).
         """
-        longest = max(len(p) for p in prompts)
-        if min(len(p) for p in prompts) == 0:
-            raise JfbenchError("an empty prompt was given: every prompt needs at least one token")
-        if longest > self.context_window:
-            raise JfbenchError(
-                f"a prompt has {longest} tokens, longer than the target's context of {self.context_window}: "
-                "shorten the prompt or use a model with a longer context"
-            )
-        if longest > capacity:
-            raise JfbenchError(f"cache capacity {capacity} is smaller than the longest prompt ({longest})")
-        bad = [t for t in taps if not 0 <= t < len(self.layers)]
-        if bad:
-            raise JfbenchError(f"tap layers {bad} do not exist: the target has {len(self.layers)} layers")
-        self.taps = tuple(sorted(set(taps)))  # hidden[..., k, :] is the k-th smallest tap
+        self._check_prompts(prompts, capacity, taps)
+        if self.cache is not None:
+            raise RuntimeError("prefill() while a batch is live would discard its cache: call release() first")
         self.cache = KVCache(
             len(self.layers), len(prompts), self.kv_heads, self.head_dim, capacity, self.dtype, self.device
         )
-        out = self.verify([DraftTree.chain(p) for p in prompts])
+        out = self.verify([DraftTree.chain(p) for p in prompts], taps)
         self.cache.commit([range(len(p)) for p in prompts])
         return out
 
-    def verify(self, trees: Sequence[DraftTree]) -> ForwardOutput:
+    def release(self) -> None:
+        """End the live batch and free its cache."""
+        self.cache = None
+
+    def score(self, prompts: Sequence[Sequence[int]], taps: Sequence[int] = ()) -> ForwardOutput:
+        """One forward over each prompt as a chain (logits + taps), leaving a live batch untouched:
+        for training targets and tie checks, which need no cache afterwards."""
+        live, self.cache = self.cache, None
+        try:
+            return self.prefill(prompts, max(len(p) for p in prompts), taps)
+        finally:
+            self.cache = live
+
+    def verify(self, trees: Sequence[DraftTree], taps: Sequence[int] = ()) -> ForwardOutput:
         """ONE forward over every row's tree (tree-causal mask, positions = length + depth)."""
-        return self.forward(self.prepare(trees))
+        return self.forward(self.prepare(trees), taps)
 
     def prepare(self, trees: Sequence[DraftTree]) -> TreeBatch:
         """Pad the trees and build masks, slots and positions (engine work, not model work)."""
@@ -172,9 +174,12 @@ class TargetRunner:
         mask = None if cache.batch == 1 and n == 1 else self._mask(ancestors, lengths, slots, kv_len)
         return TreeBatch(tokens, parents, depths, valid, ancestors, slots, lengths[:, None] + depths, mask, kv_len)
 
-    def forward(self, batch: TreeBatch) -> ForwardOutput:
-        """The target forward over a prepared tree batch; writes the nodes' KV into the cache."""
-        logits, hidden = self._forward(batch.tokens, batch.positions, batch.slots, batch.mask, batch.kv_len)
+    def forward(self, batch: TreeBatch, taps: Sequence[int] = ()) -> ForwardOutput:
+        """The target forward over a prepared tree batch; writes the nodes' KV into the cache.
+
+        ``taps``: layers whose outputs come back in ``hidden``, in exactly this order.
+        """
+        logits, hidden = self._forward(batch.tokens, batch.positions, batch.slots, batch.mask, batch.kv_len, tuple(taps))
         return ForwardOutput(logits, hidden, batch)
 
     def commit(self, paths: Sequence[Sequence[int]]) -> None:
@@ -185,6 +190,21 @@ class TargetRunner:
         self._require_cache().keep_rows(rows)
 
     # ----------------------------------------------------------------- internals
+    def _check_prompts(self, prompts: Sequence[Sequence[int]], capacity: int, taps: Sequence[int]) -> None:
+        longest = max(len(p) for p in prompts)
+        if min(len(p) for p in prompts) == 0:
+            raise JfbenchError("an empty prompt was given: every prompt needs at least one token")
+        if longest > self.context_window:
+            raise JfbenchError(
+                f"a prompt has {longest} tokens, longer than the target's context of {self.context_window}: "
+                "shorten the prompt or use a model with a longer context"
+            )
+        if longest > capacity:
+            raise JfbenchError(f"cache capacity {capacity} is smaller than the longest prompt ({longest})")
+        bad = [t for t in taps if not 0 <= t < len(self.layers)]
+        if bad:
+            raise JfbenchError(f"tap layers {bad} do not exist: the target has {len(self.layers)} layers")
+
     def _require_cache(self) -> KVCache:
         if self.cache is None:
             raise RuntimeError("call prefill() before verify()/commit()")
@@ -208,13 +228,14 @@ class TargetRunner:
         slots: torch.Tensor,  # (B, N) cache slot of each node
         mask: torch.Tensor | None,  # (B, 1, N, T)
         kv_len: int,
+        taps: tuple[int, ...],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         cache = self._require_cache()
         b, n = tokens.shape
         h = self.embed(tokens)  # (B, N, H)
         cos, sin = self.rotary(h, positions)  # (B, N, hd) each
         cos, sin = cos[:, None], sin[:, None]  # broadcast over heads
-        tapped = []
+        tapped: dict[int, torch.Tensor] = {}  # layer -> its output (B, N, H)
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
             x = layer.input_layernorm(h)
@@ -232,10 +253,10 @@ class TargetRunner:
             h = h + attn.o_proj(o.transpose(1, 2).reshape(b, n, -1))
             mlp_out = layer.mlp(layer.post_attention_layernorm(h))
             h = h + (mlp_out[0] if isinstance(mlp_out, tuple) else mlp_out)
-            if i in self.taps:
-                tapped.append(h)
+            if i in taps:
+                tapped[i] = h
         logits = self.lm_head(self.norm(h)).float()  # (B, N, V)
-        hidden = torch.stack(tapped, dim=2) if tapped else None
+        hidden = torch.stack([tapped[t] for t in taps], dim=2) if taps else None  # (B, N, K, H), K in taps order
         return logits, hidden
 
 

@@ -64,7 +64,7 @@ def checkpoints(target, tmp_path_factory) -> dict[str, Path]:
 
 def observed_cache(target: TargetRunner, head: DraftHead, prompts=PROMPTS) -> tuple[ContextCache, list[SequenceView]]:
     """A context cache fed the way the engine feeds drafters: prompt features after prefill."""
-    out = target.prefill(prompts, capacity=64, taps=head.cfg.taps)
+    out = target.score(prompts, taps=head.cfg.taps)
     seqs = [SequenceView(i, [*p, 1], len(p)) for i, p in enumerate(prompts)]
     cache = ContextCache(head, [s.request for s in seqs], capacity=4)  # tiny: forces growth
     cache.append([out.hidden[i, : len(p)] for i, p in enumerate(prompts)])
@@ -126,7 +126,7 @@ def test_bidirectional_block_sees_the_whole_block(target, checkpoints, mode):
 
 def test_context_cache_grows_and_matches_one_shot_features(target, checkpoints):
     head, _ = load_head(checkpoints["dflash"], target)
-    out = target.prefill([PROMPTS[0]], capacity=32, taps=head.cfg.taps)
+    out = target.score([PROMPTS[0]], taps=head.cfg.taps)
     features = out.hidden[0, : len(PROMPTS[0])]
     whole = ContextCache(head, [0], capacity=64)
     whole.append([features])
@@ -156,7 +156,7 @@ def test_save_load_round_trip_gives_identical_proposals(target, checkpoints, tmp
     proposals = []
     for drafter in (first, second):
         _, seqs = observed_cache(target, drafter.head)
-        out = target.prefill(PROMPTS, capacity=64, taps=drafter.taps)
+        out = target.score(PROMPTS, taps=drafter.taps)
         drafter.reset(seqs)
         drafter.observe(seqs, [out.hidden[i, : len(p)] for i, p in enumerate(PROMPTS)])
         proposals.append(drafter.propose(seqs, 24))

@@ -72,12 +72,13 @@ def test_taps_are_the_chosen_layer_outputs():
     out = runner.prefill([prompt], capacity=16, taps=(3, 0, 2))
     with torch.no_grad():
         ref = model(torch.tensor([prompt]), output_hidden_states=True).hidden_states  # (embeddings, layer 0, ...)
-    assert out.hidden.shape == (1, 4, 3, 64)  # taps handed over in ascending layer order: 0, 2, 3
-    torch.testing.assert_close(out.hidden[0, :, 0], ref[1][0], atol=1e-5, rtol=0)  # layer 0 output
-    torch.testing.assert_close(out.hidden[0, :, 1], ref[3][0], atol=1e-5, rtol=0)  # layer 2 output
+    assert out.hidden.shape == (1, 4, 3, 64)  # taps handed over in the order asked for: 3, 0, 2
+    torch.testing.assert_close(out.hidden[0, :, 1], ref[1][0], atol=1e-5, rtol=0)  # layer 0 output
+    torch.testing.assert_close(out.hidden[0, :, 2], ref[3][0], atol=1e-5, rtol=0)  # layer 2 output
     # HF applies the final norm to its last hidden state; the tap is the final layer's raw output
     with torch.no_grad():
-        torch.testing.assert_close(runner.norm(out.hidden[0, :, 2]), ref[4][0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(runner.norm(out.hidden[0, :, 0]), ref[4][0], atol=1e-5, rtol=0)
+    runner.release()
     with pytest.raises(JfbenchError, match="tap layers"):
         runner.prefill([prompt], capacity=16, taps=(5,))
 
@@ -100,3 +101,17 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
     runner.prefill([[1, 2, 3]], capacity=10)
     with pytest.raises(JfbenchError, match="does not fit the KV cache"):
         runner.verify([DraftTree.chain(list(range(9)))])
+
+
+def test_a_live_batch_is_never_silently_replaced():
+    runner = TargetRunner(random_model("qwen3"), None, "qwen3")
+    runner.prefill([[3, 4, 5]], capacity=16)
+    live = runner.cache
+    with pytest.raises(RuntimeError, match="release"):
+        runner.prefill([[6, 7]], capacity=16)
+    scored = runner.score([[6, 7, 8]], taps=(1,))  # a one-off forward leaves the live batch alone
+    assert runner.cache is live and live.lengths == [3]
+    assert scored.logits.shape == (1, 3, VOCAB) and scored.hidden.shape == (1, 3, 1, 64)
+    runner.release()
+    runner.prefill([[6, 7]], capacity=16)
+    assert runner.cache.lengths == [2]

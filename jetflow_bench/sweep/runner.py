@@ -82,7 +82,7 @@ class HFEngine:
 
     def next_token_logits(self, context: list[int]) -> torch.Tensor:
         """One target forward over ``context`` (a chain); logits of the token after it."""
-        out = self.target.prefill([context], capacity=len(context))
+        out = self.target.score([context])
         return out.logits[0, len(context) - 1].float()  # (V,)
 
     def synchronize(self) -> None:

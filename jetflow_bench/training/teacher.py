@@ -43,10 +43,6 @@ class TeacherBatch:
 def teacher_batch(target: TargetRunner, tokens: torch.Tensor, lengths: torch.Tensor, taps: Sequence[int]) -> TeacherBatch:
     """One target forward over the batch (no gradients); padding rows are never used downstream."""
     rows = [row[:n].tolist() for row, n in zip(tokens, lengths.tolist(), strict=True)]
-    out = target.prefill(rows, capacity=tokens.shape[1], taps=taps)
-    order = sorted(set(taps))
-    index = torch.tensor([order.index(t) for t in taps], device=out.hidden.device)
+    out = target.score(rows, taps=taps)  # hidden comes in the head's tap order
     # .clone() outside inference mode turns inference tensors into ordinary autograd inputs.
-    return TeacherBatch(
-        tokens.to(target.device), lengths.to(target.device), out.logits.clone(), out.hidden.index_select(2, index).clone()
-    )
+    return TeacherBatch(tokens.to(target.device), lengths.to(target.device), out.logits.clone(), out.hidden.clone())
