@@ -27,6 +27,7 @@ from torch import nn
 from drafters.base import DraftCost
 from jetflow_bench.attention import AttentionFn, get_attention
 from jetflow_bench.flops import TransformerShape, matrix_params
+from jetflow_bench.rope import Rotary, rotate
 
 
 @dataclass(frozen=True)
@@ -81,28 +82,6 @@ class ConcatKV:
     def absorb(self) -> None:
         """Keep the last forward's entries as keys for the next one (EAGLE's training-time test)."""
         self.context = [(torch.cat([ck, k], 2), torch.cat([cv, v], 2)) for (ck, cv), (k, v) in zip(self.context, self.latest, strict=True)]
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE in the rotate-half (NeoX / Hugging Face Qwen3) convention. x: (B, H, N, hd)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
-
-
-class Rotary(nn.Module):
-    """cos/sin tables at absolute positions (default RoPE, base ``theta``)."""
-
-    def __init__(self, head_dim: int, theta: float) -> None:
-        super().__init__()
-        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (hd/2,)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-
-    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions (B, N) -> cos, sin (B, 1, N, hd), broadcast over heads."""
-        freqs = positions[..., None].float() * self.inv_freq  # (B, N, hd/2)
-        angles = torch.cat([freqs, freqs], dim=-1)[:, None]  # (B, 1, N, hd)
-        return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 class SwiGLU(nn.Module):

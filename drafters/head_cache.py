@@ -65,25 +65,12 @@ class ContextCache:
             self.last_feature = self.last_feature[rows]
             self.requests = wanted
 
-    def reserve(self, slots: int) -> None:
-        """Make room for ``slots`` slots in every row (doubling, so growth is rare)."""
-        capacity = self.kv.capacity
-        if slots <= capacity:
-            return
-        while capacity < slots:
-            capacity *= 2
-        old = self.kv
-        self.kv = KVCache(old.k.shape[0], old.batch, old.k.shape[2], old.k.shape[4], capacity, old.k.dtype, old.k.device)
-        self.kv.k[:, :, :, : old.capacity] = old.k
-        self.kv.v[:, :, :, : old.capacity] = old.v
-        self.kv.lengths = list(old.lengths)
-
     @torch.inference_mode()
     def append(self, features: Sequence[torch.Tensor]) -> None:
         """features[b]: (n_b, K, H) tapped target states of row b's newly committed tokens."""
         counts = [f.shape[0] for f in features]
         n = max(counts)
-        self.reserve(self.max_len + n)
+        self.kv.reserve(self.max_len + n)
         device = self.last_feature.device
         padded = torch.zeros(len(features), n, *features[0].shape[1:], dtype=features[0].dtype, device=device)
         for b, f in enumerate(features):
@@ -99,7 +86,7 @@ class ContextCache:
 
     def scratch(self, start: int, count: int) -> ScratchKV:
         """A store whose entries occupy scratch slots [max_len + start, max_len + start + count)."""
-        self.reserve(self.max_len + start + count)
+        self.kv.reserve(self.max_len + start + count)
         return ScratchKV(self.kv, self.max_len + start, count)
 
     def context_allowed(self, entries: int) -> torch.Tensor:

@@ -43,6 +43,21 @@ class KVCache:
     def batch(self) -> int:
         return len(self.lengths)
 
+    def reserve(self, slots: int) -> None:
+        """Make room for ``slots`` slots per row, doubling the capacity so growth stays rare.
+
+        Committed slots keep their place; rows, lengths and dtype are unchanged.
+        """
+        if slots <= self.capacity:
+            return
+        capacity = self.capacity
+        while capacity < slots:
+            capacity *= 2
+        grow = (0, 0, 0, capacity - self.capacity)  # pad dim 3 (slots) at its end
+        self.k = torch.nn.functional.pad(self.k, grow)
+        self.v = torch.nn.functional.pad(self.v, grow)
+        self.capacity = capacity
+
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store new keys/values of one layer at per-row slots.
 

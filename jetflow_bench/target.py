@@ -20,6 +20,7 @@ from jetflow_bench.attention import additive_mask, get_attention
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.flops import TransformerShape
 from jetflow_bench.kv_cache import KVCache
+from jetflow_bench.rope import rotate
 from jetflow_bench.runtime import resolve_device, resolve_dtype
 from jetflow_bench.tree import DraftTree, ancestor_mask, pad_trees
 
@@ -44,11 +45,6 @@ class ForwardOutput:
     logits: torch.Tensor  # (B, N, V) float32, one row per tree node (padding rows are garbage)
     hidden: torch.Tensor | None  # (B, N, K, H) tapped layer outputs in the order asked for, None without taps
     trees: TreeBatch  # what was run
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class TargetRunner:
@@ -245,8 +241,7 @@ class TargetRunner:
             if hasattr(attn, "q_norm"):
                 q, k = attn.q_norm(q), attn.k_norm(k)
             q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, N, hd)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
             cache.write(i, slots, k, v)
             keys, values = cache.view(i, kv_len)
             o = self.attend(q, keys, values, mask, self.scale)  # (B, H_q, N, hd)

@@ -148,3 +148,20 @@ def test_stop_rule_is_independent_of_step_grouping():
     assert rule.find_end(tokens, 0) == (3, "eos")
     assert rule.find_end(tokens[:2], 0) is None and rule.find_end(tokens, 2) == (3, "eos")
     assert rule.find_end([1] * 8, 0) == (6, "length")
+
+
+def test_kv_cache_grows_in_place_keeping_committed_slots():
+    import torch
+
+    from jetflow_bench.kv_cache import KVCache
+
+    cache = KVCache(2, 2, 1, 4, capacity=3, dtype=torch.float32, device=torch.device("cpu"))
+    k = torch.arange(2 * 1 * 3 * 4, dtype=torch.float32).view(2, 1, 3, 4)  # (B, H_kv, N, hd)
+    cache.write(1, torch.tensor([[0, 1, 2], [0, 1, 2]]), k, -k)
+    cache.commit([range(3), range(2)])
+    cache.reserve(7)
+    assert cache.capacity == 12 and cache.k.shape == (2, 2, 1, 12, 4)  # doubled until it fits
+    keys, values = cache.view(1, 3)
+    assert torch.equal(keys, k) and torch.equal(values, -k) and cache.lengths == [3, 2]
+    cache.reserve(5)  # already fits: nothing moves
+    assert cache.capacity == 12
