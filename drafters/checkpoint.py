@@ -172,13 +172,20 @@ def _architecture(raw: dict, file: Path, mode: str) -> HeadConfig:
 
 def default_taps(num_target_layers: int, count: int) -> list[int]:
     """K target layers spread evenly: DFlash's rule (L // 2 for one, else layers 1 .. L-3) where the
-    target is deep enough, else all of 0 .. L-1 (a shallow toy target has no layers to spare).
+    target is deep enough; on shallower targets layers 0 .. L-2, so the final layer (whose output is
+    the LM head's input, already the target's answer) is never fused; all of 0 .. L-1 only when
+    there are no layers to spare.
 
-    Examples: (36, 5) -> [1, 9, 17, 25, 33]; (6, 3) -> [0, 2, 5]; (3, 3) -> [0, 1, 2].
+    Examples: (36, 5) -> [1, 9, 17, 25, 33]; (14, 3) -> [1, 6, 11]; (6, 3) -> [0, 2, 4]; (3, 3) -> [0, 1, 2].
     """
     if count == 1:
         return [num_target_layers // 2]
-    start, end = (1, num_target_layers - 3) if num_target_layers >= count + 4 else (0, num_target_layers - 1)
+    if num_target_layers >= count + 4:
+        start, end = 1, num_target_layers - 3
+    elif num_target_layers > count:
+        start, end = 0, num_target_layers - 2
+    else:
+        start, end = 0, num_target_layers - 1
     return [int(round(start + i * (end - start) / (count - 1))) for i in range(count)]
 
 

@@ -74,7 +74,18 @@ def observed_cache(target: TargetRunner, head: DraftHead, prompts=PROMPTS) -> tu
 def test_default_taps_follow_dflash_on_deep_targets():
     assert default_taps(36, 5) == [1, 9, 17, 25, 33]  # z-lab Qwen3-8B DFlash heads
     assert default_taps(36, 1) == [18]
-    assert default_taps(3, 3) == [0, 1, 2]  # shallow toy target: every layer
+    assert default_taps(14, 3) == [1, 6, 11]  # the deep toy target: 1 .. L-3
+    assert default_taps(6, 3) == [0, 2, 4]  # tiny: never the final layer
+    assert default_taps(3, 3) == [0, 1, 2]  # micro: no layer to spare
+    for layers in range(4, 40):  # the final layer is tapped only when there are no layers to spare
+        assert layers - 1 not in default_taps(layers, 3)
+
+
+def test_head_depth_scales_with_the_target():
+    from jetflow_bench.training.config import default_head_layers
+
+    assert [default_head_layers("jetflow", n) for n in (3, 6, 14, 36)] == [2, 2, 2, 5]
+    assert default_head_layers("eagle", 36) == 1
 
 
 def test_block_masks_keep_blocks_apart():

@@ -21,7 +21,20 @@ SOURCES = ("gsm8k", "mbpp", "sharegpt")
 LAYOUTS = ("prefix", "packed")  # jetflow training blocks (see training/train_block.py)
 DEFAULT_HEAD = {"eagle": "causal", "dflash": "diffusion", "jetflow": "causal"}
 # Bump when the training code changes in a way that alters the weights, so cached heads retrain.
-RECIPE_VERSION = 1
+# 2: taps never include a shallow target's final layer (drafters.checkpoint.default_taps).
+RECIPE_VERSION = 2
+
+
+BLOCK_HEAD_DEPTH_RATIO = 7  # the paper drafts for a 36-layer target with a 5-layer head: ~1/7 of its depth
+
+
+def default_head_layers(drafter: str, target_layers: int) -> int:
+    """Draft layers of a new head: block heads ~1/7 of the target's depth (at least 2, which the
+    shallow toy targets get: micro 2 of 3, tiny 2 of 6, deep 2 of 14; Qwen3-8B's 36 layers give 5);
+    EAGLE one layer whatever the depth, as EAGLE-1/2/3 are built."""
+    if drafter == "eagle":
+        return 1
+    return max(2, round(target_layers / BLOCK_HEAD_DEPTH_RATIO))
 
 
 @dataclass(frozen=True)
@@ -41,7 +54,7 @@ class TrainConfig:
     lr: float = 2e-3  # AdamW peak, linear warm-up then cosine decay to lr / 10
     warmup: int = 20  # warm-up steps
     grad_clip: float = 1.0
-    layers: int | None = None  # draft layers; None = 1 for eagle, 2 for block heads
+    layers: int | None = None  # draft layers; None = `default_head_layers` for the target's depth
     num_taps: int = 3  # K target layers fused (see drafters.checkpoint.default_taps)
     block_size: int = 16  # anchor + D drafted positions (block heads)
     anchors: int = 16  # blocks per sequence per step (block heads)
@@ -91,9 +104,8 @@ class TrainConfig:
         """In-block attention of the trained head."""
         return HEADS[self.resolved_head]
 
-    @property
-    def num_layers(self) -> int:
-        return self.layers or (1 if self.drafter == "eagle" else 2)
+    def num_layers(self, target_layers: int) -> int:
+        return self.layers or default_head_layers(self.drafter, target_layers)
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "corpus": list(self.corpus), "head": self.resolved_head}

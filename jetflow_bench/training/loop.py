@@ -45,7 +45,7 @@ def new_head(target: TargetRunner, config: TrainConfig) -> DraftHead:
     mask_id = next((i for i in (tok.mask_token_id, tok.pad_token_id, *target.eos_token_ids) if i is not None), 0)
     rope = getattr(c, "rope_parameters", None) or {}
     cfg = HeadConfig(
-        hidden_size=c.hidden_size, intermediate_size=c.intermediate_size, num_layers=config.num_layers,
+        hidden_size=c.hidden_size, intermediate_size=c.intermediate_size, num_layers=config.num_layers(len(target.layers)),
         num_heads=target.q_heads, num_kv_heads=target.kv_heads, head_dim=target.head_dim,
         taps=tuple(default_taps(len(target.layers), min(config.num_taps, len(target.layers)))),
         block_size=config.block_size, mode=config.mode, mask_token_id=mask_id, eagle_input=config.drafter == "eagle",
