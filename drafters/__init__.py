@@ -11,6 +11,7 @@ DRAFTERS.register("oracle", "drafters.oracle:OracleDrafter")
 DRAFTERS.register("eagle", "drafters.eagle:EagleDrafter")
 DRAFTERS.register("dflash", "drafters.dflash:DFlashDrafter", aliases=("dflash-t",))
 DRAFTERS.register("jetflow", "drafters.jetflow:JetFlowDrafter")
+DRAFTERS.register("jetflow-refine", "drafters.jetflow:JetFlowRefineDrafter")
 
 
 

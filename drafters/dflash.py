@@ -1,9 +1,10 @@
-"""DFlash-T: one pass of a block head over [anchor, MASK x D] -> per-depth marginals -> best-first tree.
+"""DFlash-T: one pass of a block head over [anchor, MASK x D] -> per-depth marginals -> tree.
 
 Each MASK at position p+d predicts its own token ("in place"), so the pass yields marginals
 q_1..q_D that do not depend on the branch a node sits on: every node at depth d gets the same
-top-K candidate children. With ``fanout=1`` and budget = block size this is linear
-DFlash. The in-block attention mode (bidirectional for DFlash heads, causal for JetFlow heads)
+top-K candidate children. The tree is grown with the same construction as ``jetflow`` (``accum``
+by default), so the two arms differ only in the head. With ``fanout=1`` and budget = block size this
+is linear DFlash. The in-block attention mode (bidirectional for DFlash heads, causal for JetFlow heads)
 comes from the checkpoint.
 """
 

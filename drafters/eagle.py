@@ -22,20 +22,25 @@ import torch
 from drafters.base import SequenceView
 from drafters.checkpoint import HeadInfo
 from drafters.head import DraftHead
-from drafters.learned import LearnedDrafter
+from drafters.learned import LearnedDrafter, head_depth
 from drafters.masks import join
 from drafters.tree_builder import ChildDist, Path, TreeOptions, build_tree, child_dists, child_score
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.tree import DraftTree
 
-DEFAULT_DEPTH = 8
-
 
 class EagleDrafter(LearnedDrafter):
-    name = "eagle"
+    """EAGLE-2 dynamic tree; ``depth`` defaults to the head's depth (block_size - 1 of its recipe,
+    the depth the block heads draft), so the cap is the same for every learned arm."""
 
-    def __init__(self, head: DraftHead, info: HeadInfo, tree: TreeOptions, depth: int = DEFAULT_DEPTH, top_k: int = 8) -> None:
+    name = "eagle"
+    default_construction = "best-first"  # EAGLE-2 keeps the global best budget - 1 explored nodes
+
+    def __init__(
+        self, head: DraftHead, info: HeadInfo, tree: TreeOptions, depth: int | None = None, top_k: int = 8
+    ) -> None:
         super().__init__(head, info, tree)
+        depth = head_depth(head) if depth is None else depth
         if depth < 1 or top_k < 1:
             raise JfbenchError(f"eagle depth ({depth}) and top-k ({top_k}) must be at least 1")
         self.depth = depth  # head forwards per proposal = deepest drafted level
@@ -50,7 +55,7 @@ class EagleDrafter(LearnedDrafter):
 
     @classmethod
     def max_depth_for(cls, head: DraftHead, options: dict[str, Any]) -> int:
-        return options.get("depth", DEFAULT_DEPTH)
+        return options.get("depth") or head_depth(head)
 
     @torch.inference_mode()
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:

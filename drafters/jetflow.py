@@ -1,13 +1,21 @@
-"""JetFlow: a causal block head drafts a tree, then refines it with branch-conditioned children.
+"""JetFlow: a causal block head drafts a tree; `jetflow-refine` then refines it with branch-conditioned children.
 
-1. Pass 1 (as DFlash-T, from a causal head): [anchor, MASK x D] -> marginals -> best-first tree.
+Two arms share one checkpoint (and one class):
+
+- ``jetflow`` — JetFlow as the authors release it (hao-ai-lab/JetSpec): pass 1 only and the
+  ``accum`` construction (a popped node adds all its top-K children, K = 7). A released
+  JetSpec/DFlash-format causal head drafts here exactly what the authors' inference drafts.
+- ``jetflow-refine`` — this suite's extension: ``refine_passes`` (default 1) tree-causal
+  refinement passes after pass 1 and the lazy global best-first construction.
+
+1. Pass 1 (as DFlash-T, from a causal head): [anchor, MASK x D] -> per-depth marginals -> tree.
 2. Each refinement pass is ONE head forward over the whole tree: every node is an entry holding
    its real token at position p + depth, and every node above the depth cap also gets a MASK
    query (at p + depth + 1) for its children. With the tree-causal mask each entry sees the
    context and its own ancestors only, so the MASK query of node u returns
    q(y | x, h, path to u) — the paper's q(path) = prod_u q(y_u | x, h_x, path_<u). The tree is
    rebuilt best-first from these conditionals (nodes never queried fall back to the pass-1
-   marginals), which re-scores every node whose parent was queried.
+   marginals), which re-scores every node whose parent was queried. ``refine_passes=0`` skips this.
 
 Worked example of the refinement entries for the tree root -> a -> b (D = 15):
 
@@ -28,6 +36,7 @@ path through a tree-causal mask, which is what the ablation measures.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 
@@ -60,10 +69,14 @@ def refinement_entries(tree: DraftTree, max_depth: int) -> tuple[DraftTree, list
 
 
 class JetFlowDrafter(DFlashDrafter):
-    name = "jetflow"
+    """JetFlow as released: r = 0, ``accum`` (the defaults of `DFlashDrafter`'s tree)."""
 
-    def __init__(self, head, info, tree: TreeOptions, refine_passes: int = 1) -> None:
+    name = "jetflow"
+    default_refine_passes: ClassVar[int] = 0
+
+    def __init__(self, head, info, tree: TreeOptions, refine_passes: int | None = None) -> None:
         super().__init__(head, info, tree)
+        refine_passes = self.default_refine_passes if refine_passes is None else refine_passes
         if refine_passes < 0:
             raise JfbenchError(f"--refine-passes {refine_passes} must be 0 or more")
         self.refine_passes = refine_passes  # r: tree-causal refinement passes after pass 1
@@ -111,3 +124,15 @@ class JetFlowDrafter(DFlashDrafter):
 
     def describe(self) -> dict:
         return {**super().describe(), "refine_passes": self.refine_passes}
+
+
+class JetFlowRefineDrafter(JetFlowDrafter):
+    """This suite's extension: one tree-causal refinement pass, lazy global best-first trees.
+
+    It reads the same checkpoints as ``jetflow`` (``trained_as``), so one head serves both arms.
+    """
+
+    name = "jetflow-refine"
+    trained_as = "jetflow"
+    default_refine_passes = 1
+    default_construction = "best-first"

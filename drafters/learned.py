@@ -30,10 +30,16 @@ def head_id(path: Path) -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
+def head_depth(head: DraftHead) -> int:
+    """Drafted depth D of a head: block_size - 1 (one source of truth for every depth cap)."""
+    return head.cfg.block_size - 1
+
+
 class LearnedDrafter(Drafter):
     """A drafter driven by a trained draft head (see ``drafters.head``)."""
 
-    default_max_depth: ClassVar[int] = 15
+    default_construction: ClassVar[str] = "accum"  # tree construction unless an option overrides it
+    trained_as: ClassVar[str | None] = None  # `jfbench train --drafter` name of its heads; None = its own name
 
     def __init__(self, head: DraftHead, info: HeadInfo, tree: TreeOptions) -> None:
         self.head = head
@@ -48,17 +54,23 @@ class LearnedDrafter(Drafter):
         if checkpoint is None:
             raise JfbenchError(
                 f"drafter {cls.name!r} needs a trained head: pass --checkpoint DIR (made by `jfbench train "
-                f"--drafter {cls.name}`) or a released DFlash/JetSpec head directory"
+                f"--drafter {cls.train_name()}`) or a released DFlash/JetSpec head directory"
             )
         head, info = load_head(Path(checkpoint), target, options.pop("attention", "sdpa"))
         cls.check_head(head, info)
         tree_keys = ("scoring", "construction", "fanout", "max_depth", "entropy_weight")
         tree_opts = {k: options.pop(k) for k in tree_keys if k in options}
         tree_opts.setdefault("max_depth", cls.max_depth_for(head, options))
+        tree_opts.setdefault("construction", cls.default_construction)
         try:
             return cls(head, info, TreeOptions(**tree_opts), **options)
         except TypeError as err:
             raise JfbenchError(f"drafter {cls.name!r} got an unknown option: {err}") from err
+
+    @classmethod
+    def train_name(cls) -> str:
+        """The drafter name its heads are trained under (``jetflow-refine`` reads ``jetflow`` heads)."""
+        return cls.trained_as or cls.name
 
     @classmethod
     def check_head(cls, head: DraftHead, info: HeadInfo) -> None:
@@ -66,7 +78,8 @@ class LearnedDrafter(Drafter):
 
     @classmethod
     def max_depth_for(cls, head: DraftHead, options: dict[str, Any]) -> int:
-        return min(cls.default_max_depth, head.cfg.block_size - 1)
+        """Deepest drafted level: the head's own depth (its block drafts block_size - 1 positions)."""
+        return head_depth(head)
 
     def reset(self, seqs: Sequence[SequenceView]) -> None:
         self.cache = None

@@ -2,21 +2,39 @@
 
 A drafter supplies, for any path of tokens below the root, the candidate children of the node at
 the end of that path (`ChildDist`: the top-K tokens of one draft distribution with their
-log-probs, plus the distribution's entropy), or None when it has no distribution there. The
-builder grows the tree best-first under a node budget:
+log-probs, plus the distribution's entropy), or None when it has no distribution there. Every
+node is scored
 
     score(root) = 0
     score(child) = score(parent) + log q(child)                 scoring="logp" (default)
     score(child) = score(parent) + log q(child) - gamma * H(q)  scoring="entropy"
 
-Both increments are <= 0, so a child never outranks its parent and a lazy k-best walk (pop the best
-candidate; push its next-ranked sibling and its own best child) adds nodes in global score order:
-the tree is ancestor-closed, parents precede children, siblings carry distinct tokens, and it holds
-exactly min(budget, reachable) nodes. ``construction="spine-first"`` first lays down the greedy
-chain (rank-0 child at every depth) and then fills the remaining budget best-first.
+and the tree grows under a node budget (root included) by one of three constructions:
 
-Worked example (fanout 2, budget 4, marginals q1 = {a: .6, b: .3}, q2 = {c: .9, d: .05}):
-    pop a (-0.51) -> push b (-1.20), a/c (-0.62); pop a/c; pop b -> tree root, a, a/c, b.
+``accum`` (default; the JetSpec authors' "accum_logp" rule): keep a max-heap of *nodes* by score,
+starting with the root. Pop the best node; unless it sits at the depth cap (or has no
+distribution), add ALL its top-K children at once, in rank order, and push them. When the budget
+cannot take all K, the popped node adds only its best ``budget - n`` children. Ties pop the
+earlier-added node first. The result is ancestor-closed but not the global k-best set: a popped
+node's weak K-th child is added before a better grandchild elsewhere.
+
+``best-first`` (lazy k-best, this suite's extension): both increments are <= 0, so a child never
+outranks its parent, and a walk that pops the best *candidate* (then pushes its next-ranked
+sibling and its own best child) adds nodes in global score order: exactly the min(budget,
+reachable) best nodes, ancestor-closed.
+
+``spine-first``: the greedy chain (rank-0 child at every depth) first, then best-first.
+
+Whatever the construction: parents precede children, siblings carry distinct tokens, no node is
+deeper than ``max_depth``, and no node has more than ``fanout`` children.
+
+Worked example (fanout 2, marginals q1 = {a: .6, b: .3}, q2 = {c: .9, d: .05}, budget 4):
+    best-first: pop a (-0.51) -> push b (-1.20), a/c (-0.62); pop a/c; pop b
+                -> root, a, a/c, b
+    accum:      pop root -> add a (-0.51), b (-1.20); pop a -> budget 4 leaves room for one
+                child: add a/c (-0.62) only -> root, a, b, a/c
+With budget 5, accum adds a/c and a/d (-3.51) when it pops a, before b/c (-1.31): a popped node
+brings all its children along, which best-first would not.
 """
 
 from __future__ import annotations
@@ -32,7 +50,7 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.tree import DraftTree
 
 SCORINGS = ("logp", "entropy")
-CONSTRUCTIONS = ("best-first", "spine-first")
+CONSTRUCTIONS = ("accum", "best-first", "spine-first")
 
 Path = tuple[int, ...]  # tokens below the root, root excluded; () is the root itself
 
@@ -51,7 +69,7 @@ class TreeOptions:
     """How a tree is grown from draft distributions (scoring, construction, fan-out, depth cap)."""
 
     scoring: str = "logp"  # "logp" (cumulative log-prob) | "entropy" (log-prob minus gamma * entropy)
-    construction: str = "best-first"  # "best-first" | "spine-first" (greedy chain first, then best-first)
+    construction: str = "accum"  # "accum" (authors' rule) | "best-first" (global k-best) | "spine-first"
     fanout: int = 7  # K: most children per node
     max_depth: int = 15  # D: deepest drafted level (root = depth 0)
     entropy_weight: float = 0.5  # gamma for scoring="entropy", per nat of entropy
@@ -109,6 +127,8 @@ def build_tree(
     options: TreeOptions,
 ) -> DraftTree:
     """Grow a tree of at most ``budget`` nodes (root included) from ``children``; see module docstring."""
+    if options.construction == "accum":
+        return _accum_tree(root, children, budget, options)
     tokens, parents, scores, paths = [root], [-1], [0.0], [()]
     heap: list[tuple[float, int, int, int, ChildDist]] = []  # (-score, tie, parent node, rank, dist)
     tie = 0
@@ -147,6 +167,34 @@ def build_tree(
         _, _, parent, rank, dist = heapq.heappop(heap)
         node = add(parent, dist, rank)
         push(node, dist_of(node), 0)
+    return DraftTree(tokens, parents, scores)
+
+
+def _accum_tree(
+    root: int, children: Callable[[Path], ChildDist | None], budget: int, options: TreeOptions
+) -> DraftTree:
+    """The ``accum`` construction (module docstring): a popped node adds all its top-K children.
+
+    The heap holds (-score, node index); node indices grow in insertion order, so equal scores pop
+    the earlier-added node first. Children are added whatever their log-prob (a -inf child is
+    still a token the target may pick), exactly as the authors' builder does.
+    """
+    tokens, parents, scores, paths = [root], [-1], [0.0], [()]
+    heap: list[tuple[float, int]] = [(0.0, 0)]  # (-score, node)
+    while heap and len(tokens) < budget:
+        _, node = heapq.heappop(heap)
+        if len(paths[node]) >= options.max_depth:
+            continue  # at the depth cap: popped, adds nothing, costs no budget
+        dist = children(paths[node])
+        if dist is None:
+            continue
+        for rank in range(min(options.fanout, len(dist.tokens), budget - len(tokens))):
+            child = len(tokens)
+            tokens.append(dist.tokens[rank])
+            parents.append(node)
+            scores.append(child_score(scores[node], dist, rank, options))
+            paths.append((*paths[node], dist.tokens[rank]))
+            heapq.heappush(heap, (-scores[child], child))
     return DraftTree(tokens, parents, scores)
 
 

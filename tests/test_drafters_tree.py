@@ -28,6 +28,11 @@ def dist(**probs: float) -> ChildDist:
 MARGINALS = [dist(a=0.6, b=0.3, c=0.1), dist(d=0.9, e=0.05), dist(f=0.5, g=0.5)]
 
 
+def best_first(**options) -> TreeOptions:
+    """The lazy global best-first construction (jetflow-refine's and EAGLE's)."""
+    return TreeOptions(construction="best-first", **options)
+
+
 def names(tree: DraftTree) -> list[str]:
     return [chr(t) if t >= 97 else "R" for t in tree.tokens]
 
@@ -46,7 +51,7 @@ def check_invariants(tree: DraftTree, budget: int, options: TreeOptions) -> None
 
 
 def test_docstring_example_best_first_order():
-    tree = build_tree(0, marginal_lookup(MARGINALS), 4, TreeOptions(fanout=2))
+    tree = build_tree(0, marginal_lookup(MARGINALS), 4, best_first(fanout=2))
     assert names(tree) == ["R", "a", "d", "b"]
     assert tree.parents == [-1, 0, 1, 0]
     assert tree.scores[2] == pytest.approx(math.log(0.6) + math.log(0.9))
@@ -55,7 +60,7 @@ def test_docstring_example_best_first_order():
 @pytest.mark.parametrize("budget", [1, 2, 5, 9, 40, 200])
 @pytest.mark.parametrize("fanout", [1, 2, 3])
 def test_best_first_returns_min_budget_reachable(budget, fanout):
-    options = TreeOptions(fanout=fanout, max_depth=3)
+    options = best_first(fanout=fanout, max_depth=3)
     tree = build_tree(0, marginal_lookup(MARGINALS), budget, options)
     widths = [min(fanout, len(m.tokens)) for m in MARGINALS]
     reachable = 1 + widths[0] + widths[0] * widths[1] + widths[0] * widths[1] * widths[2]
@@ -108,8 +113,8 @@ def test_entropy_scoring_discounts_uncertain_levels():
     flat = ChildDist((1, 2), (math.log(0.5), math.log(0.5)), entropy=math.log(2))
     sharp = ChildDist((3, 4), (math.log(0.45), math.log(0.05)), entropy=0.2)
     children = {(): ChildDist((5, 6), (math.log(0.5), math.log(0.5)), entropy=0.0), (5,): flat, (6,): sharp}
-    logp = build_tree(0, children.get, 4, TreeOptions(fanout=2))
-    entropy = build_tree(0, children.get, 4, TreeOptions(fanout=2, scoring="entropy", entropy_weight=1.0))
+    logp = build_tree(0, children.get, 4, best_first(fanout=2))
+    entropy = build_tree(0, children.get, 4, best_first(fanout=2, scoring="entropy", entropy_weight=1.0))
     assert logp.tokens == [0, 5, 6, 1]  # .5*.5 beats .5*.45
     assert entropy.tokens == [0, 5, 6, 3]  # flat level pays log(2), sharp level only 0.2
 
@@ -122,7 +127,7 @@ def test_bad_options_are_user_errors():
 
 
 def test_refinement_changes_children_only_through_conditioning():
-    options = TreeOptions(fanout=2)
+    options = best_first(fanout=2)
     base = marginal_lookup(MARGINALS)
     first = build_tree(0, base, 8, options)
     paths = tree_paths(first)

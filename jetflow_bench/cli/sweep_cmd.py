@@ -205,9 +205,11 @@ def _head_trainer(data_dir: Path | None, config: SweepConfig) -> HeadTrainer:
         from jetflow_bench.training import ensure_head
         from jetflow_bench.training.config import DRAFTERS as TRAINABLE
 
-        if drafter not in TRAINABLE:
+        plugin = DRAFTERS.get(drafter)
+        trained = plugin.train_name() if hasattr(plugin, "train_name") else drafter  # jetflow-refine -> jetflow
+        if trained not in TRAINABLE:
             return None
-        return ensure_head(config.target, drafter, data_dir=data_dir, device=config.device, dtype=config.dtype,
+        return ensure_head(config.target, trained, data_dir=data_dir, device=config.device, dtype=config.dtype,
                            threads=config.threads, **recipe)
 
     return train
