@@ -138,7 +138,8 @@ def test_released_head_in_jetflow_drafts_the_authors_tree(target, released_jetsp
     drafter.observe(seqs, [out.hidden[i, : len(p)] for i, p in enumerate(PROMPTS)])
     trees = drafter.propose(seqs, budget)
     assert len(calls) == 1, "released JetFlow drafts from pass 1 only (no refinement pass)"
-    depth = 7  # block_size - 1 of the released config
+    depth = 7  # block_size - 1 of the released config: the authors draft every block position
+    assert drafter.tree.max_depth == depth
     per_row = calls[0].reshape(len(seqs), depth, -1)  # (B, D, V)
     for seq, tree, logits in zip(seqs, trees, per_row, strict=True):
         assert (tree.tokens, tree.parents) == reference_accum(seq.tokens[-1], logits, 7, budget)
