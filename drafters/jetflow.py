@@ -36,7 +36,7 @@ path through a tree-causal mask, which is what the ablation measures.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -121,6 +121,10 @@ class JetFlowDrafter(DFlashDrafter):
                 for r, seen, f in zip(roots, known, fallbacks, strict=True)
             ]
         return trees
+
+    @classmethod
+    def option_defaults(cls) -> dict[str, Any]:
+        return {**super().option_defaults(), "refine_passes": cls.default_refine_passes}
 
     def describe(self) -> dict:
         return {**super().describe(), "refine_passes": self.refine_passes}

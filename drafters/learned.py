@@ -6,7 +6,9 @@ tapped hidden states (``observe``), never through engine internals.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -66,6 +68,14 @@ class LearnedDrafter(Drafter):
             return cls(head, info, TreeOptions(**tree_opts), **options)
         except TypeError as err:
             raise JfbenchError(f"drafter {cls.name!r} got an unknown option: {err}") from err
+
+    @classmethod
+    def option_defaults(cls) -> dict[str, Any]:
+        """Options ``build`` accepts -> defaults; None = from the head (depth caps: `head_depth`)."""
+        tree = {f.name: f.default for f in dataclasses.fields(TreeOptions)}
+        tree.update(construction=cls.default_construction, max_depth=None)
+        params = list(inspect.signature(cls.__init__).parameters.values())[4:]  # after self, head, info, tree
+        return {**tree, **{p.name: p.default for p in params}, "attention": "sdpa"}
 
     @classmethod
     def train_name(cls) -> str:

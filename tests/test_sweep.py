@@ -80,6 +80,8 @@ def _tables(run: Path) -> dict[str, pd.DataFrame]:
         (["--suites", "gsm9k"], "unknown suite 'gsm9k'"),
         (["--temperature", "0.7"], "sampling is not supported yet"),
         (["--batch-sizes", "0"], "--batch-sizes 0 is too small"),
+        (["--drafters", "ngram[maxngram=2]"], "has no option 'maxngram': did you mean 'max_ngram'?"),
+        (["--drafters", "ngram[max_ngram=2],ngram[max_ngram=2]"], "names the arm 'ngram[max_ngram=2]' twice"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, flags, message):
@@ -254,6 +256,24 @@ def test_ablate_option_variants_of_ngram(target, tmp_path):
     assert code == 0 and "ngram[max_ngram=2]" in text and "d tau" in text
     code, text, _ = jfbench("show", out)
     assert code == 0 and "ngram[max_ngram=1]" in text  # not swallowed as rich markup
+
+
+def test_sweep_arms_with_options_are_named_by_them(target, tmp_path):
+    out = tmp_path / "arms"
+    args = sweep_args(target, out)
+    args[args.index("--drafters") + 1] = "ngram,ngram[max_ngram=1,max_depth=2]"
+    args[args.index("--budgets") + 1] = "8"
+    args[args.index("--batch-sizes") + 1] = "1"
+    code, _, err = jfbench(*args)
+    assert code == 0, err
+    summary = pd.read_parquet(out / "summary.parquet")
+    assert set(summary["variant"]) == {"default", "max_depth=2,max_ngram=1"}
+    steps = pd.read_parquet(out / "steps.parquet")
+    assert steps[steps["variant"] != "default"]["accepted"].max() <= 2  # the option reached the drafter
+    code, text, _ = jfbench("show", out, "--format", "markdown")
+    assert code == 0 and "ngram[max_depth=2,max_ngram=1]" in text
+    code, text, _ = jfbench("sweep", "--help")
+    assert "NAME[KEY=VALUE,...]" in " ".join(text.split())
 
 
 @pytest.mark.slow  # trains the micro target once per cache (~1-2 min), then ~20 s

@@ -99,11 +99,32 @@ def test_bad_budgets_are_user_errors(text):
 
 
 def test_drafter_list_parsing(tmp_path):
-    assert parse_drafters(f"ngram, eagle={tmp_path}") == [("ngram", None), ("eagle", tmp_path.resolve())]
+    assert parse_drafters(f"ngram, eagle={tmp_path}") == [("ngram", {}, None), ("eagle", {}, tmp_path.resolve())]
+    # commas inside brackets separate options, not arms; values are typed
+    assert parse_drafters(f"eagle[depth=15, top_k=4]={tmp_path},jetflow[construction=best-first]") == [
+        ("eagle", {"depth": 15, "top_k": 4}, tmp_path.resolve()), ("jetflow", {"construction": "best-first"}, None),
+    ]
     with pytest.raises(JfbenchError, match="always run"):
         parse_drafters("ar,ngram")
     with pytest.raises(JfbenchError, match="does not exist"):
         parse_drafters(f"eagle={tmp_path / 'missing'}")
+    for bad in ("eagle[depth=15", "eagle[depth]", "eagle[[depth=1]]"):
+        with pytest.raises(JfbenchError, match="brackets|KEY=VALUE|write"):
+            parse_drafters(bad)
+
+
+def test_arm_names_carry_only_non_default_options():
+    from jetflow_bench.sweep.arms import arm_label, arm_spec
+
+    assert arm_spec("ngram", {"max_ngram": 2}, None).label == "ngram[max_ngram=2]"
+    assert arm_spec("pld", {"max_ngram": 3, "min_ngram": 1}, None).label == "ngram"  # defaults drop out
+    assert arm_spec("eagle", {"top_k": 4, "depth": 15}, None).label == "eagle[depth=15,top_k=4]"
+    assert arm_spec("jetflow", {"refine_passes": 0}, None).label == "jetflow"  # the released default
+    assert arm_spec("jetflow-refine", {"refine_passes": 0}, None).label == "jetflow-refine[refine_passes=0]"
+    base = arm_spec("eagle", {"depth": 8}, None, variant="default")
+    assert base.label == "eagle" and arm_label(base) == "eagle[depth=8]" and base.options == (("depth", 8),)
+    with pytest.raises(JfbenchError, match="has no option 'dpth': did you mean 'depth'"):
+        arm_spec("eagle", {"dpth": 8}, None)
 
 
 # ------------------------------------------------------------------ losslessness

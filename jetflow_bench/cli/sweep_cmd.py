@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
 
+from jetflow_bench.arms import ARM_SYNTAX
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
 from jetflow_bench.errors import JfbenchError
@@ -153,7 +154,8 @@ def sweep(
     out: OutOpt,
     grid: GridFlags,
     drafters: Annotated[
-        str, typer.Option("--drafters", help="Comma-separated drafters, NAME or NAME=CHECKPOINT_DIR.")
+        str,
+        typer.Option("--drafters", help=f"Comma-separated drafter arms: {ARM_SYNTAX} (quote brackets in the shell)."),
     ] = "ngram",
 ) -> None:
     """Run a grid of drafters × suites × budgets × batch sizes × repeats into a run folder.
@@ -170,14 +172,22 @@ def sweep(
 
         jfbench sweep --target ~/.cache/jfbench/targets/micro-seed0-XXXX --drafters ngram
             --suites gsm8k --budgets 8,32 --limit 4 --max-new-tokens 32 --repeats 1 --out results/smoke
-    """
-    from drafters import runnable_drafter
-    from jetflow_bench.sweep.grid import DrafterSpec, parse_drafters
 
-    specs = [
-        DrafterSpec(runnable_drafter(name), checkpoint=str(ckpt) if ckpt else None)
-        for name, ckpt in parse_drafters(drafters)
-    ]
+    Drafter options (the same NAME[KEY=VALUE,...] syntax as `jfbench ablate --drafter`): every
+    option that differs from the drafter's default becomes part of the arm's name in the tables.
+    Both JetFlow arms read one checkpoint:
+
+        jfbench sweep --target T --drafters "jetflow=H/jf,jetflow-refine=H/jf,dflash=H/df,eagle=H/ea,eagle[depth=8]=H/ea"
+            --suites gsm8k --budgets 16,64,256 --out results/arms
+    """
+    from jetflow_bench.sweep.arms import arm_spec
+    from jetflow_bench.sweep.grid import parse_drafters
+
+    specs = [arm_spec(name, options, ckpt) for name, options, ckpt in parse_drafters(drafters)]
+    labels = [s.label for s in specs]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise JfbenchError(f"--drafters names the arm {twice[0]!r} twice: give each arm different options")
     run_and_report(grid_config(target, specs, grid), out, grid)
 
 
@@ -203,6 +213,7 @@ def _head_trainer(data_dir: Path | None, config: SweepConfig) -> HeadTrainer:
 
     def train(drafter: str, recipe: dict) -> Path | None:
         from jetflow_bench.training import ensure_head
+        from drafters import DRAFTERS
         from jetflow_bench.training.config import DRAFTERS as TRAINABLE
 
         plugin = DRAFTERS.get(drafter)
@@ -222,7 +233,7 @@ def ablate(
     out: OutOpt,
     grid: GridFlags,
     drafter: Annotated[
-        str, typer.Option("--drafter", help="The base drafter, NAME or NAME=CHECKPOINT_DIR (its default variant).")
+        str, typer.Option("--drafter", help=f"The base arm (variant 'default'): {ARM_SYNTAX}.")
     ] = "jetflow",
     head: Annotated[str | None, typer.Option("--head", help="Head mask variants, e.g. diffusion.")] = None,
     loss: Annotated[str | None, typer.Option("--loss", help="Training-loss variants: rkl, sft.")] = None,
@@ -259,16 +270,18 @@ def ablate(
             --suites math500 --budgets 16,64,256 --out results/ablate-head
 
         jfbench ablate --target T --drafter ngram --option max_ngram=1,2 --suites gsm8k --out results/ng
-    """
-    from drafters import runnable_drafter
-    from jetflow_bench.sweep.ablation import AXES, ablation_table, variants, with_checkpoints
-    from jetflow_bench.sweep.grid import DrafterSpec, parse_drafters, parse_value
 
-    parsed = parse_drafters(drafter)
+        jfbench ablate --target T --drafter "eagle[top_k=4]=heads/eagle" --option depth=4,8 --out results/ea
+    """
+    from jetflow_bench.sweep.ablation import AXES, ablation_table, variants, with_checkpoints
+    from jetflow_bench.sweep.arms import arm_spec, check_option_names
+    from jetflow_bench.sweep.grid import DEFAULT_VARIANT, parse_drafters, parse_value
+
+    parsed = parse_drafters(drafter, "--drafter")
     if len(parsed) != 1:
         raise JfbenchError(f"--drafter {drafter!r}: ablate one base drafter at a time, e.g. --drafter jetflow=DIR")
-    ((name, ckpt),) = parsed
-    base = DrafterSpec(runnable_drafter(name), checkpoint=str(ckpt) if ckpt else None)
+    ((name, base_options, ckpt),) = parsed
+    base = arm_spec(name, base_options, ckpt, variant=DEFAULT_VARIANT)
     flags = {"head": head, "loss": loss, "data": data, "layout": layout, "refine_passes": refine_passes, "scoring": scoring,
              "construction": construction}
     axes = {flag: _values(f"--{flag.replace('_', '-')}", text) for flag, text in flags.items() if text is not None}
@@ -276,6 +289,8 @@ def ablate(
     clash = sorted(set(generic) & {key for _, key in AXES.values()})
     if clash:
         raise JfbenchError(f"--option {clash[0]}: use its own flag (--{clash[0].replace('_', '-')}) instead")
+    inferred = [AXES[flag][1] for flag in axes if AXES[flag][0] == "infer"]
+    check_option_names(base.name, [*generic, *inferred])
     specs = variants(base, axes, generic)
     given = {k: Path(v).expanduser().resolve() for k, v in _pairs(checkpoint, "--checkpoint").items()}
     config = grid_config(target, specs, grid, extra=(("ablation", True),))

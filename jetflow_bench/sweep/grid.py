@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.arms import AR_ARM
+from jetflow_bench.arms import AR_ARM, ARM_SYNTAX
 from jetflow_bench.engine import check_budget
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
@@ -221,19 +221,56 @@ def parse_names(text: str, option: str) -> list[str]:
     return names
 
 
-def parse_drafters(text: str) -> list[tuple[str, Path | None]]:
-    """'ngram,eagle=DIR' -> [("ngram", None), ("eagle", Path(DIR))] (names not yet resolved)."""
-    out: list[tuple[str, Path | None]] = []
-    for item in parse_names(text, "--drafters"):
-        name, _, path = item.partition("=")
-        name = name.strip()
+_ARM = re.compile(r"^\s*([^\[\]=]+?)\s*(?:\[([^\[\]]*)\])?\s*(?:=(.*))?$")
+
+
+def split_arms(text: str, option: str) -> list[str]:
+    """Split at commas outside brackets: 'eagle[depth=15,top_k=4]=D,ngram' -> 2 items."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth not in (0, 1):
+            raise JfbenchError(f"{option} {text!r}: unbalanced brackets; write {ARM_SYNTAX}")
+        if char == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    items = [item.strip() for item in items if item.strip()]
+    if depth or not items:
+        raise JfbenchError(f"{option} {text!r}: name at least one drafter as {ARM_SYNTAX}")
+    return items
+
+
+def parse_drafters(text: str, option: str = "--drafters") -> list[tuple[str, dict[str, Any], Path | None]]:
+    """Drafter arms -> (name, options, checkpoint); names are not yet resolved, options not yet checked.
+
+    Example: 'ngram,eagle[depth=15,top_k=4]=DIR' -> [("ngram", {}, None),
+    ("eagle", {"depth": 15, "top_k": 4}, Path(DIR).resolve())].
+    """
+    out: list[tuple[str, dict[str, Any], Path | None]] = []
+    for item in split_arms(text, option):
+        match = _ARM.match(item)
+        if match is None:
+            raise JfbenchError(f"{option} {item!r}: write {ARM_SYNTAX}")
+        name, inside, path = match.group(1).strip(), match.group(2), (match.group(3) or "").strip()
         if name.lower() == AR_ARM:
-            raise JfbenchError(f"--drafters: the AR baseline {AR_ARM!r} is always run; list only drafters")
-        checkpoint = Path(path.strip()).expanduser().resolve() if path.strip() else None
+            raise JfbenchError(f"{option}: the AR baseline {AR_ARM!r} is always run; list only drafters")
+        options: dict[str, Any] = {}
+        for pair in (p.strip() for p in (inside or "").split(",") if p.strip()):
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip() or not value.strip():
+                raise JfbenchError(f"{option} {item!r}: options are KEY=VALUE, e.g. eagle[depth=15]")
+            options[key.strip()] = parse_value(value)
+        checkpoint = Path(path).expanduser().resolve() if path else None
         if checkpoint is not None and not checkpoint.exists():
-            raise JfbenchError(f"--drafters {item!r}: checkpoint {checkpoint} does not exist")
-        out.append((name, checkpoint))
+            raise JfbenchError(f"{option} {item!r}: checkpoint {checkpoint} does not exist")
+        out.append((name, options, checkpoint))
     return out
+
+
+def options_label(options: dict[str, Any]) -> str:
+    """The variant name of an arm's options: {"top_k": 4, "depth": 15} -> 'depth=15,top_k=4'."""
+    return ",".join(f"{k}={v}" for k, v in sorted(options.items())) or DEFAULT_VARIANT
 
 
 def parse_value(text: str) -> Any:

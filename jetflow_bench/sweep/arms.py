@@ -1,0 +1,70 @@
+"""Drafter arms from the command line: ``NAME[KEY=VALUE,...]=CHECKPOINT_DIR`` -> `DrafterSpec`.
+
+`sweep --drafters` and `ablate --drafter` read arms the same way (`grid.parse_drafters`). An
+option is checked against the drafter's own list (`option_defaults`), and an option that differs
+from the drafter's default becomes the arm's variant, so tables name the arm ``eagle[depth=15]``;
+an option set to its default is dropped (``jetflow[refine_passes=0]`` is plain ``jetflow``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.sweep.grid import DEFAULT_VARIANT, DrafterSpec, options_label
+
+
+def option_defaults(drafter_cls: type) -> dict[str, Any]:
+    """Options the drafter's ``build`` accepts -> their defaults (None: decided when it loads its head).
+
+    A drafter class may say so itself (``option_defaults()``); otherwise its ``__init__`` keywords count.
+    """
+    own = getattr(drafter_cls, "option_defaults", None)
+    if own is not None:
+        return own()
+    params = list(inspect.signature(drafter_cls.__init__).parameters.values())[1:]
+    return {p.name: None if p.default is inspect.Parameter.empty else p.default for p in params}
+
+
+def check_option_names(name: str, keys: Iterable[str]) -> dict[str, Any]:
+    """The drafter's option defaults; a key it does not take is a usage error naming the choices."""
+    from drafters import DRAFTERS
+
+    defaults = option_defaults(DRAFTERS.get(name))
+    for key in keys:
+        if key not in defaults:
+            close = difflib.get_close_matches(key, list(defaults), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise JfbenchError(
+                f"drafter {name!r} has no option {key!r}: {hint}choose from {', '.join(sorted(defaults))}"
+            )
+    return defaults
+
+
+def check_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` without those equal to the drafter's defaults (unknown keys: `check_option_names`)."""
+    defaults = check_option_names(name, options)
+    return {k: v for k, v in options.items() if v != defaults[k]}
+
+
+def arm_spec(name: str, options: dict[str, Any], checkpoint: Path | None, variant: str | None = None) -> DrafterSpec:
+    """The spec of one arm; its variant names its non-default options unless ``variant`` is given."""
+    from drafters import runnable_drafter
+
+    canonical = runnable_drafter(name)
+    kept = check_options(canonical, options)
+    return DrafterSpec(
+        canonical, variant=variant or options_label(kept), checkpoint=str(checkpoint) if checkpoint else None,
+        options=tuple(sorted(kept.items())),
+    )
+
+
+def arm_label(spec: DrafterSpec) -> str:
+    """``eagle[depth=15]`` for an arm with options, whatever its variant is called (ablation bases)."""
+    if spec.variant != DEFAULT_VARIANT or not spec.options:
+        return spec.label
+    return f"{spec.name}[{options_label(dict(spec.options))}]"
