@@ -54,7 +54,9 @@ def train(
                      "Default: packed for a causal head, prefix for diffusion."),
     ] = None,
     ttt_steps: Annotated[
-        int, typer.Option("--ttt-steps", min=1, help="EAGLE training-time-test steps (own features fed back).")
+        int | None,
+        typer.Option("--ttt-steps", min=1, help="EAGLE training-time-test steps (own features fed back). "
+                     "Default: the drafted depth, block size - 1 (EAGLE-3 trains every step it drafts)."),
     ] = _DEFAULTS.ttt_steps,
     seed: Annotated[int, typer.Option("--seed", help="Seeds data sampling and initialisation.")] = 0,
     time_limit: Annotated[

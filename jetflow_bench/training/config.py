@@ -58,7 +58,10 @@ class TrainConfig:
     num_taps: int = 3  # K target layers fused (see drafters.checkpoint.default_taps)
     block_size: int = 16  # anchor + D drafted positions (block heads)
     anchors: int = 16  # blocks per sequence per step (block heads)
-    ttt_steps: int = 3  # training-time-test steps, own features fed back (eagle)
+    # Training-time-test steps (eagle): the head's own features fed back this many times. None = the
+    # depth it drafts, block_size - 1, as EAGLE-3 trains every step it will draft (its released
+    # recipe unrolls 7). Head compute per optimiser step grows linearly with it.
+    ttt_steps: int | None = None
     decay: float = 7.0  # loss weight exp(-(k-1)/decay) at drafted depth k; 0 = uniform
     prefix_zero: float = 0.5  # jetflow: share of blocks trained all-masks (pass 1); the rest keep a real prefix
     layout: str | None = None  # jetflow blocks: prefix | packed; None = packed for a causal head, else prefix
@@ -81,6 +84,8 @@ class TrainConfig:
         unknown = [s for s in self.corpus if s not in SOURCES]
         if unknown or not self.corpus:
             raise JfbenchError(f"--corpus {','.join(self.corpus)!r}: choose from {', '.join(SOURCES)}")
+        if self.ttt_steps is not None and self.ttt_steps < 1:
+            raise JfbenchError(f"--ttt-steps {self.ttt_steps} must be at least 1")
         if self.block_size < 2 or self.steps < 1 or self.batch_size < 1 or self.prompts < 1:
             raise JfbenchError("--block-size must be >= 2 and --steps, --batch-size, --prompts >= 1")
         if self.seq_len < self.block_size + 2:
@@ -100,6 +105,13 @@ class TrainConfig:
         return "packed" if self.drafter == "jetflow" and self.mode == "causal" else "prefix"
 
     @property
+    def resolved_ttt_steps(self) -> int | None:
+        """EAGLE's training-time-test steps: the drafted depth unless set; None for block heads."""
+        if self.drafter != "eagle":
+            return None
+        return self.ttt_steps or self.block_size - 1
+
+    @property
     def mode(self) -> str:
         """In-block attention of the trained head."""
         return HEADS[self.resolved_head]
@@ -108,7 +120,8 @@ class TrainConfig:
         return self.layers or default_head_layers(self.drafter, target_layers)
 
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "corpus": list(self.corpus), "head": self.resolved_head}
+        return {**dataclasses.asdict(self), "corpus": list(self.corpus), "head": self.resolved_head,
+                "ttt_steps": self.resolved_ttt_steps}
 
     def key(self, target_fingerprint: str) -> str:
         """Short hash of this config on this target (cache folder names)."""

@@ -25,7 +25,7 @@ from jetflow_bench.training.teacher import TeacherBatch
 def eagle_loss(
     head: DraftHead, batch: TeacherBatch, config: TrainConfig, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, top-1 agreement) over ``config.ttt_steps`` steps of every sampled root."""
+    """(loss, top-1 agreement) over ``config.resolved_ttt_steps`` steps of every sampled root."""
     n = config.anchors * 4  # roots per sequence
     roots = batch.random_positions(n, 0, generator)  # (B, N) in [1, len-1]
     t, device = batch.tokens.shape[1], roots.device
@@ -34,7 +34,7 @@ def eagle_loss(
     own = torch.eye(n, dtype=torch.bool, device=device)  # (N, N): a root's entry at each step
     feature = fused.gather(1, (roots - 1)[..., None].expand(-1, -1, fused.shape[-1]))  # (B, N, H) = f_{r-1}
     draft, teacher, weights = [], [], []
-    for step in range(config.ttt_steps):
+    for step in range(config.resolved_ttt_steps):
         pos = roots + step  # (B, N)
         x = head.eagle_inputs(batch.tokens.gather(1, pos.clamp(max=t - 1)), feature)  # (B, N, H)
         mask = join(sees_context, own.repeat(1, step + 1), x.dtype)  # earlier steps of the same root + itself

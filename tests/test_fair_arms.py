@@ -1,0 +1,30 @@
+"""Fair arms: every learned arm drafts to the same depth by default, and EAGLE trains what it drafts."""
+
+from __future__ import annotations
+
+import pytest
+
+from drafters import DRAFTERS
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.training.config import TrainConfig
+from tests.test_drafters_head import checkpoints, target  # noqa: F401 - fixtures
+
+
+def test_eagle_depth_cap_is_the_block_heads_depth(target, checkpoints):  # noqa: F811
+    eagle = DRAFTERS.get("eagle").build(target, checkpoints["eagle"])
+    block = DRAFTERS.get("jetflow").build(target, checkpoints["jetflow"])
+    assert eagle.depth == eagle.tree.max_depth == block.tree.max_depth == 7  # block_size 8 - 1 for both recipes
+    assert eagle.tree.construction == "best-first"  # EAGLE-2's rerank keeps the global best nodes
+    shallow = DRAFTERS.get("eagle").build(target, checkpoints["eagle"], depth=4)
+    assert shallow.depth == shallow.tree.max_depth == 4
+
+
+def test_eagle_trains_as_many_test_steps_as_it_drafts():
+    assert TrainConfig(drafter="eagle").resolved_ttt_steps == 15  # default block size 16 -> depth 15
+    assert TrainConfig(drafter="eagle", block_size=8).resolved_ttt_steps == 7
+    assert TrainConfig(drafter="eagle", ttt_steps=3).resolved_ttt_steps == 3
+    assert TrainConfig(drafter="jetflow").resolved_ttt_steps is None  # block heads have no test steps
+    # an explicit value equal to the default is the same recipe (same cached head)
+    assert TrainConfig(drafter="eagle", ttt_steps=15).key("t") == TrainConfig(drafter="eagle").key("t")
+    with pytest.raises(JfbenchError, match="ttt-steps"):
+        TrainConfig(drafter="eagle", ttt_steps=0)
