@@ -117,7 +117,7 @@ def test_arm_names_carry_only_non_default_options():
     from jetflow_bench.sweep.arms import arm_label, arm_spec
 
     assert arm_spec("ngram", {"max_ngram": 2}, None).label == "ngram[max_ngram=2]"
-    assert arm_spec("pld", {"max_ngram": 3, "min_ngram": 1}, None).label == "ngram"  # defaults drop out
+    assert arm_spec("pld", {"max_ngram": 4, "min_ngram": 1}, None).label == "ngram"  # defaults drop out
     assert arm_spec("eagle", {"top_k": 4, "depth": 15}, None).label == "eagle[depth=15,top_k=4]"
     assert arm_spec("jetflow", {"refine_passes": 0}, None).label == "jetflow"  # the released default
     assert arm_spec("jetflow-refine", {"refine_passes": 0}, None).label == "jetflow-refine[refine_passes=0]"
@@ -253,7 +253,8 @@ def _requests(drafter: str, variant: str, accepted: list[int], decode_s: list[fl
     n = len(accepted)
     return pd.DataFrame({
         "suite": "gsm8k", "drafter": drafter, "variant": variant, "budget": budget, "batch_size": 1, "repeat": 0,
-        "request": range(n), "accepted": accepted, "steps": [10] * n, "decode_s": decode_s,
+        "request": range(n), "accepted": accepted, "emitted": [a + 10 for a in accepted], "steps": [10] * n,
+        "decode_s": decode_s,
     })
 
 
@@ -281,3 +282,42 @@ def test_checkpoint_pairs_accept_variant_names_with_equals():
     assert _pairs(["max_ngram=2,4"], "--option") == {"max_ngram": "2,4"}
     with pytest.raises(JfbenchError):
         _pairs(["no-equals"], "--checkpoint")
+
+
+def test_one_factor_moves_an_impossible_variant_to_the_nearest_common_setting():
+    from jetflow_bench.sweep.ablation import one_factor
+
+    base = DrafterSpec("jetflow", checkpoint="/ckpt")
+    specs = variants(base, {"head": ["diffusion"], "refine_passes": [1]}, {})
+    out, comparisons = one_factor(specs, {"layout": "packed", "refine_passes": 0})
+    by_name = {s.variant: s for s in out}
+    # the diffusion head cannot train packed: it trains prefix, and so does the arm it is compared with
+    assert dict(by_name["head=diffusion"].train) == {"head": "diffusion", "layout": "prefix"}
+    assert dict(by_name["layout=prefix"].train) == {"layout": "prefix"} and by_name["layout=prefix"].checkpoint is None
+    assert comparisons["head=diffusion"].reference == "layout=prefix"
+    assert "layout=prefix" in comparisons["head=diffusion"].held and "causal head" in comparisons["head=diffusion"].held
+    assert comparisons["refine_passes=1"].reference == "default" and comparisons["refine_passes=1"].held == ""
+    # the extension refines: the comparison also drops refinement for both arms
+    refine = variants(DrafterSpec("jetflow-refine", checkpoint="/ckpt"), {"head": ["diffusion"]}, {})
+    out, comparisons = one_factor(refine, {"layout": "packed", "refine_passes": 1})
+    reference = next(s for s in out if s.variant == comparisons["head=diffusion"].reference)
+    assert reference.variant == "layout=prefix,refine_passes=0" and dict(reference.options) == {"refine_passes": 0}
+    assert dict(next(s for s in out if s.variant == "head=diffusion").options) == {"refine_passes": 0}
+    # a base already at a common setting needs no second arm
+    out, comparisons = one_factor(specs, {"layout": "prefix", "refine_passes": 0})
+    assert out == specs and comparisons["head=diffusion"].reference == "default"
+
+
+def test_ablation_rows_compare_with_the_named_arm_and_say_what_was_held():
+    from jetflow_bench.sweep.ablation import Comparison
+
+    ar = _requests("ar", "default", [0] * 4, [2.0] * 4, budget=1)
+    default = _requests("jetflow", "default", [40] * 4, [1.0] * 4)
+    prefix = _requests("jetflow", "layout=prefix", [30] * 4, [1.0] * 4)
+    diffusion = _requests("jetflow", "head=diffusion", [20] * 4, [1.0] * 4)
+    comparisons = {"head=diffusion": Comparison("head=diffusion", "head=diffusion", "layout=prefix", "layout=prefix (why)")}
+    table = ablation_table(pd.concat([ar, default, prefix, diffusion]), n_boot=50, comparisons=comparisons)
+    assert list(table["variant"]) == ["head=diffusion"]  # the reference arm is not a variant of its own
+    row = table.iloc[0]
+    assert (row.tau, row.tau_default, row.tau_delta) == (3.0, 4.0, -1.0)  # vs layout=prefix (4.0), not default (5.0)
+    assert row.compared_with == "layout=prefix" and row.held_fixed == "layout=prefix (why)"

@@ -226,6 +226,21 @@ def _head_trainer(data_dir: Path | None, config: SweepConfig) -> HeadTrainer:
     return train
 
 
+def _base_settings(base: DrafterSpec, recipe: dict[str, Any]) -> dict[str, Any]:
+    """The base arm's effective training layout and refinement passes (None where unknown)."""
+    from jetflow_bench.training.config import DRAFTERS as TRAINABLE
+    from jetflow_bench.training.config import TrainConfig
+
+    plugin = DRAFTERS.get(base.name)
+    trained = plugin.train_name() if hasattr(plugin, "train_name") else base.name
+    recorded = trained_recipe(base.checkpoint)
+    layout = None
+    if trained in TRAINABLE and (recorded or base.checkpoint is None):
+        layout = TrainConfig(**{**recorded, **recipe, **dict(base.train), "drafter": trained}).resolved_layout
+    refine = dict(base.options).get("refine_passes", option_defaults(plugin).get("refine_passes"))
+    return {"layout": layout, "refine_passes": refine}
+
+
 @app.command("ablate")
 @grid_flags
 def ablate(
@@ -291,11 +306,14 @@ def ablate(
         raise JfbenchError(f"--option {clash[0]}: use its own flag (--{clash[0].replace('_', '-')}) instead")
     inferred = [AXES[flag][1] for flag in axes if AXES[flag][0] == "infer"]
     check_option_names(base.name, [*generic, *inferred])
-    specs = variants(base, axes, generic)
-    given = {k: Path(v).expanduser().resolve() for k, v in _pairs(checkpoint, "--checkpoint").items()}
-    config = grid_config(target, specs, grid, extra=(("ablation", True),))
     recipe = {k: parse_value(v) for k, v in _pairs(train_option, "--train-option").items()}
+    specs, comparisons = one_factor(variants(base, axes, generic), _base_settings(base, recipe))
+    notes = tuple(c.note(arm_label(base)) for c in comparisons.values())
+    for note in notes:
+        print(note, file=sys.stderr)
+    given = {k: Path(v).expanduser().resolve() for k, v in _pairs(checkpoint, "--checkpoint").items()}
+    config = grid_config(target, specs, grid, extra=(("ablation", True), ("comparisons", notes)))
     specs = with_checkpoints(specs, given, _head_trainer(grid.data_dir, config), recipe)
     config = replace(config, drafters=tuple(specs))
-    derived = {"ablation": lambda requests: ablation_table(requests, config.n_boot, config.seed)}
+    derived = {"ablation": lambda requests: ablation_table(requests, config.n_boot, config.seed, comparisons)}
     run_and_report(config, out, grid, kind="ablation", derived=derived)

@@ -6,8 +6,15 @@ trained on demand and cached by its training config. Every variant runs as its o
 ordinary sweep (drafter = the base name, variant = e.g. "head=diffusion"), next to the default
 arm (variant "default") and the AR baseline, so resume, losslessness and the summary come free.
 
+One factor per variant (`one_factor`): a variant differs from the arm it is compared with in
+exactly one setting. Where the base's own setting is impossible for the variant (a bidirectional
+head cannot train on the packed layout nor read paths through tree-causal refinement), both
+arms run at the nearest common setting: the variant is compared with a copy of the base at that
+setting (e.g. `head=diffusion` vs `layout=prefix`), and the table names it.
+
 ablation table — one row per drafter × variant × suite × budget × batch size, repeats pooled:
-    tau, tau_default, tau_delta (+ _lo, _hi)
+    factor, compared_with, held_fixed   (what changed, against which arm, at which setting)
+    tau, tau_default, tau_delta (+ _lo, _hi)        (``_default`` = the compared arm's value)
     speedup_decode_micro, speedup_default, speedup_delta (+ _lo, _hi)
 with tau = Σemitted / Σsteps and speedup = Σ AR decode_s / Σ arm decode_s over the prompts
 (both arms' sums pool all repeats). The CI is a paired percentile bootstrap over prompts: each
@@ -20,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +48,15 @@ AXES: dict[str, tuple[str, str]] = {
     "refine_passes": ("infer", "refine_passes"),
     "scoring": ("infer", "scoring"),
     "construction": ("infer", "construction"),
+}
+# A variant setting the base's own setting cannot be run with -> the nearest setting both arms can
+# run at: (stage, key, value, why). The comparison then runs at that setting for BOTH arms, so
+# exactly one factor differs (`one_factor`).
+COMMON_SETTINGS: dict[tuple[str, Any], list[tuple[str, str, Any, str]]] = {
+    ("head", "diffusion"): [
+        ("train", "layout", "prefix", "the packed training layout needs a causal head"),
+        ("infer", "refine_passes", 0, "tree-causal refinement reads paths a bidirectional head never sees"),
+    ],
 }
 DELTA_FIELDS = ("tau", "speedup")
 HeadTrainer = Callable[[str, dict[str, Any]], Path | None]  # (drafter, recipe) -> cached head or None
@@ -70,6 +87,64 @@ def variants(
     if len(specs) == 1:
         raise JfbenchError("nothing to ablate: name at least one variant, e.g. --head diffusion or --refine-passes 0,2")
     return specs
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What one ablation variant is measured against."""
+
+    variant: str  # the variant arm
+    factor: str  # the one setting that differs, e.g. "head=diffusion"
+    reference: str = DEFAULT_VARIANT  # the arm it is compared with: the default, or the base at `held`
+    held: str = ""  # the nearest common setting both arms run at ("" = the default's own settings)
+
+    def note(self, drafter: str) -> str:
+        if not self.held:
+            return f"{drafter}[{self.variant}] vs {drafter}: only {self.factor} changes"
+        return (f"{drafter}[{self.variant}] vs {drafter}[{self.reference}]: only {self.factor} changes; both run at "
+                f"the nearest common setting {self.held}")
+
+
+def one_factor(
+    specs: Sequence[DrafterSpec], base_settings: Mapping[str, Any]
+) -> tuple[list[DrafterSpec], dict[str, Comparison]]:
+    """Make every variant differ from the arm it is compared with in exactly one factor.
+
+    ``base_settings`` holds the base's effective value of each setting `COMMON_SETTINGS` names
+    (e.g. {"layout": "packed", "refine_passes": 0}; a missing or None value never conflicts). A
+    variant whose setting the base cannot share is moved, with a reference copy of the base, to
+    the nearest common setting. Example: base jetflow (packed layout), variant head=diffusion ->
+    the variant trains with layout=prefix and is compared with a new arm `layout=prefix` (the
+    causal head trained with the prefix layout), not with the default.
+    """
+    base = next(s for s in specs if s.variant == DEFAULT_VARIANT)
+    out, comparisons = list(specs), {}
+    for i, spec in enumerate(specs):
+        if spec.variant == DEFAULT_VARIANT:
+            continue
+        changed = [(k, v) for k, v in (*spec.train, *spec.options) if (k, v) not in (*base.train, *base.options)]
+        needed = [(stage, key, value, why) for factor in changed for stage, key, value, why in COMMON_SETTINGS.get(factor, [])
+                  if base_settings.get(key) not in (None, value)]
+        factor = ",".join(f"{k}={v}" for k, v in changed)
+        if not needed:
+            comparisons[spec.variant] = Comparison(spec.variant, factor)
+            continue
+        train = {k: v for stage, k, v, _ in needed if stage == "train"}
+        infer = {k: v for stage, k, v, _ in needed if stage == "infer"}
+        out[i] = _with(spec, train, infer, spec.variant)
+        reference = _with(base, train, infer, ",".join(f"{k}={v}" for _, k, v, _ in needed))
+        if reference.variant not in {s.variant for s in out}:
+            out.append(reference)
+        held = ", ".join(f"{k}={v} ({why})" for _, k, v, why in needed)
+        comparisons[spec.variant] = Comparison(spec.variant, factor, reference.variant, held)
+    return out, comparisons
+
+
+def _with(spec: DrafterSpec, train: Mapping[str, Any], infer: Mapping[str, Any], variant: str) -> DrafterSpec:
+    changes: dict[str, Any] = {"variant": variant, "options": tuple(sorted({**dict(spec.options), **infer}.items()))}
+    if train:
+        changes |= {"train": tuple(sorted({**dict(spec.train), **train}.items())), "checkpoint": None}
+    return dataclasses.replace(spec, **changes)
 
 
 def trained_recipe(checkpoint: str | Path | None) -> dict[str, Any]:
@@ -133,16 +208,24 @@ def _stats(arm: pd.DataFrame, ar: pd.DataFrame, idx: np.ndarray) -> dict[str, np
     return {"tau": _div(emitted, steps), "speedup": _div(ar["decode_s"].to_numpy(float)[idx].sum(axis=-1), time)}
 
 
-def ablation_table(requests: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """Deltas of every non-default variant against its default arm; see the module docstring."""
+def ablation_table(
+    requests: pd.DataFrame, n_boot: int = 1000, seed: int = 0, comparisons: Mapping[str, Comparison] | None = None
+) -> pd.DataFrame:
+    """Deltas of every variant against the arm `comparisons` names (default: the default arm).
+
+    A variant that is itself only another variant's reference arm (`one_factor`) gets no row.
+    """
+    comparisons = dict(comparisons or {})
+    references = {c.reference for c in comparisons.values()} - set(comparisons)
     group_keys = ["suite", "budget", "batch_size"]
     arms = requests[requests["drafter"] != AR_ARM]
     rows = []
     for (drafter, variant, suite, budget, batch_size), arm in arms.groupby(["drafter", "variant", *group_keys]):
-        if variant == DEFAULT_VARIANT:
+        if variant == DEFAULT_VARIANT or variant in references:
             continue
+        comparison = comparisons.get(variant, Comparison(variant, variant))
         same = (requests["suite"] == suite) & (requests["batch_size"] == batch_size)
-        default = requests[same & (requests["drafter"] == drafter) & (requests["variant"] == DEFAULT_VARIANT)
+        default = requests[same & (requests["drafter"] == drafter) & (requests["variant"] == comparison.reference)
                            & (requests["budget"] == budget)]
         ar = requests[same & (requests["drafter"] == AR_ARM)]
         if default.empty or ar.empty:
@@ -156,7 +239,8 @@ def ablation_table(requests: pd.DataFrame, n_boot: int = 1000, seed: int = 0) ->
         point = {k: (_stats(var, base, full)[k][0], _stats(dflt, base, full)[k][0]) for k in DELTA_FIELDS}
         v_boot, d_boot = _stats(var, base, boot), _stats(dflt, base, boot)
         row = {"drafter": drafter, "variant": variant, "suite": suite, "budget": budget, "batch_size": batch_size,
-               "n_prompts": n, "repeats": arm["repeat"].nunique()}
+               "n_prompts": n, "repeats": arm["repeat"].nunique(), "factor": comparison.factor,
+               "compared_with": comparison.reference, "held_fixed": comparison.held or "the default's settings"}
         for k, name in (("tau", "tau"), ("speedup", "speedup_decode_micro")):
             row[name], row[f"{k}_default"] = point[k]
             row[f"{k}_delta"] = point[k][0] - point[k][1]
