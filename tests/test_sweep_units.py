@@ -321,3 +321,25 @@ def test_ablation_rows_compare_with_the_named_arm_and_say_what_was_held():
     row = table.iloc[0]
     assert (row.tau, row.tau_default, row.tau_delta) == (3.0, 4.0, -1.0)  # vs layout=prefix (4.0), not default (5.0)
     assert row.compared_with == "layout=prefix" and row.held_fixed == "layout=prefix (why)"
+
+
+def test_seeds_pool_into_one_row_with_a_ci_over_seeds_and_prompts():
+    from jetflow_bench.sweep.ablation import split_seed, with_seeds
+
+    specs = variants(DrafterSpec("jetflow", checkpoint="/ckpt"), {"refine_passes": [1]}, {})
+    seeded = with_seeds(specs, [0, 1], own_seed=0)
+    assert [s.variant for s in seeded] == ["default", "refine_passes=1", "seed=1", "refine_passes=1,seed=1"]
+    assert dict(seeded[3].train) == {"seed": 1} and seeded[3].checkpoint is None and dict(seeded[3].options)
+    assert split_seed("refine_passes=1,seed=1") == ("refine_passes=1", 1) and split_seed("seed=1") == ("default", 1)
+    ar = _requests("ar", "default", [0] * 6, [2.0] * 6, budget=1)
+    frames = [ar, _requests("jetflow", "default", [20] * 6, [1.0] * 6), _requests("jetflow", "seed=1", [20] * 6, [1.0] * 6),
+              _requests("jetflow", "refine_passes=1", [30] * 6, [1.0] * 6),  # +1 tau with seed 0
+              _requests("jetflow", "refine_passes=1,seed=1", [10] * 6, [1.0] * 6)]  # -1 tau with seed 1
+    table = ablation_table(pd.concat(frames), n_boot=400)
+    assert list(table["variant"]) == ["refine_passes=1"]  # seed copies pool, they are not variants
+    row = table.iloc[0]
+    assert (row.seeds, row.tau, row.tau_default, row.tau_delta) == (2, 3.0, 3.0, 0.0)
+    assert (row.tau_delta_seed_min, row.tau_delta_seed_max) == (-1.0, 1.0)
+    assert (row.tau_seed_min, row.tau_seed_max) == (2.0, 4.0)
+    # every prompt is alike, so only resampling the seeds can widen the CI
+    assert row.tau_delta_lo == pytest.approx(-1.0) and row.tau_delta_hi == pytest.approx(1.0)

@@ -169,6 +169,13 @@ def test_cli_train_prints_folder_and_summary(random_target, tmp_path):
     assert json.loads(lines[-1])["steps_done"] == 2
     bad = CliRunner().invoke(app, [*args[:-2], "--loss", "kl"])
     assert bad.exit_code != 0 and isinstance(bad.exception, JfbenchError)
+    seeded = CliRunner().invoke(app, [*args, "--seeds", "1,2"])
+    assert seeded.exit_code == 0, seeded.output
+    lines = seeded.stdout.strip().splitlines()
+    assert [line for line in lines if line.startswith("/")] == [str(out / "seed-1"), str(out / "seed-2")]
+    assert [json.loads(line)["seed"] for line in lines if line.startswith("{")] == [1, 2]
+    weights = [load_file(str(out / f"seed-{s}" / "model.safetensors"))["fc.weight"] for s in (1, 2)]
+    assert not torch.equal(*weights)  # the seed reached initialisation
 
 
 @pytest.mark.slow

@@ -137,7 +137,7 @@ def show(
         return
     views = [("summary", compact(_read(run, "summary")))]
     if (run / "ablation.parquet").exists():
-        views.append(("ablation (variant - default)", compact_ablation(_read(run, "ablation"))))
+        views.append(("ablation (variant - the arm in 'vs')", compact_ablation(_read(run, "ablation"))))
     if format == TableFormat.markdown:
         print("\n\n".join(f"**{title}**\n\n{markdown(_records(frame))}" for title, frame in views))
         return

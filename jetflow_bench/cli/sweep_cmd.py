@@ -269,6 +269,11 @@ def ablate(
         list[str] | None,
         typer.Option("--train-option", help="Recipe field for heads trained here, KEY=VALUE (e.g. steps=40)."),
     ] = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option("--seeds", help="Head seeds, e.g. 0,1,2: every arm again per seed (heads trained on demand); "
+                     "deltas get a bootstrap CI over seeds x prompts and the table shows the seed spread."),
+    ] = None,
 ) -> None:
     """Run a drafter's default configuration and named variants on one grid; write their deltas.
 
@@ -287,6 +292,13 @@ def ablate(
         jfbench ablate --target T --drafter ngram --option max_ngram=1,2 --suites gsm8k --out results/ng
 
         jfbench ablate --target T --drafter "eagle[top_k=4]=heads/eagle" --option depth=4,8 --out results/ea
+
+        jfbench ablate --target T --drafter jetflow=heads/jf --loss rkl,sft --seeds 0,1,2 --out results/loss
+
+    A variant changes exactly one factor. Where the base's setting is impossible for the variant
+    (a diffusion head on the packed layout or through tree-causal refinement), both run at the
+    nearest common setting: the variant is compared with the base at that setting, and stderr,
+    the manifest and the table (compared_with, held_fixed) say so.
     """
     from jetflow_bench.sweep.ablation import AXES, ablation_table, variants, with_checkpoints
     from jetflow_bench.sweep.arms import arm_spec, check_option_names
@@ -308,6 +320,13 @@ def ablate(
     check_option_names(base.name, [*generic, *inferred])
     recipe = {k: parse_value(v) for k, v in _pairs(train_option, "--train-option").items()}
     specs, comparisons = one_factor(variants(base, axes, generic), _base_settings(base, recipe))
+    if seeds is not None:
+        own_seed = int({**trained_recipe(base.checkpoint), **recipe}.get("seed", 0))
+        learned = hasattr(DRAFTERS.get(base.name), "train_name")
+        if not learned or (base.checkpoint and not trained_recipe(base.checkpoint)):
+            raise JfbenchError(f"--seeds: {arm_label(base)} has no jfbench training recipe to re-train with other seeds; "
+                               "pass a head made by `jfbench train`")
+        specs = with_seeds(specs, parse_ints(seeds, "--seeds", minimum=0), own_seed)
     notes = tuple(c.note(arm_label(base)) for c in comparisons.values())
     for note in notes:
         print(note, file=sys.stderr)

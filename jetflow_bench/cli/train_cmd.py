@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ import typer
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
+from jetflow_bench.errors import JfbenchError
 from jetflow_bench.training.config import SOURCES, TrainConfig
 
 _DEFAULTS = TrainConfig(drafter="jetflow")
@@ -59,6 +61,10 @@ def train(
                      "Default: the drafted depth, block size - 1 (EAGLE-3 trains every step it drafts)."),
     ] = _DEFAULTS.ttt_steps,
     seed: Annotated[int, typer.Option("--seed", help="Seeds data sampling and initialisation.")] = 0,
+    seeds: Annotated[
+        str | None,
+        typer.Option("--seeds", help="Train one head per seed, e.g. 0,1,2, into <out>/seed-<N> (replaces --seed)."),
+    ] = None,
     time_limit: Annotated[
         float | None,
         typer.Option("--time-limit", min=0.1, help="Stop after this many minutes; running the command again resumes."),
@@ -83,6 +89,7 @@ def train(
 
         jfbench train --drafter jetflow --head diffusion --loss rkl --data raw --target DIR --out heads/abl
     """
+    from jetflow_bench.sweep.grid import parse_ints
     from jetflow_bench.training import train_drafter
 
     config = TrainConfig(
@@ -91,13 +98,20 @@ def train(
         layers=layers, block_size=block_size, anchors=anchors, layout=layout, ttt_steps=ttt_steps,
         seed=seed,
     )
-    started = time.time()
-    path = train_drafter(
-        target, out, config, data_dir=data_dir, device=device, dtype=dtype, threads=threads,
-        time_limit_s=time_limit * 60 if time_limit else None,
-    )
-    training = json.loads((path / "config.json").read_text())["training"]
-    summary = {k: training[k] for k in ("steps_done", "sequences", "training_tokens", "first_loss", "last_loss_mean", "last_top1_agreement")}
-    summary["reused"] = (path / "config.json").stat().st_mtime < started
-    typer.echo(str(path))
-    typer.echo(json.dumps(summary))
+    if seeds is not None and seed != 0:
+        raise JfbenchError("--seed and --seeds both given: use --seeds 0,1,2 alone")
+    runs = [(out, config)] if seeds is None else [
+        (out / f"seed-{s}", dataclasses.replace(config, seed=s)) for s in parse_ints(seeds, "--seeds", minimum=0)
+    ]
+    for folder, run in runs:
+        started = time.time()
+        path = train_drafter(
+            target, folder, run, data_dir=data_dir, device=device, dtype=dtype, threads=threads,
+            time_limit_s=time_limit * 60 if time_limit else None,
+        )
+        training = json.loads((path / "config.json").read_text())["training"]
+        keys = ("steps_done", "sequences", "training_tokens", "first_loss", "last_loss_mean", "last_top1_agreement")
+        summary = {k: training[k] for k in keys} | {"seed": run.seed}
+        summary["reused"] = (path / "config.json").stat().st_mtime < started
+        typer.echo(str(path))
+        typer.echo(json.dumps(summary))

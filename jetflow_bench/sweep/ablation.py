@@ -197,15 +197,49 @@ def with_checkpoints(
     return out
 
 
+def with_seeds(specs: Sequence[DrafterSpec], seeds: Sequence[int], own_seed: int) -> list[DrafterSpec]:
+    """Every arm again for each head seed other than ``own_seed`` (the base head's), trained on demand.
+
+    The copies are named by the seed: default -> "seed=1", "head=diffusion" -> "head=diffusion,seed=1";
+    inference variants at seed s read the default head of seed s (the same recipe, so one cached head).
+    """
+    out = list(specs)
+    for seed in seeds:
+        if seed == own_seed:
+            continue
+        for spec in specs:
+            name = f"seed={seed}" if spec.variant == DEFAULT_VARIANT else f"{spec.variant},seed={seed}"
+            train = tuple(sorted({**dict(spec.train), "seed": seed}.items()))
+            out.append(dataclasses.replace(spec, variant=name, train=train, checkpoint=None))
+    return out
+
+
+def split_seed(variant: str) -> tuple[str, int | None]:
+    """'head=diffusion,seed=2' -> ('head=diffusion', 2); 'seed=1' -> ('default', 1); no seed -> (variant, None)."""
+    parts = variant.split(",")
+    seeds = [int(p.removeprefix("seed=")) for p in parts if p.startswith("seed=")]
+    rest = ",".join(p for p in parts if not p.startswith("seed="))
+    return rest or DEFAULT_VARIANT, seeds[0] if seeds else None
+
+
+def _join_seed(variant: str, seed: int | None) -> str:
+    if seed is None:
+        return variant
+    return f"seed={seed}" if variant == DEFAULT_VARIANT else f"{variant},seed={seed}"
+
+
 def _per_prompt(requests: pd.DataFrame) -> pd.DataFrame:
     """Sums over repeats per prompt: emitted, steps, decode_s (index: request)."""
     return requests.groupby("request")[["emitted", "steps", "decode_s"]].sum()
 
 
-def _stats(arm: pd.DataFrame, ar: pd.DataFrame, idx: np.ndarray) -> dict[str, np.ndarray]:
-    """tau and micro speed-up of ``arm`` for each row of prompt positions ``idx`` (n_boot, n)."""
-    emitted, steps, time = (arm[c].to_numpy(float)[idx].sum(axis=-1) for c in ("emitted", "steps", "decode_s"))
-    return {"tau": _div(emitted, steps), "speedup": _div(ar["decode_s"].to_numpy(float)[idx].sum(axis=-1), time)}
+def _stats(arm: np.ndarray, ar: np.ndarray, seeds: np.ndarray, prompts: np.ndarray) -> dict[str, np.ndarray]:
+    """tau and micro speed-up for each row of draws: ``arm`` (S, n, 3) = emitted, steps, decode_s per
+    seed and prompt, ``ar`` (n,) AR decode_s; ``seeds`` (R, S) and ``prompts`` (R, n) index them."""
+    picked = arm[seeds[:, :, None], prompts[:, None, :]]  # (R, S, n, 3)
+    emitted, steps, time = (picked[..., k].sum(axis=(1, 2)) for k in range(3))
+    ar_time = ar[prompts].sum(axis=-1) * seeds.shape[1]  # the AR baseline, once per drawn seed
+    return {"tau": _div(emitted, steps), "speedup": _div(ar_time, time)}
 
 
 def ablation_table(
@@ -213,39 +247,60 @@ def ablation_table(
 ) -> pd.DataFrame:
     """Deltas of every variant against the arm `comparisons` names (default: the default arm).
 
-    A variant that is itself only another variant's reference arm (`one_factor`) gets no row.
+    Arms of several head seeds ("…,seed=N", `with_seeds`) pool into one row per variant: each seed
+    is paired with the compared arm of the same seed, and the bootstrap resamples seeds and prompts
+    (both with replacement, the same draw for every arm). A variant that is only another variant's
+    reference arm (`one_factor`) gets no row. Seed spread: tau_seed_min/max (the variant's τ per
+    seed) and tau_delta_seed_min/max (its delta per seed).
     """
     comparisons = dict(comparisons or {})
     references = {c.reference for c in comparisons.values()} - set(comparisons)
     group_keys = ["suite", "budget", "batch_size"]
     arms = requests[requests["drafter"] != AR_ARM]
+    arms = arms.assign(logical=[split_seed(v)[0] for v in arms["variant"]])
     rows = []
-    for (drafter, variant, suite, budget, batch_size), arm in arms.groupby(["drafter", "variant", *group_keys]):
+    for (drafter, variant, suite, budget, batch_size), arm in arms.groupby(["drafter", "logical", *group_keys]):
         if variant == DEFAULT_VARIANT or variant in references:
             continue
         comparison = comparisons.get(variant, Comparison(variant, variant))
         same = (requests["suite"] == suite) & (requests["batch_size"] == batch_size)
-        default = requests[same & (requests["drafter"] == drafter) & (requests["variant"] == comparison.reference)
-                           & (requests["budget"] == budget)]
         ar = requests[same & (requests["drafter"] == AR_ARM)]
-        if default.empty or ar.empty:
+        mine = requests[same & (requests["drafter"] == drafter) & (requests["budget"] == budget)]
+        seeds = list(dict.fromkeys(split_seed(v)[1] for v in arm["variant"]))
+        pairs = [(arm[arm["variant"] == _join_seed(variant, s)], mine[mine["variant"] == _join_seed(comparison.reference, s)])
+                 for s in seeds]
+        pairs = [(v, d) for v, d in pairs if not v.empty and not d.empty]
+        if not pairs or ar.empty:
             continue
-        frames = [_per_prompt(f) for f in (arm, default, ar)]
-        prompts = frames[0].index.intersection(frames[1].index).intersection(frames[2].index)
-        var, dflt, base = (f.loc[prompts] for f in frames)
-        n = len(prompts)
-        full = np.arange(n)[None, :]  # (1, n): the sample itself
-        boot = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))  # (n_boot, n)
-        point = {k: (_stats(var, base, full)[k][0], _stats(dflt, base, full)[k][0]) for k in DELTA_FIELDS}
-        v_boot, d_boot = _stats(var, base, boot), _stats(dflt, base, boot)
+        frames = [(_per_prompt(v), _per_prompt(d)) for v, d in pairs]
+        base = _per_prompt(ar)
+        prompts = base.index
+        for v, d in frames:
+            prompts = prompts.intersection(v.index).intersection(d.index)
+        var = np.stack([v.loc[prompts].to_numpy(float) for v, _ in frames])  # (S, n, 3)
+        ref = np.stack([d.loc[prompts].to_numpy(float) for _, d in frames])  # (S, n, 3)
+        ar_s = base.loc[prompts, "decode_s"].to_numpy(float)  # (n,)
+        n_seeds, n = var.shape[:2]
+        rng = np.random.default_rng(seed)
+        all_seeds, all_prompts = np.arange(n_seeds)[None, :], np.arange(n)[None, :]
+        prompt_draws = rng.integers(0, n, size=(n_boot, n))  # (n_boot, n), drawn first: one seed = prompts only
+        draws = (rng.integers(0, n_seeds, size=(n_boot, n_seeds)), prompt_draws)  # seeds (n_boot, S)
+        v_point, d_point = _stats(var, ar_s, all_seeds, all_prompts), _stats(ref, ar_s, all_seeds, all_prompts)
+        v_boot, d_boot = _stats(var, ar_s, *draws), _stats(ref, ar_s, *draws)
+        one = [np.array([[k]]) for k in range(n_seeds)]
+        per_seed_v = [_stats(var, ar_s, k, all_prompts)["tau"][0] for k in one]
+        per_seed_d = [_stats(ref, ar_s, k, all_prompts)["tau"][0] for k in one]
         row = {"drafter": drafter, "variant": variant, "suite": suite, "budget": budget, "batch_size": batch_size,
-               "n_prompts": n, "repeats": arm["repeat"].nunique(), "factor": comparison.factor,
+               "n_prompts": n, "seeds": n_seeds, "repeats": arm["repeat"].nunique(), "factor": comparison.factor,
                "compared_with": comparison.reference, "held_fixed": comparison.held or "the default's settings"}
         for k, name in (("tau", "tau"), ("speedup", "speedup_decode_micro")):
-            row[name], row[f"{k}_default"] = point[k]
-            row[f"{k}_delta"] = point[k][0] - point[k][1]
+            row[name], row[f"{k}_default"] = float(v_point[k][0]), float(d_point[k][0])
+            row[f"{k}_delta"] = row[name] - row[f"{k}_default"]
             delta = v_boot[k] - d_boot[k]
             lo, hi = np.nanpercentile(delta, [2.5, 97.5]) if n_boot else (np.nan, np.nan)
             row[f"{k}_delta_lo"], row[f"{k}_delta_hi"] = float(lo), float(hi)
+        deltas = [v - d for v, d in zip(per_seed_v, per_seed_d, strict=True)]
+        row |= {"tau_seed_min": min(per_seed_v), "tau_seed_max": max(per_seed_v),
+                "tau_delta_seed_min": min(deltas), "tau_delta_seed_max": max(deltas)}
         rows.append(row)
     return pd.DataFrame(rows)
