@@ -164,3 +164,20 @@ def test_cell_keys_match_the_sweep() -> None:
     from jetflow_bench.sweep.grid import CELL_KEYS as SWEEP_KEYS
 
     assert list(CELL_KEYS) == SWEEP_KEYS
+
+
+def test_tau_vs_draft_passes_draws_every_arm(ablation_run: Path) -> None:
+    from jetflow_bench.report.plots import tau_vs_draft_passes
+
+    run = load_run(ablation_run)
+    assert tau_vs_draft_passes(run) is None  # runs recorded before the draft-pass counter have no figure
+    passes = {"default": 2.0, "head=diffusion": 2.0, "refine_passes=0": 1.0}
+    run.summary["draft_passes"] = [0.0 if d == "ar" else passes[v] for d, v in run.summary[["drafter", "variant"]].values]
+    figure = tau_vs_draft_passes(run)
+    assert figure is not None and figure.name in {f.name for f in make_figures(run)}
+    arms = run.summary[run.summary["drafter"] != "ar"]
+    for ax, suite in zip(figure.figure.axes, sorted(arms["suite"].unique()), strict=False):
+        lines = arms[arms["suite"] == suite].groupby(["drafter", "budget"])
+        assert len(ax.lines) == lines.ngroups  # one line per drafter and budget
+        assert sum(len(line.get_xdata()) for line in ax.lines) == arms[arms["suite"] == suite][
+            ["drafter", "variant", "budget"]].drop_duplicates().shape[0]  # one point per arm

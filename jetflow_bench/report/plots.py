@@ -226,6 +226,37 @@ def throughput_vs_batch(run: Run) -> ReportFigure | None:
     return ReportFigure("throughput_vs_batch", "Throughput vs batch size", caption, figure)
 
 
+def tau_vs_draft_passes(run: Run) -> ReportFigure | None:
+    """τ against sequential draft passes per step, one point per arm (every variant included), a
+    line through each drafter's arms at one budget: the cost side of depth (EAGLE) and refinement
+    (JetFlow). One panel per suite; needs the `draft_passes` column."""
+    rows = run.summary[run.summary["drafter"] != AR_ARM]
+    if rows.empty or "draft_passes" not in rows or rows["draft_passes"].isna().all():
+        return None
+    data = _mean_over_repeats(rows.dropna(subset=["draft_passes"]), ["suite", "drafter", "variant", "budget"],
+                              ["draft_passes", "tau"])
+    budgets = sorted(data["budget"].unique(), reverse=True)
+    dashes = {b: LINESTYLES[k % len(LINESTYLES)] for k, b in enumerate(budgets)}
+    suites = sorted(data["suite"].unique())
+    figure, axes = _grid(1, len(suites), sharey=False)
+    for ax, suite in zip(axes[0], suites, strict=True):
+        for (drafter, budget), line in data[data["suite"] == suite].groupby(["drafter", "budget"]):
+            line = line.sort_values("draft_passes")
+            ax.plot(line["draft_passes"], line["tau"], marker="o", color=drafter_color(drafter), ls=dashes[budget])
+            for x, y, variant in line[["draft_passes", "tau", "variant"]].itertuples(index=False):
+                if variant != "default":
+                    ax.annotate(variant, (x, y), textcoords="offset points", xytext=(4, -8), fontsize=6,
+                                color=drafter_color(drafter))
+        ax.set(title=suite, xlabel="sequential draft passes per step", ylabel="τ (tokens per verify step)")
+    _drafter_legend(figure, data["drafter"],
+                    [Line2D([], [], color="#333333", ls=dashes[b], label=f"B = {b}") for b in budgets])
+    caption = ("τ against the head forwards each drafting step runs one after another (mean per step): "
+               "EAGLE pays one per drafted depth, JetFlow 1 + r (r refinement passes), DFlash-T one. "
+               "Points are arms (labelled by their options); lines join a drafter's arms at one budget. "
+               "Hardware-independent; on a GPU each pass costs roughly a fixed latency.")
+    return ReportFigure("tau_vs_draft_passes", "τ vs draft passes", caption, figure)
+
+
 def ablation_deltas(run: Run) -> ReportFigure | None:
     """Horizontal bars of each variant's τ and speed-up change vs the default, with CI whiskers:
     one row of panels per suite × batch size, one bar per budget in shades of the drafter's colour."""
@@ -255,14 +286,16 @@ def ablation_deltas(run: Run) -> ReportFigure | None:
     first = sorted(shades)[0]
     figure.legend(handles=[Patch(color=shades[first][k], label=f"B = {b}") for k, b in enumerate(budgets)],
                   loc="outside right upper", frameon=False)
-    caption = ("Change of each ablation variant against the default configuration of the same drafter "
-               "(negative = worse), whiskers = paired bootstrap 95% CI over prompts. Δτ is hardware-"
+    caption = ("Change of each ablation variant against the arm it is compared with (the default, or the "
+               "base at the nearest common setting; see the table's compared_with) (negative = worse), "
+               "whiskers = paired bootstrap 95% CI over prompts (and head seeds, with --seeds). Δτ is hardware-"
                "independent; Δ speed-up is measured on this run's device.")
     return ReportFigure("ablation_deltas", "Ablation deltas", caption, figure)
 
 
 FIGURES: tuple[Callable[[Run], ReportFigure | None], ...] = (
-    speedup_vs_budget, tau_vs_budget, depth_acceptance, time_breakdown, throughput_vs_batch, ablation_deltas,
+    speedup_vs_budget, tau_vs_budget, tau_vs_draft_passes, depth_acceptance, time_breakdown, throughput_vs_batch,
+    ablation_deltas,
 )
 
 
