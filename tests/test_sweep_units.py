@@ -331,6 +331,9 @@ def test_seeds_pool_into_one_row_with_a_ci_over_seeds_and_prompts():
     assert [s.variant for s in seeded] == ["default", "refine_passes=1", "seed=1", "refine_passes=1,seed=1"]
     assert dict(seeded[3].train) == {"seed": 1} and seeded[3].checkpoint is None and dict(seeded[3].options)
     assert split_seed("refine_passes=1,seed=1") == ("refine_passes=1", 1) and split_seed("seed=1") == ("default", 1)
+    # a given seed-1 head serves the seed-1 copies of inference variants too (no second training)
+    filled = with_checkpoints(seeded, {"seed=1": Path("/heads/s1")}, train=None)
+    assert [s.checkpoint for s in filled] == ["/ckpt", "/ckpt", "/heads/s1", "/heads/s1"]
     ar = _requests("ar", "default", [0] * 6, [2.0] * 6, budget=1)
     frames = [ar, _requests("jetflow", "default", [20] * 6, [1.0] * 6), _requests("jetflow", "seed=1", [20] * 6, [1.0] * 6),
               _requests("jetflow", "refine_passes=1", [30] * 6, [1.0] * 6),  # +1 tau with seed 0

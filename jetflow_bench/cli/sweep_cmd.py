@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import sys
@@ -233,7 +234,8 @@ def _base_settings(base: DrafterSpec, recipe: dict[str, Any]) -> dict[str, Any]:
 
     plugin = DRAFTERS.get(base.name)
     trained = plugin.train_name() if hasattr(plugin, "train_name") else base.name
-    recorded = trained_recipe(base.checkpoint)
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    recorded = {k: v for k, v in trained_recipe(base.checkpoint).items() if k in fields}  # older heads: extra keys
     layout = None
     if trained in TRAINABLE and (recorded or base.checkpoint is None):
         layout = TrainConfig(**{**recorded, **recipe, **dict(base.train), "drafter": trained}).resolved_layout

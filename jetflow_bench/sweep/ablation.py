@@ -186,6 +186,8 @@ def with_checkpoints(
     out = []
     for spec in specs:
         ckpt = given.get(spec.variant) or spec.checkpoint or (None if spec.train else default_ckpt)
+        if ckpt is None and set(dict(spec.train)) == {"seed"}:  # an inference variant's seed copy (`with_seeds`)
+            ckpt = given.get(_join_seed(DEFAULT_VARIANT, dict(spec.train)["seed"]))
         if ckpt is None and spec.train:
             ckpt = train(spec.name, {**base_recipe, **dict(spec.train)}) if train is not None else None
             if ckpt is None:
