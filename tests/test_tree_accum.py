@@ -133,7 +133,7 @@ def test_released_head_in_jetflow_drafts_the_authors_tree(target, released_jetsp
     logits_of = drafter.head.logits
     drafter.head.logits = lambda hidden: calls.append(logits_of(hidden)) or calls[-1]
     _, seqs = observed_cache(target, drafter.head)
-    out = target.prefill(PROMPTS, capacity=64, taps=drafter.taps)
+    out = target.score(PROMPTS, taps=drafter.taps)
     drafter.reset(seqs)
     drafter.observe(seqs, [out.hidden[i, : len(p)] for i, p in enumerate(PROMPTS)])
     trees = drafter.propose(seqs, budget)

@@ -213,8 +213,8 @@ def _head_trainer(data_dir: Path | None, config: SweepConfig) -> HeadTrainer:
     """Heads trained on demand (cached by recipe) for the sweep's target, device and dtype."""
 
     def train(drafter: str, recipe: dict) -> Path | None:
-        from jetflow_bench.training import ensure_head
         from drafters import DRAFTERS
+        from jetflow_bench.training import ensure_head
         from jetflow_bench.training.config import DRAFTERS as TRAINABLE
 
         plugin = DRAFTERS.get(drafter)
@@ -229,6 +229,9 @@ def _head_trainer(data_dir: Path | None, config: SweepConfig) -> HeadTrainer:
 
 def _base_settings(base: DrafterSpec, recipe: dict[str, Any]) -> dict[str, Any]:
     """The base arm's effective training layout and refinement passes (None where unknown)."""
+    from drafters import DRAFTERS
+    from jetflow_bench.sweep.ablation import trained_recipe
+    from jetflow_bench.sweep.arms import option_defaults
     from jetflow_bench.training.config import DRAFTERS as TRAINABLE
     from jetflow_bench.training.config import TrainConfig
 
@@ -302,9 +305,18 @@ def ablate(
     nearest common setting: the variant is compared with the base at that setting, and stderr,
     the manifest and the table (compared_with, held_fixed) say so.
     """
-    from jetflow_bench.sweep.ablation import AXES, ablation_table, variants, with_checkpoints
-    from jetflow_bench.sweep.arms import arm_spec, check_option_names
-    from jetflow_bench.sweep.grid import DEFAULT_VARIANT, parse_drafters, parse_value
+    from drafters import DRAFTERS
+    from jetflow_bench.sweep.ablation import (
+        AXES,
+        ablation_table,
+        one_factor,
+        trained_recipe,
+        variants,
+        with_checkpoints,
+        with_seeds,
+    )
+    from jetflow_bench.sweep.arms import arm_label, arm_spec, check_option_names
+    from jetflow_bench.sweep.grid import DEFAULT_VARIANT, parse_drafters, parse_ints, parse_value
 
     parsed = parse_drafters(drafter, "--drafter")
     if len(parsed) != 1:
