@@ -244,7 +244,7 @@ def tau_vs_draft_passes(run: Run) -> ReportFigure | None:
             line = line.sort_values("draft_passes")
             ax.plot(line["draft_passes"], line["tau"], marker="o", color=drafter_color(drafter), ls=dashes[budget])
             for x, y, variant in line[["draft_passes", "tau", "variant"]].itertuples(index=False):
-                if variant != "default":
+                if variant != "default" and budget == budgets[0]:  # label each arm once, on the largest budget
                     ax.annotate(variant, (x, y), textcoords="offset points", xytext=(4, -8), fontsize=6,
                                 color=drafter_color(drafter))
         ax.set(title=suite, xlabel="sequential draft passes per step", ylabel="τ (tokens per verify step)")
