@@ -19,9 +19,10 @@ QUESTIONS = [
 ]
 VARIANTS = [
     ("eagle", {}),
+    ("eagle", {"depth": 4, "construction": "accum"}),
     ("dflash", {}),
-    ("jetflow", {}),
-    ("jetflow", {"refine_passes": 0}),
+    ("jetflow", {}),  # as released: r = 0, accum
+    ("jetflow-refine", {}),  # the extension on the same head: r = 1, best-first
     ("jetflow", {"refine_passes": 2, "construction": "spine-first", "scoring": "entropy"}),
     ("dflash", {"fanout": 1}),  # linear DFlash
 ]
@@ -40,7 +41,8 @@ def setup(micro_target):
 @pytest.mark.parametrize("budget", [16, 64])
 def test_learned_drafters_are_lossless(setup, learned_heads, name, options, budget):  # noqa: F811
     target, prompts, stop, reference = setup
-    drafter = DRAFTERS.get(name).build(target, learned_heads[name], **options)
+    plugin = DRAFTERS.get(name)
+    drafter = plugin.build(target, learned_heads[plugin.train_name()], **options)
     for batch in (prompts, prompts[:1]):
         result = generate(target, batch, stop, budget=budget, drafter=drafter)
         expected = [r.output_tokens for r in reference.requests[: len(batch)]]
