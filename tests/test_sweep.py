@@ -273,7 +273,7 @@ def test_sweep_arms_with_options_are_named_by_them(target, tmp_path):
     code, text, _ = jfbench("show", out, "--format", "markdown")
     assert code == 0 and "ngram[max_depth=2,max_ngram=1]" in text
     code, text, _ = jfbench("sweep", "--help")
-    assert "NAME[KEY=VALUE,...]" in " ".join(text.split())
+    assert "NAME[KEY=VALUE,...]" in " ".join(text.split()) and "eagle[depth=8]=H/ea" in text  # not eaten as markup
 
 
 @pytest.mark.slow  # trains the micro target once per cache (~1-2 min), then ~20 s
