@@ -1,0 +1,93 @@
+"""`jfbench project`: project a sweep's τ and draft counters onto a GPU (or this CPU, calibrated)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from jetflow_bench.cli import app
+from jetflow_bench.cli.options import FormatOpt, OutputFormat
+from jetflow_bench.errors import JfbenchError
+
+
+
+def parse_sizes(spec: str, flag: str) -> list[int]:
+    try:
+        values = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError as err:
+        raise JfbenchError(f"{flag} {spec!r} must be comma-separated integers, e.g. 1,8,32") from err
+    if not values or min(values) < 1:
+        raise JfbenchError(f"{flag} {spec!r} must list positive integers, e.g. 1,8,32")
+    return sorted(set(values))
+
+
+@app.command("project")
+def project(
+    run: Annotated[Path, typer.Argument(help="Run folder written by `jfbench sweep` (τ and draft counters are read from it).")],
+    hardware: Annotated[
+        str | None, typer.Option(help="h100-sxm (default), h200, b200, a100-80g, l40s, cpu-here (needs --calibration) or a TOML file.")
+    ] = None,
+    target_config: Annotated[
+        str | None, typer.Option(help="Target to project onto: qwen3-8b, qwen3-30b-a3b, llama3-8b, a model folder or a cached hub id. Default: the run's own target.")
+    ] = None,
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes to project.")] = "1,8,32",
+    dtype: Annotated[
+        str | None, typer.Option(help="Weight and KV dtype: bfloat16 (default on GPUs), float16 or float32.")
+    ] = None,
+    calibration: Annotated[
+        Path | None, typer.Option(help="File from `jfbench bench verify-cost`: measured verify times replace the roofline (implies --hardware cpu-here).")
+    ] = None,
+    context_tokens: Annotated[
+        int | None, typer.Option(min=1, help="Tokens in the KV cache per sequence. Default: the run's mean prompt + half its new tokens.")
+    ] = None,
+    head_layers: Annotated[int | None, typer.Option(min=1, help="Decoder layers of every learned head (default: each head's config.json).")] = None,
+    head_taps: Annotated[int | None, typer.Option(min=1, help="Target layers each head fuses (default: each head's config.json).")] = None,
+    require_counters: Annotated[
+        bool, typer.Option(help="Refuse runs without recorded draft counters instead of using the drafters' nominal ones.")
+    ] = False,
+    out: Annotated[Path | None, typer.Option(help="Folder for projection.parquet/csv. Default: RUN.")] = None,
+    fmt: FormatOpt = OutputFormat.text,
+) -> None:
+    """Project the run's measured τ and draft counters per drafter × budget onto a device.
+
+    Writes projection.parquet and projection.csv (step times, tokens/s, speed-up over AR,
+    η = speed-up / τ, the best budget per batch size) and prints a table and every assumption.
+    It is a model, not a measurement: docs/projection.md lists each term with its source.
+
+    Examples:
+
+        jfbench project results/baselines/toy-quality-bar/main --hardware h100-sxm --target-config qwen3-8b
+
+        jfbench project results/qwen8b --hardware b200 --batch-sizes 1,4,16,64
+
+        jfbench bench verify-cost --target T --sizes 1,4,16,64 --out cal.json && jfbench project RUN --calibration cal.json
+    """
+    from jetflow_bench.projection.project import project_run, run_context, warn, write_projection
+    from jetflow_bench.projection.display import assumptions, projection_table
+    from jetflow_bench.projection.resolve import build_cost_model
+    from jetflow_bench.report.loading import load_run
+
+    loaded = load_run(run)
+    sizes = parse_sizes(batch_sizes, "--batch-sizes")
+    model, hw_name = build_cost_model(
+        hardware, target_config or str((loaded.manifest.get("config") or {}).get("target", "")), dtype,
+        calibration, context_tokens or run_context(loaded),
+    )
+    table, notes = project_run(loaded, model, sizes, head_layers, head_taps, require_counters, hw_name)
+    written = write_projection(table, out or loaded.path)
+    warn(notes)
+    if fmt is OutputFormat.json:
+        print(json.dumps({"assumptions": assumptions(model, table), "files": [str(p) for p in written],
+                          "rows": json.loads(table.to_json(orient="records"))}))
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(projection_table(table, hw_name))
+    for line in assumptions(model, table):
+        console.print(line, highlight=False)
+    for path in written:
+        print(path)
