@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -81,3 +82,56 @@ def _int_list(spec: str, flag: str) -> list[int]:
     if not values or min(values) < 1:
         raise JfbenchError(f"{flag} {spec!r} must list positive integers, e.g. 1,4")
     return values
+
+
+@bench_app.command("verify-cost")
+def verify_cost(
+    target: TargetOpt,
+    sizes: Annotated[str, typer.Option(help="Comma-separated tree sizes N (nodes incl. root); 1 is always added.")] = "1,16,64,256",
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,4",
+    context: Annotated[
+        int, typer.Option(min=1, help="Committed tokens per sequence while timing: match the runs you project (mean prompt + half the new tokens).")
+    ] = 256,
+    repeats: Annotated[int, typer.Option(min=3, help="Timed forwards per point; the median is kept (>= 3).")] = 5,
+    out: Annotated[Path, typer.Option(help="Calibration file to write (JSON).")] = Path("verify-cost.json"),
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    threads: ThreadsOpt = None,
+) -> None:
+    """Time the target's verify forward against tree size and batch size on this device and write a
+    calibration file; `jfbench project RUN --calibration FILE` then uses the measured times instead of
+    the roofline (the `cpu-here` profile) and prices draft heads with the device terms fitted here.
+
+    Example: jfbench bench verify-cost --target ~/.cache/jfbench/targets/micro-seed0-... --sizes 1,4,16,64 --out cal.json
+    """
+    from jetflow_bench.projection.calibration import write_calibration
+    from jetflow_bench.projection.measure import measure
+    from jetflow_bench.projection.shapes import shape_from_config
+
+    set_threads(threads)
+    tree_sizes = sorted({1, *_int_list(sizes, "--sizes")})
+    batches = _int_list(batch_sizes, "--batch-sizes")
+    runner = TargetRunner.load(target, device=device, dtype=dtype)
+    shape = shape_from_config(runner.config.to_dict(), runner.name)
+    if context + max(tree_sizes) > runner.context_window:
+        raise JfbenchError(
+            f"--context {context} + tree size {max(tree_sizes)} exceeds the target's context window "
+            f"({runner.context_window}): lower --context or --sizes"
+        )
+    console = Console(stderr=True)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("timing verify forwards", total=len(tree_sizes) * len(batches))
+        data = measure(runner, shape, tree_sizes, batches, context, repeats, lambda: progress.advance(task))
+    write_calibration(out, data)
+    table = Table(title=f"Verify step on {data['device']} — {runner.name}, context {context}")
+    for col in ("batch", "tree N", "verify ms", "bookkeeping ms"):
+        table.add_column(col, justify="right")
+    for p in data["points"]:
+        table.add_row(str(p["batch"]), str(p["tokens"]), f"{p['verify_s'] * 1e3:.2f}", f"{p['bookkeeping_s'] * 1e3:.2f}")
+    Console().print(table)
+    prof = data["profile"]
+    Console().print(
+        f"fitted: {prof['layer_overhead_s'] * 1e6:.0f} µs per layer unit, {prof['peak_flops'] / 1e9:.1f} GFLOP/s, "
+        f"copy bandwidth {prof['memory_bandwidth'] / 1e9:.1f} GB/s", highlight=False,
+    )
+    print(out)

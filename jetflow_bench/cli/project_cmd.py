@@ -13,7 +13,6 @@ from jetflow_bench.cli.options import FormatOpt, OutputFormat
 from jetflow_bench.errors import JfbenchError
 
 
-
 def parse_sizes(spec: str, flag: str) -> list[int]:
     try:
         values = [int(x) for x in spec.split(",") if x.strip()]
@@ -65,8 +64,8 @@ def project(
 
         jfbench bench verify-cost --target T --sizes 1,4,16,64 --out cal.json && jfbench project RUN --calibration cal.json
     """
-    from jetflow_bench.projection.project import project_run, run_context, warn, write_projection
     from jetflow_bench.projection.display import assumptions, projection_table
+    from jetflow_bench.projection.project import project_run, run_context, warn, write_projection
     from jetflow_bench.projection.resolve import build_cost_model
     from jetflow_bench.report.loading import load_run
 

@@ -25,11 +25,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from jetflow_bench.arms import AR_ARM
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.nominal import nominal_counters
 from jetflow_bench.projection.shapes import ModelShape, head_shape
-from jetflow_bench.report.loading import AR_DRAFTER, SPEEDUP, Run
+from jetflow_bench.report.loading import SPEEDUP, Run
 
 COUNTERS = ("draft_passes", "draft_entries")
 GROUP = ["suite", "drafter", "variant", "budget", "batch_size"]
@@ -79,7 +80,7 @@ def _specs(run: Run) -> dict[tuple[str, str], dict[str, Any]]:
 
 def _cells(run: Run) -> pd.DataFrame:
     """Drafter cells with τ and the draft counters, repeats averaged (counters NaN when not recorded)."""
-    summary = run.summary[run.summary["drafter"] != AR_DRAFTER]
+    summary = run.summary[run.summary["drafter"] != AR_ARM]
     present = [c for c in COUNTERS if c in summary.columns]
     cells = summary.groupby(GROUP, dropna=False)[["tau", *present, SPEEDUP]].mean().reset_index()
     for column in COUNTERS:
@@ -96,15 +97,15 @@ def project_run(
     cells = _cells(run)
     if cells.empty:
         raise JfbenchError(f"run {str(run.path)!r} has no drafter cells to project (only the AR baseline)")
-    specs, notes, rows = _specs(run), [], []
-    for (suite, drafter, variant, budget), group in cells.groupby(GROUP[:4], dropna=False):
+    specs, nominal, rows = _specs(run), [], []
+    for (_suite, drafter, variant, budget), group in cells.groupby(GROUP[:4], dropna=False):
         spec = specs.get((drafter, variant), {"name": drafter, "variant": variant})
         head = head_info(spec, run, head_layers, head_taps)
         for b in batch_sizes:
             cell = group.iloc[int(np.argmin(np.abs(group["batch_size"].to_numpy() - b)))]
             passes, entries, source = _counters(cell, spec, head, run, require_counters)
             if source == "nominal" and b == batch_sizes[0]:
-                notes.append(f"{drafter}[{variant}] B={budget}: no draft counters in the run, nominal P={passes:g}, E={entries:g}")
+                nominal.append(f"{drafter}@{budget} (P={passes:g}, E={entries:g})")
             if passes > 0 and head is None:
                 raise JfbenchError(
                     f"drafter {drafter!r} of run {str(run.path)!r} runs a head but its config.json is not found "
@@ -112,6 +113,8 @@ def project_run(
                 )
             rows.append(_row(model, cell, int(b), float(passes), float(entries), source, head, hardware))
     table = pd.DataFrame(rows)
+    notes = [f"run {str(run.path)!r} has no draft counters; nominal ones of each drafter kind used for "
+             f"{', '.join(nominal)}"] if nominal else []
     keys = ["suite", "drafter", "variant", "batch_size"]
     best = table.groupby(keys, dropna=False)["speedup"].transform("max")
     table["best"] = table["speedup"] == best
