@@ -225,3 +225,38 @@ def test_cli_bad_hardware_is_one_line_exit_2(cli):
     code, out, err = cli("project", str(REPO / "results/baselines/toy-quality-bar/main"), "--hardware", "h900",
                          "--target-config", "qwen3-8b")
     assert code == 2 and err.count("\n") == 1 and "'h900'" in err
+
+
+def test_report_gains_the_projected_figure_only_after_project(tmp_path: Path):
+    # Bug caught: the figure silently missing from `jfbench report` (or drawn without a projection).
+    import shutil
+
+    from jetflow_bench.projection.project import write_projection
+    from jetflow_bench.report.plots import make_figures
+
+    folder = tmp_path / "toy-quality-bar"
+    shutil.copytree(REPO / "results" / "baselines" / "toy-quality-bar", folder)
+    run = load_run(folder / "main")
+    assert "projected_speedup" not in [f.name for f in make_figures(run)]
+    table, _ = project_run(run, h100_qwen8b(), [1, 32], hardware="h100-sxm")
+    write_projection(table, run.path)
+    figure = next(f for f in make_figures(run) if f.name == "projected_speedup")
+    assert figure.title == "Projected on h100-sxm" and "not a measurement" in figure.caption
+    assert len(figure.figure.axes) == 2  # one suite × two projected batch sizes
+
+
+@pytest.mark.slow
+def test_verify_cost_writes_a_calibration_that_project_accepts_for_its_target(tmp_path: Path, cli):
+    # Bug caught: the file's target identity not matching what `project --target-config FOLDER`
+    # resolves for the same model (every calibrated projection would then be refused).
+    from tests.random_models import save_random_model
+
+    model = save_random_model(tmp_path / "tiny")
+    out = tmp_path / "cal.json"
+    code, _, err = cli("bench", "verify-cost", "--target", str(model), "--sizes", "4", "--batch-sizes", "1",
+                       "--context", "16", "--repeats", "3", "--device", "cpu", "--out", str(out))
+    assert code == 0, err
+    cal = load_calibration(out)
+    assert [p["tokens"] for p in cal.points] == [1, 4] and all(p["verify_s"] > 0 for p in cal.points)
+    built, name = build_cost_model(None, str(model), None, out, None)
+    assert name == "cpu-here" and built.ar_s(1) > 0

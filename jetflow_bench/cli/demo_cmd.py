@@ -20,6 +20,8 @@ from jetflow_bench.runtime import set_threads
 
 LEARNED = ("eagle", "dflash", "jetflow")
 # A short head-training recipe: enough for drafts to be accepted, minutes not hours on 2 cores.
+# The closing projection: these drafters' τ on the paper's setting (docs/projection.md).
+DEMO_PROJECTION = {"hardware": "h100-sxm", "target": "qwen3-8b"}
 DEMO_RECIPE = {"steps": 120, "prompts": 128, "max_new_tokens": 128, "seq_len": 192, "batch_size": 4, "anchors": 8}
 
 
@@ -39,7 +41,7 @@ def demo(
 ) -> None:
     """Train or reuse the toy target and its draft heads, then sweep them on a few GSM8K prompts.
 
-    Prints τ (tokens per verify step, bonus included) and the paired speed-up over the AR baseline for every drafter and budget. On a CPU, verification cost grows with the budget, so τ is the figure that carries over to GPUs.
+    Prints τ (tokens per verify step, bonus included) and the paired speed-up over the AR baseline for every drafter and budget. On a CPU, verification cost grows with the budget, so τ is the figure that carries over to GPUs; the last table sets each measured speed-up beside a projection of the same τ onto Qwen3-8B on an H100 (`jfbench project`, a model, not a measurement).
 
     Examples:
 
@@ -68,3 +70,20 @@ def demo(
     )
     run_and_report(grid_config(str(target), drafters, grid), out, grid, kind="demo")
     show(out)
+    _projected_column(out)
+
+
+def _projected_column(out: Path) -> None:
+    """What the measured τ would be worth for an 8B target on an H100 (a projection, labelled so)."""
+    from rich.console import Console
+
+    from jetflow_bench.projection.display import measured_vs_projected
+    from jetflow_bench.projection.project import project_run, write_projection
+    from jetflow_bench.projection.resolve import build_cost_model
+    from jetflow_bench.report.loading import load_run
+
+    run = load_run(out)
+    model, hardware = build_cost_model(DEMO_PROJECTION["hardware"], DEMO_PROJECTION["target"], None, None, None)
+    table, _ = project_run(run, model, [1], hardware=hardware)
+    write_projection(table, out)
+    Console().print(measured_vs_projected(table, hardware, batch=1))

@@ -63,3 +63,17 @@ def assumptions(model: CostModel, table: pd.DataFrame) -> list[str]:
                      "(see docs/projection.md); --require-counters refuses such runs")
     lines.append(f"this is a {PROJECTION_LABEL}: docs/projection.md gives every term's source")
     return lines
+
+
+def measured_vs_projected(table: pd.DataFrame, hardware: str, batch: int) -> Table:
+    """The demo's closing table: this machine's measured speed-up beside the projected one."""
+    rows = table[(table["batch_size"] == batch) & (table["variant"] == "default")]
+    out = Table(title=f"Measured here vs projected on {hardware} ({rows['target'].iloc[0]}, batch {batch})")
+    for col in ("suite", "drafter", "B", "τ", "measured speed-up (this CPU)", f"projected on {hardware}"):
+        out.add_column(col, justify="right")
+    for row in rows.sort_values(["suite", "drafter", "budget"]).itertuples():
+        measured = "—" if pd.isna(row.measured_speedup) else f"{row.measured_speedup:.2f}x"
+        out.add_row(row.suite, row.drafter, str(row.budget), f"{row.tau:.2f}", measured, f"{row.speedup:.2f}x")
+    out.caption = (f"The last column is a {PROJECTION_LABEL}: this run's τ and draft counters priced with the "
+                   f"{hardware} cost model (docs/projection.md); `jfbench project` shows every assumption.")
+    return out

@@ -293,9 +293,44 @@ def ablation_deltas(run: Run) -> ReportFigure | None:
     return ReportFigure("ablation_deltas", "Ablation deltas", caption, figure)
 
 
+def projected_speedup(run: Run) -> ReportFigure | None:
+    """`jfbench project`'s projected speed-up against the budget (solid, one line per drafter) beside
+    the speed-up measured on the run's own device (dashed): rows = suite, cols = projected batch size."""
+    path = run.path / "projection.parquet"
+    if not path.is_file():
+        return None
+    data = pd.read_parquet(path)
+    data = data[data["variant"] == "default"]
+    if data.empty:
+        return None
+    hardware, target = data["hardware"].iloc[0], data["target"].iloc[0]
+    suites, sizes = sorted(data["suite"].unique()), sorted(data["batch_size"].unique())
+    note = (f"Projection on {hardware} for {target} from this run's τ and draft counters: a cost model, not a "
+            "measurement (docs/projection.md). Dashed: the speed-up measured on this run's device.")
+    figure, axes = _grid(len(suites), len(sizes), note, sharey=False)
+    for (i, suite), (j, size) in ((a, b) for a in enumerate(suites) for b in enumerate(sizes)):
+        ax, panel = axes[i, j], data[(data["suite"] == suite) & (data["batch_size"] == size)]
+        for drafter, line in panel.groupby("drafter"):
+            line = line.sort_values("budget")
+            color = drafter_color(drafter)
+            ax.plot(line["budget"], line["speedup"], marker="o", color=color)
+            ax.plot(line["budget"], line["measured_speedup"], marker="x", ls="--", color=color, alpha=0.7)
+        ax.axhline(1.0, color=AR_COLOR, ls=":", lw=1)
+        _budget_axis(ax, data["budget"])
+        ax.set_title(f"{suite} · batch {size}")
+        ax.set_ylabel("speed-up ×")
+    _drafter_legend(figure, data["drafter"], [
+        Line2D([], [], color="#333333", marker="o", label=f"projected ({hardware})"),
+        Line2D([], [], color="#333333", marker="x", ls="--", label="measured (this run)"),
+    ])
+    caption = (f"Projected on {hardware}: speed-up = τ · t_AR / (t_draft + t_verify + bookkeeping) with the roofline "
+               f"terms of docs/projection.md, for {target}. " + note)
+    return ReportFigure("projected_speedup", f"Projected on {hardware}", caption, figure)
+
+
 FIGURES: tuple[Callable[[Run], ReportFigure | None], ...] = (
     speedup_vs_budget, tau_vs_budget, tau_vs_draft_passes, depth_acceptance, time_breakdown, throughput_vs_batch,
-    ablation_deltas,
+    ablation_deltas, projected_speedup,
 )
 
 
