@@ -92,7 +92,7 @@ def verify_cost(
     context: Annotated[
         int, typer.Option(min=1, help="Committed tokens per sequence while timing: match the runs you project (mean prompt + half the new tokens).")
     ] = 256,
-    repeats: Annotated[int, typer.Option(min=3, help="Timed forwards per point; the median is kept (>= 3).")] = 5,
+    repeats: Annotated[int, typer.Option(min=3, help="Timed forwards per point, round-robin over sizes; the median is kept (>= 3).")] = 25,
     out: Annotated[Path, typer.Option(help="Calibration file to write (JSON).")] = Path("verify-cost.json"),
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -120,7 +120,7 @@ def verify_cost(
         )
     console = Console(stderr=True)
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("timing verify forwards", total=len(tree_sizes) * len(batches))
+        task = progress.add_task("timing verify forwards", total=len(batches))
         data = measure(runner, shape, tree_sizes, batches, context, repeats, lambda: progress.advance(task))
     write_calibration(out, data)
     table = Table(title=f"Verify step on {data['device']} — {runner.name}, context {context}")

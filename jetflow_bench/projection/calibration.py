@@ -53,19 +53,19 @@ class Calibration:
             )
         return np.array([r[0] for r in rows], dtype=float), np.array([r[1] for r in rows], dtype=float)
 
-    def _lookup(self, tokens: int, batch: int, column: str) -> float:
+    def _lookup(self, tokens: float, batch: int, column: str) -> float:
         sizes, seconds = self._table(batch, column)
         if not sizes[0] <= tokens <= sizes[-1]:
             raise JfbenchError(
                 f"calibration {self.path!r} measured tree sizes {sizes.astype(int).tolist()} at batch {batch}, not "
-                f"{tokens}: re-run `jfbench bench verify-cost` with --sizes covering 1..{tokens}"
+                f"{tokens:g}: re-run `jfbench bench verify-cost` with --sizes covering 1..{int(np.ceil(tokens))}"
             )
         return float(np.interp(tokens, sizes, seconds))
 
-    def verify_s(self, tokens: int, batch: int) -> float:
+    def verify_s(self, tokens: float, batch: int) -> float:
         return self._lookup(tokens, batch, "verify_s")
 
-    def bookkeeping_s(self, tokens: int, batch: int) -> float:
+    def bookkeeping_s(self, tokens: float, batch: int) -> float:
         return self._lookup(tokens, batch, "bookkeeping_s")
 
     def check_target(self, shape: ModelShape) -> None:
@@ -80,9 +80,15 @@ class Calibration:
 
 def fit_profile(points: list[dict[str, float]], flops: list[float], units: int, bandwidth: float,
                 device: str) -> HardwareProfile:
-    """Least-squares t_verify = intercept + slope · FLOPs over the measured points (module docstring)."""
-    seconds = np.array([p["verify_s"] for p in points])
-    work = np.array(flops)
+    """Least-squares t_verify = intercept + slope · FLOPs over the measured points (module docstring).
+
+    Trees of more than one node are fitted when there are at least two of them: a lone root at
+    batch 1 runs without an attention mask (a faster path no draft head takes).
+    """
+    masked = [i for i, p in enumerate(points) if p["tokens"] > 1 or p["batch"] > 1]
+    chosen = masked if len({flops[i] for i in masked}) >= 2 else list(range(len(points)))
+    seconds = np.array([points[i]["verify_s"] for i in chosen])
+    work = np.array([flops[i] for i in chosen])
     if len(set(work.tolist())) < 2:
         raise JfbenchError("verify-cost needs at least two distinct tree sizes or batch sizes to fit the device")
     slope, intercept = np.polyfit(work, seconds, 1)

@@ -7,9 +7,9 @@ Roofline with a fixed term (every forward of N tokens per sequence at batch b, c
     units     = layers + 1 (the LM head and sampling)
 
     t_AR(b)         = t_forward(target, N = 1)
-    t_verify(B, b)  = t_forward(target, N = B)                      (B = budget, root included)
+    t_verify(N, b)  = t_forward(target, N)        (N = nodes verified, root included: ≤ the budget B)
     t_draft(b)      = P · t_forward(head, N = E / P)                 (P passes, E entries per sequence)
-    t_step(B, b)    = t_draft + t_verify + bookkeeping_s
+    t_step(N, b)    = t_draft + t_verify + bookkeeping_s
     speed-up        = τ · t_AR / t_step,   η = speed-up / τ = t_AR / t_step
 
 With a calibration file (`jfbench bench verify-cost`), t_AR, t_verify and the bookkeeping come from
@@ -64,7 +64,7 @@ class CostModel:
     def forward(self, shape: ModelShape, tokens_per_seq: float, batch: int) -> ForwardCost:
         return forward_cost(shape, self.hardware, tokens_per_seq, batch, self.context, self.dtype_bytes)
 
-    def verify_s(self, budget: int, batch: int) -> float:
+    def verify_s(self, budget: float, batch: int) -> float:
         if self.calibration is not None:
             return self.calibration.verify_s(budget, batch)
         return self.forward(self.target, budget, batch).seconds
@@ -81,7 +81,7 @@ class CostModel:
             return 0.0
         return passes * self.forward(head, entries / passes, batch).seconds
 
-    def bookkeeping_s(self, budget: int, batch: int) -> float:
+    def bookkeeping_s(self, budget: float, batch: int) -> float:
         if self.calibration is not None:
             return self.calibration.bookkeeping_s(budget, batch)
         return self.hardware.bookkeeping_s

@@ -42,15 +42,16 @@ def assumptions(model: CostModel, table: pd.DataFrame) -> list[str]:
     hw, target = model.hardware, model.target
     lines = [
         f"hardware: {hw.name} — {hw.description}",
-        f"  memory bandwidth {hw.memory_bandwidth / 1e9:,.0f} GB/s × efficiency {hw.bandwidth_efficiency:.3f}; "
-        f"compute {hw.peak_flops / 1e12:,.1f} TFLOP/s × efficiency {hw.compute_efficiency:.3f}",
+        f"  memory bandwidth {hw.memory_bandwidth / 1e9:,.1f} GB/s × efficiency {hw.bandwidth_efficiency:.3f}; "
+        f"compute {hw.peak_flops / 1e9:,.1f} GFLOP/s × efficiency {hw.compute_efficiency:.3f}",
         f"  fixed cost {hw.layer_overhead_s * 1e6:.1f} µs per layer unit per forward; bookkeeping "
         f"{hw.bookkeeping_s * 1e6:.1f} µs per speculative step",
         f"target: {target.name} — {target.layers} layers, hidden {target.hidden}, "
         f"{target.q_heads}/{target.kv_heads} q/kv heads, vocab {target.vocab}"
         + (f", {target.experts} experts ({target.experts_per_token} active)" if target.experts else ""),
         f"weights {model.dtype_bytes} bytes/parameter; context {model.context} tokens per sequence in the KV cache",
-        "τ and draft counters: the run's (greedy τ does not depend on batch size); AR step = verify of 1 token",
+        "τ, draft counters and verified tree sizes: the run's (greedy τ does not depend on batch size); "
+        "AR step = verify of 1 token",
         "speed-up = τ · t_AR / (t_draft + t_verify + bookkeeping); η = speed-up / τ",
     ]
     if model.calibration is not None:

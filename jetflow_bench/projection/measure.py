@@ -5,7 +5,8 @@ time (a) the engine's per-step work — `TargetRunner.prepare` (padding, tree ma
 greedy acceptance on the forward's argmax — and (b) the target forward itself, exactly the split the
 engine records as `other_s` / `verify_s`. The trees are complete 4-ary trees (a plausible draft
 shape; the forward's cost depends on N, not on the shape). Nothing is committed, so the cache stays
-at `context` tokens and each forward overwrites the same slots. Warm-up forwards are not timed.
+at `context` tokens and each forward overwrites the same slots. Warm-up forwards are not timed; the
+sizes are timed round-robin and each point keeps the median (and the minimum) of its repeats.
 """
 
 from __future__ import annotations
@@ -32,15 +33,22 @@ def _tree(root: int, size: int, vocab: int, generator: torch.Generator) -> Draft
     return DraftTree(tokens, [-1, *[(i - 1) // FANOUT for i in range(1, size)]])
 
 
-def _timed(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
-    samples = []
+def _once(fn: Callable[[], object], device: torch.device) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def _interleaved(fns: Sequence[Callable[[], object]], device: torch.device, repeats: int) -> list[list[float]]:
+    """Seconds of `repeats` calls of each fn, taken round-robin (fn 0, fn 1, ..., fn 0, ...) so that
+    load from other processes on a shared machine falls on every point alike."""
+    samples: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        for k, fn in enumerate(fns):
+            samples[k].append(_once(fn, device))
+    return samples
 
 
 def copy_bandwidth(device: torch.device, repeats: int) -> float:
@@ -48,7 +56,7 @@ def copy_bandwidth(device: torch.device, repeats: int) -> float:
     src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
-    return 2 * COPY_BYTES / _timed(lambda: dst.copy_(src), device, repeats)
+    return 2 * COPY_BYTES / statistics.median(_interleaved([lambda: dst.copy_(src)], device, repeats)[0])
 
 
 def measure(
@@ -62,24 +70,27 @@ def measure(
     for b in batch_sizes:
         prompts = torch.randint(0, vocab, (b, context), generator=generator).tolist()
         runner.prefill(prompts, capacity=context + max(sizes))
+        forwards, steps = [], []
         for n in sizes:
             trees = [_tree(p[-1], n, vocab, generator) for p in prompts]
+            prepared = runner.prepare(trees)
 
             def step(trees: list[DraftTree] = trees) -> None:
-                prepared = runner.prepare(trees)
-                argmax = torch.zeros_like(prepared.tokens)  # acceptance cost does not depend on the values
-                greedy_accept(prepared.tokens, prepared.parents, prepared.depths, prepared.valid,
-                              prepared.ancestors, argmax)
+                batch = runner.prepare(trees)
+                argmax = torch.zeros_like(batch.tokens)  # acceptance cost does not depend on the values
+                greedy_accept(batch.tokens, batch.parents, batch.depths, batch.valid, batch.ancestors, argmax)
 
-            prepared = runner.prepare(trees)
-            runner.forward(prepared)  # warm-up, untimed
-            step()
-            verify_s = _timed(lambda prepared=prepared: runner.forward(prepared), runner.device, repeats)
-            bookkeeping_s = _timed(step, runner.device, repeats)
-            points.append({"tokens": n, "batch": b, "verify_s": verify_s, "bookkeeping_s": bookkeeping_s})
+            forwards.append(lambda prepared=prepared: runner.forward(prepared))
+            steps.append(step)
+        _interleaved(forwards + steps, runner.device, 1)  # warm-up, untimed
+        verify = _interleaved(forwards, runner.device, repeats)
+        bookkeeping = _interleaved(steps, runner.device, repeats)
+        for n, v, k in zip(sizes, verify, bookkeeping, strict=True):
+            points.append({"tokens": n, "batch": b, "verify_s": statistics.median(v), "verify_min_s": min(v),
+                           "bookkeeping_s": statistics.median(k)})
             flops.append(shape.flops(n, b, context))
-            if progress is not None:
-                progress()
+        if progress is not None:
+            progress()
     bandwidth = copy_bandwidth(runner.device, repeats)
     device = f"{runner.device} ({torch.get_num_threads()} threads)" if runner.device.type == "cpu" else str(runner.device)
     profile = fit_profile(points, flops, shape.overhead_units(), bandwidth, device)

@@ -1,13 +1,15 @@
 """Project a measured sweep onto another device: τ and draft counters in, step times and speed-ups out.
 
 Per drafter × budget cell of the run (repeats averaged) and per projected batch size b:
-τ and the draft counters (mean `draft_passes` P and `draft_entries` E per sequence-step) are the
-run's; everything timed comes from `CostModel`. Under greedy decoding τ does not depend on the batch
+τ, the draft counters (mean `draft_passes` P and `draft_entries` E per sequence-step) and the mean
+tree size actually verified (1 + drafted / steps: an n-gram drafter often fills less than its
+budget) are the run's; everything timed comes from `CostModel`. Padding a batch to its longest tree
+is not modelled. Under greedy decoding τ does not depend on the batch
 size, so a cell measured at one batch size is projected to every requested b; a run measured at
 several batch sizes uses, for each b, the cell at the nearest measured batch size.
 
 Columns of the result (one row per suite × drafter × variant × budget × batch_size):
-    measured_batch_size, tau, draft_passes, draft_entries, counters ("recorded" | "nominal"),
+    measured_batch_size, tau, tree_nodes, draft_passes, draft_entries, counters ("recorded" | "nominal"),
     head_layers, head_taps, ar_s, draft_s, verify_s, bookkeeping_s, step_s, verify_bound,
     ar_tokens_per_s = b / ar_s, tokens_per_s = b · τ / step_s, speedup = τ · ar_s / step_s,
     eta = speedup / τ, measured_speedup (the run's own decode speed-up on its device), best (the
@@ -79,13 +81,19 @@ def _specs(run: Run) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def _cells(run: Run) -> pd.DataFrame:
-    """Drafter cells with τ and the draft counters, repeats averaged (counters NaN when not recorded)."""
-    summary = run.summary[run.summary["drafter"] != AR_ARM]
+    """Drafter cells with τ, the draft counters (NaN when not recorded) and the mean tree size
+    `tree_nodes` = 1 + drafted / steps (the budget when the run does not say), repeats averaged."""
+    summary = run.summary[run.summary["drafter"] != AR_ARM].copy()
     present = [c for c in COUNTERS if c in summary.columns]
-    cells = summary.groupby(GROUP, dropna=False)[["tau", *present, SPEEDUP]].mean().reset_index()
+    if {"drafted", "n_steps"} <= set(summary.columns):
+        summary["tree_nodes"] = 1 + summary["drafted"] / summary["n_steps"].where(summary["n_steps"] > 0)
+    else:
+        summary["tree_nodes"] = summary["budget"]
+    cells = summary.groupby(GROUP, dropna=False)[["tau", "tree_nodes", *present, SPEEDUP]].mean().reset_index()
     for column in COUNTERS:
         if column not in cells:
             cells[column] = np.nan
+    cells["tree_nodes"] = cells["tree_nodes"].fillna(cells["budget"]).clip(upper=cells["budget"])
     return cells
 
 
@@ -141,21 +149,22 @@ def _counters(cell: pd.Series, spec: dict[str, Any], head: HeadInfo | None, run:
 
 def _row(model: CostModel, cell: pd.Series, b: int, passes: float, entries: float, source: str,
          head: HeadInfo | None, hardware: str) -> dict[str, Any]:
-    budget, tau = int(cell["budget"]), float(cell["tau"])
+    budget, tau, nodes = int(cell["budget"]), float(cell["tau"]), float(cell["tree_nodes"])
     head_model: ModelShape | None = head_shape(model.target, head.layers, head.taps) if head else None
     ar_s = model.ar_s(b)
     draft_s = model.draft_s(head_model, passes, entries, b)
-    verify_s = model.verify_s(budget, b)
-    bookkeeping_s = model.bookkeeping_s(budget, b)
+    verify_s = model.verify_s(nodes, b)
+    bookkeeping_s = model.bookkeeping_s(nodes, b)
     step_s = draft_s + verify_s + bookkeeping_s
     speedup = tau * ar_s / step_s
     return {
         "suite": cell["suite"], "drafter": cell["drafter"], "variant": cell["variant"], "budget": budget,
-        "batch_size": b, "measured_batch_size": int(cell["batch_size"]), "tau": tau, "draft_passes": passes,
+        "batch_size": b, "measured_batch_size": int(cell["batch_size"]), "tau": tau, "tree_nodes": nodes,
+        "draft_passes": passes,
         "draft_entries": entries, "counters": source, "head_layers": head.layers if head else 0,
         "head_taps": head.taps if head else 0, "ar_s": ar_s, "draft_s": draft_s, "verify_s": verify_s,
         "bookkeeping_s": bookkeeping_s, "step_s": step_s,
-        "verify_bound": "measured" if model.calibration else model.forward(model.target, budget, b).bound,
+        "verify_bound": "measured" if model.calibration else model.forward(model.target, nodes, b).bound,
         "ar_tokens_per_s": b / ar_s, "tokens_per_s": b * tau / step_s, "speedup": speedup, "eta": speedup / tau,
         "measured_speedup": float(cell[SPEEDUP]) if b == int(cell["batch_size"]) else np.nan,
         "hardware": hardware, "target": model.target.name,
