@@ -260,3 +260,22 @@ def test_verify_cost_writes_a_calibration_that_project_accepts_for_its_target(tm
     assert [p["tokens"] for p in cal.points] == [1, 4] and all(p["verify_s"] > 0 for p in cal.points)
     built, name = build_cost_model(None, str(model), None, out, None)
     assert name == "cpu-here" and built.ar_s(1) > 0
+
+
+def test_draft_passes_are_sequential_forwards():
+    # Bug caught: P passes priced as one forward over all E entries (EAGLE's depth would cost nothing).
+    model = h100_qwen8b()
+    head = head_shape(model.target, 1, 3)
+    one = model.forward(head, 7, 1).seconds
+    assert model.draft_s(head, passes=8, entries=56, batch=1) == pytest.approx(8 * one)
+    assert model.draft_s(None, passes=0, entries=0, batch=1) == 0
+
+
+def test_verify_is_priced_at_the_tree_size_actually_verified(tmp_path: Path):
+    # Bug caught: an n-gram drafter that fills 10 of 64 nodes charged for a 64-node verify.
+    cal_model, _ = build_cost_model(None, "qwen3-8b", None, _calibration(tmp_path), None)
+    folder = _run(tmp_path, {"ngram": {"draft_passes": 0.0, "draft_entries": 0.0, "drafted": 90.0, "n_steps": 10}},
+                  budgets=(16,))
+    table, _ = project_run(load_run(folder), cal_model, [1])
+    assert table["tree_nodes"].iloc[0] == 10
+    assert table["verify_s"].iloc[0] == pytest.approx(cal_model.verify_s(10, 1))
