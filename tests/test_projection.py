@@ -279,3 +279,12 @@ def test_verify_is_priced_at_the_tree_size_actually_verified(tmp_path: Path):
     table, _ = project_run(load_run(folder), cal_model, [1])
     assert table["tree_nodes"].iloc[0] == 10
     assert table["verify_s"].iloc[0] == pytest.approx(cal_model.verify_s(10, 1))
+
+
+def test_host_side_drafter_keeps_its_measured_seconds_per_step(tmp_path: Path):
+    # Bug caught: an n-gram lookup (no head forwards) projected as free, inflating its speed-up.
+    folder = _run(tmp_path, {"ngram": {"draft_passes": 0.0, "draft_entries": 0.0, "draft_s": 0.05, "n_steps": 100}},
+                  budgets=(16,))
+    table, _ = project_run(load_run(folder), h100_qwen8b(), [1, 8])
+    assert table["draft_s"].tolist() == pytest.approx([5e-4, 8 * 5e-4])  # 0.05 s / 100 steps, per sequence
+    assert set(table["draft_priced"]) == {"host (measured)"}

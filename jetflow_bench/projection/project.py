@@ -10,6 +10,8 @@ several batch sizes uses, for each b, the cell at the nearest measured batch siz
 
 Columns of the result (one row per suite × drafter × variant × budget × batch_size):
     measured_batch_size, tau, tree_nodes, draft_passes, draft_entries, counters ("recorded" | "nominal"),
+    draft_priced ("cost model" | "host (measured)": a drafter without head forwards keeps the run's
+    measured draft seconds per sequence-step, its host work, times b),
     head_layers, head_taps, ar_s, draft_s, verify_s, bookkeeping_s, step_s, verify_bound,
     ar_tokens_per_s = b / ar_s, tokens_per_s = b · τ / step_s, speedup = τ · ar_s / step_s,
     eta = speedup / τ, measured_speedup (the run's own decode speed-up on its device), best (the
@@ -32,7 +34,7 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.nominal import nominal_counters
 from jetflow_bench.projection.shapes import ModelShape, head_shape
-from jetflow_bench.report.loading import SPEEDUP, Run
+from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run
 
 COUNTERS = ("draft_passes", "draft_entries")
 GROUP = ["suite", "drafter", "variant", "budget", "batch_size"]
@@ -84,12 +86,17 @@ def _cells(run: Run) -> pd.DataFrame:
     """Drafter cells with τ, the draft counters (NaN when not recorded) and the mean tree size
     `tree_nodes` = 1 + drafted / steps (the budget when the run does not say), repeats averaged."""
     summary = run.summary[run.summary["drafter"] != AR_ARM].copy()
+    summary["host_draft_s"] = np.nan
+    if "draft_s" in summary and ("n_steps" in summary or (run.path / "steps.parquet").is_file()):
+        steps = summary.set_index(list(CELL_KEYS)).index.map(run.batch_steps.to_dict()).to_numpy(dtype=float)
+        summary["host_draft_s"] = summary["draft_s"] / steps
     present = [c for c in COUNTERS if c in summary.columns]
     if {"drafted", "n_steps"} <= set(summary.columns):
         summary["tree_nodes"] = 1 + summary["drafted"] / summary["n_steps"].where(summary["n_steps"] > 0)
     else:
         summary["tree_nodes"] = summary["budget"]
-    cells = summary.groupby(GROUP, dropna=False)[["tau", "tree_nodes", *present, SPEEDUP]].mean().reset_index()
+    columns = ["tau", "tree_nodes", "host_draft_s", *present, SPEEDUP]
+    cells = summary.groupby(GROUP, dropna=False)[columns].mean().reset_index()
     for column in COUNTERS:
         if column not in cells:
             cells[column] = np.nan
@@ -152,7 +159,11 @@ def _row(model: CostModel, cell: pd.Series, b: int, passes: float, entries: floa
     budget, tau, nodes = int(cell["budget"]), float(cell["tau"]), float(cell["tree_nodes"])
     head_model: ModelShape | None = head_shape(model.target, head.layers, head.taps) if head else None
     ar_s = model.ar_s(b)
-    draft_s = model.draft_s(head_model, passes, entries, b)
+    # A drafter with no head forwards drafts on the host: its measured seconds per sequence-step carry
+    # over (the host assumed as fast as the run's); a head's forwards are priced by the cost model.
+    host = passes == 0 and not pd.isna(cell["host_draft_s"])
+    per_sequence = float(cell["host_draft_s"]) / int(cell["batch_size"]) if host else 0.0
+    draft_s = per_sequence * b if host else model.draft_s(head_model, passes, entries, b)
     verify_s = model.verify_s(nodes, b)
     bookkeeping_s = model.bookkeeping_s(nodes, b)
     step_s = draft_s + verify_s + bookkeeping_s
@@ -161,7 +172,8 @@ def _row(model: CostModel, cell: pd.Series, b: int, passes: float, entries: floa
         "suite": cell["suite"], "drafter": cell["drafter"], "variant": cell["variant"], "budget": budget,
         "batch_size": b, "measured_batch_size": int(cell["batch_size"]), "tau": tau, "tree_nodes": nodes,
         "draft_passes": passes,
-        "draft_entries": entries, "counters": source, "head_layers": head.layers if head else 0,
+        "draft_entries": entries, "counters": source, "draft_priced": "host (measured)" if host else "cost model",
+        "head_layers": head.layers if head else 0,
         "head_taps": head.taps if head else 0, "ar_s": ar_s, "draft_s": draft_s, "verify_s": verify_s,
         "bookkeeping_s": bookkeeping_s, "step_s": step_s,
         "verify_bound": "measured" if model.calibration else model.forward(model.target, nodes, b).bound,
