@@ -97,6 +97,7 @@ def verify_cost(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     threads: ThreadsOpt = None,
+    fmt: TableFormatOpt = TableFormat.table,
 ) -> None:
     """Time the target's verify forward against tree size and batch size on this device and write a
     calibration file; `jfbench project RUN --calibration FILE` then uses the measured times instead of
@@ -107,6 +108,7 @@ def verify_cost(
     from jetflow_bench.projection.calibration import write_calibration
     from jetflow_bench.projection.measure import measure
     from jetflow_bench.projection.shapes import shape_from_config
+    from jetflow_bench.target import TargetRunner
 
     set_threads(threads)
     tree_sizes = sorted({1, *_int_list(sizes, "--sizes")})
@@ -118,20 +120,14 @@ def verify_cost(
             f"--context {context} + tree size {max(tree_sizes)} exceeds the target's context window "
             f"({runner.context_window}): lower --context or --sizes"
         )
-    console = Console(stderr=True)
-    with Progress(console=console, transient=True) as progress:
+    with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("timing verify forwards", total=len(batches))
         data = measure(runner, shape, tree_sizes, batches, context, repeats, lambda: progress.advance(task))
     write_calibration(out, data)
-    table = Table(title=f"Verify step on {data['device']} — {runner.name}, context {context}")
-    for col in ("batch", "tree N", "verify ms", "bookkeeping ms"):
-        table.add_column(col, justify="right")
-    for p in data["points"]:
-        table.add_row(str(p["batch"]), str(p["tokens"]), f"{p['verify_s'] * 1e3:.2f}", f"{p['bookkeeping_s'] * 1e3:.2f}")
-    Console().print(table)
     prof = data["profile"]
-    Console().print(
-        f"fitted: {prof['layer_overhead_s'] * 1e6:.0f} µs per layer unit, {prof['peak_flops'] / 1e9:.1f} GFLOP/s, "
-        f"copy bandwidth {prof['memory_bandwidth'] / 1e9:.1f} GB/s", highlight=False,
-    )
-    print(out)
+    emit([{"batch": p["batch"], "tree N": p["tokens"], "verify ms": f"{p['verify_s'] * 1e3:.2f}",
+           "verify min ms": f"{p['verify_min_s'] * 1e3:.2f}", "bookkeeping ms": f"{p['bookkeeping_s'] * 1e3:.2f}"}
+          for p in data["points"]], fmt,
+         title=f"Verify step on {data['device']} — {runner.name}, context {context}",
+         caption=(f"fitted: {prof['layer_overhead_s'] * 1e6:.0f} µs per layer unit, {prof['peak_flops'] / 1e9:.1f} "
+                  f"GFLOP/s, copy bandwidth {prof['memory_bandwidth'] / 1e9:.1f} GB/s; written to {out}"))

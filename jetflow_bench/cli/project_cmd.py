@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import FormatOpt, OutputFormat
+from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit, print_table
 from jetflow_bench.errors import JfbenchError
 
 
@@ -48,7 +49,7 @@ def project(
         bool, typer.Option(help="Refuse runs without recorded draft counters instead of using the drafters' nominal ones.")
     ] = False,
     out: Annotated[Path | None, typer.Option(help="Folder for projection.parquet/csv. Default: RUN.")] = None,
-    fmt: FormatOpt = OutputFormat.text,
+    fmt: TableFormatOpt = TableFormat.table,
 ) -> None:
     """Project the run's measured τ and draft counters per drafter × budget onto a device.
 
@@ -78,15 +79,17 @@ def project(
     table, notes = project_run(loaded, model, sizes, head_layers, head_taps, require_counters, hw_name)
     written = write_projection(table, out or loaded.path)
     warn(notes)
-    if fmt is OutputFormat.json:
-        print(json.dumps({"assumptions": assumptions(model, table), "files": [str(p) for p in written],
-                          "rows": json.loads(table.to_json(orient="records"))}))
+    lines = assumptions(model, table)
+    if fmt is not TableFormat.table:  # rows on stdout for scripts; assumptions and files on stderr
+        emit(json.loads(table.to_json(orient="records")), fmt)
+        for line in [*lines, *map(str, written)]:
+            print(line, file=sys.stderr)
         return
     from rich.console import Console
 
     console = Console()
-    console.print(projection_table(table, hw_name))
-    for line in assumptions(model, table):
+    print_table(console, projection_table(table, hw_name))
+    for line in lines:
         console.print(line, highlight=False)
     for path in written:
         print(path)

@@ -37,13 +37,17 @@ def projection_table(table: pd.DataFrame, hardware: str) -> Table:
     return out
 
 
+def _flops(rate: float) -> str:
+    return f"{rate / 1e12:,.1f} TFLOP/s" if rate >= 1e12 else f"{rate / 1e9:,.1f} GFLOP/s"
+
+
 def assumptions(model: CostModel, table: pd.DataFrame) -> list[str]:
     """Every number the projection rests on, one line each."""
     hw, target = model.hardware, model.target
     lines = [
         f"hardware: {hw.name} — {hw.description}",
         f"  memory bandwidth {hw.memory_bandwidth / 1e9:,.1f} GB/s × efficiency {hw.bandwidth_efficiency:.3f}; "
-        f"compute {hw.peak_flops / 1e9:,.1f} GFLOP/s × efficiency {hw.compute_efficiency:.3f}",
+        f"compute {_flops(hw.peak_flops)} × efficiency {hw.compute_efficiency:.3f}",
         f"  fixed cost {hw.layer_overhead_s * 1e6:.1f} µs per layer unit per forward; bookkeeping "
         f"{hw.bookkeeping_s * 1e6:.1f} µs per speculative step",
         f"target: {target.name} — {target.layers} layers, hidden {target.hidden}, "
@@ -58,7 +62,7 @@ def assumptions(model: CostModel, table: pd.DataFrame) -> list[str]:
         lines.append(f"verify and AR steps: measured table {model.calibration.path} ({model.calibration.device})")
     heads = table[table["head_layers"] > 0][["drafter", "head_layers", "head_taps"]].drop_duplicates()
     for row in heads.itertuples():
-        lines.append(f"head of {row.drafter}: {row.head_layers} layers of the target's width, fusing {row.head_taps} taps")
+        lines.append(f"head of {row.drafter}: {row.head_layers} layer(s) of the target's width, fusing {row.head_taps} taps")
     if (table["counters"] == "nominal").any():
         lines.append("draft counters NOT recorded in this run: nominal passes/entries of each drafter kind were used "
                      "(see docs/projection.md); --require-counters refuses such runs")
