@@ -288,3 +288,18 @@ def test_host_side_drafter_keeps_its_measured_seconds_per_step(tmp_path: Path):
     table, _ = project_run(load_run(folder), h100_qwen8b(), [1, 8])
     assert table["draft_s"].tolist() == pytest.approx([5e-4, 8 * 5e-4])  # 0.05 s / 100 steps, per sequence
     assert set(table["draft_priced"]) == {"host (measured)"}
+
+
+def test_demo_table_labels_the_projection_beside_the_measured_speedup(tmp_path: Path):
+    # Bug caught: a newcomer reading the demo's projected H100 number as a measurement.
+    from rich.console import Console
+
+    from jetflow_bench.projection.display import measured_vs_projected
+
+    run = load_run(_run(tmp_path, {"ngram": {"draft_passes": 0.0, "draft_entries": 0.0}}))
+    table, _ = project_run(run, h100_qwen8b(), [1], hardware="h100-sxm")
+    console = Console(width=200, record=True)
+    console.print(measured_vs_projected(table, "h100-sxm", batch=1))
+    text = console.export_text()
+    assert "measured speed-up (this CPU)" in text and "projected on h100-sxm" in text
+    assert "projection, not a measurement" in text and "1.50x" in text  # the run's own measured value
