@@ -1,18 +1,28 @@
-"""The child side of `suites.sandbox`: run one untrusted program under limits, then report.
+"""The program's side of `suites.sandbox`: run one untrusted program under limits, then answer calls.
 
-Run as a script by path (``python -I -B _sandbox_child.py TIMEOUT_S MEMORY_MB``) with the throw-away
-directory as working directory; it imports only the standard library. stdin carries a one-line nonce
-and then the program. Only a program that runs to its end makes the child print the nonce, so neither
-``sys.exit(0)`` nor ``os._exit(0)`` halfway through the tests can pass for success.
+Run as a script by path::
 
-Why an audit hook: unlike monkeypatching ``open`` or ``socket``, a hook cannot be removed by the
-program, and it sees every file, process and network operation that Python code can start. It is a
-guard against careless model output, not a jail for hostile code (ctypes can still reach libc); the
-parent adds a network namespace when ``unshare`` works.
+    python -I -B _sandbox_child.py PROGRAM_FILE TIMEOUT_S MEMORY_MB REQUESTS_FD REPLIES_FD
+
+with the throw-away directory as working directory; it imports only the standard library (and
+``_sandbox_wire`` next to it). This process never decides whether the program passed — it holds
+nothing the verdict depends on. It executes the program, replies ``ready`` with the program's
+top-level names, then serves the judge's requests (``call``, ``get``, ``set``) on the program's
+objects until the judge closes the pipe. Whatever the program does to this process (exit early,
+patch builtins, forge replies) it can only change the values the judge's tests see.
+
+Why an audit hook: unlike monkeypatching ``open`` or ``socket``, a hook cannot be removed, and it
+sees every file, process, signal and network operation that Python code can start. It contains
+careless or hostile output (no writes outside the directory, no new processes, no signals, no
+sockets, no ``ctypes``, no access to other processes' ``/proc`` entries); it is not what keeps the
+verdict honest, and code that gets past it (see `suites.sandbox`'s out-of-scope list) is contained
+only by the limits, the user + network namespace and the file system's permissions.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import math
 import os
 import resource
@@ -28,11 +38,12 @@ _PATH_EVENTS = {
     "os.utime": 1, "os.rename": 2, "os.link": 2, "os.symlink": 2, "shutil.rmtree": 1,
     "shutil.copyfile": 2, "shutil.copytree": 2, "shutil.move": 2, "os.setxattr": 1, "os.removexattr": 1,
 }  # fmt: skip
-# Events no benchmark program needs: new processes, signals, network, raising our limits.
+# Events no benchmark program needs: new processes, signals, network, raising our limits, ctypes.
 _BLOCKED_EVENTS = {
     "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
-    "os.kill", "os.killpg", "pty.spawn", "resource.setrlimit", "socket.connect", "socket.bind",
-    "socket.sendto", "socket.sendmsg", "socket.getaddrinfo", "socket.gethostbyname", "webbrowser.open",
+    "os.kill", "os.killpg", "signal.pthread_kill", "pty.spawn", "resource.setrlimit", "resource.prlimit",
+    "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
+    "socket.gethostbyname", "webbrowser.open", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata",
 }  # fmt: skip
 
 
@@ -46,56 +57,118 @@ def set_limits(timeout_s: float, memory_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def _other_process_entry(real: str) -> bool:
+    """``/proc/<pid>/...`` (``/proc/self`` resolves to one): memory, descriptors of any process."""
+    parts = real.split(os.sep)
+    return len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit()
+
+
 def install_guard(root: str) -> None:
-    """Refuse writes outside ``root``, new processes and network use, for the rest of the process."""
+    """Refuse writes outside ``root``, ``/proc/<pid>``, processes, signals, network, ctypes."""
     prefix = root.rstrip(os.sep) + os.sep
 
-    def check_path(event: str, path: object) -> None:
+    def check_path(event: str, path: object, writing: bool) -> None:
         if isinstance(path, int) or path is None:  # an already open descriptor
             return
         real = os.path.realpath(os.fsdecode(path))  # type: ignore[arg-type]
-        if real != root and not real.startswith(prefix) and real != os.devnull:
+        if _other_process_entry(real):
+            raise PermissionError(f"sandbox: {event} of a process's /proc entry is not allowed: {real}")
+        if writing and real != root and not real.startswith(prefix) and real != os.devnull:
             raise PermissionError(f"sandbox: {event} outside the working directory: {real}")
 
     def hook(event: str, args: tuple) -> None:
         if event == "open":
             path, mode, flags = args
             writing = (mode is not None and any(c in mode for c in "wax+")) or bool(flags & _WRITE_FLAGS)
-            if writing:
-                check_path(event, path)
+            check_path(event, path, writing)
         elif event in _PATH_EVENTS:
             for path in args[: _PATH_EVENTS[event]]:
-                check_path(event, path)
+                check_path(event, path, True)
         elif event in _BLOCKED_EVENTS:
             raise PermissionError(f"sandbox: {event} is not allowed")
 
     sys.addaudithook(hook)
 
 
-def _fail(message: str, exit_code: int) -> None:
-    sys.stdout.flush()
-    print(message, file=sys.stderr, flush=True)
-    os._exit(exit_code)
+def serve(source: str, requests_fd: int, replies_fd: int) -> None:
+    """Execute ``source``, reply ``ready`` (or how it failed), then answer requests until EOF."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _sandbox_wire as wire
+
+    del sys.path[0]
+    requests, replies = os.fdopen(requests_fd, "rb"), os.fdopen(replies_fd, "wb")
+    objects: list[object] = []  # handle i -> the object the judge refers to (kept alive, so ids stay unique)
+    handles: dict[int, int] = {}  # id(object) -> its handle: one object, one handle
+
+    def handle(value: object) -> list:
+        if id(value) not in handles:
+            handles[id(value)] = len(objects)
+            objects.append(value)
+        return ["h", handles[id(value)], type(value).__name__]
+
+    def answer(compute, ready: bool = False) -> None:  # noqa: ANN001 - a thunk
+        try:
+            value = compute()
+            message = ["ready" if ready else "ok", wire.encode(value, handle)]
+        except BaseException as err:  # noqa: BLE001 - whatever the program raised goes to the judge
+            message = ["raise", type(err).__name__, str(err)[:500]]
+        _flush()  # the program's output so far, before the judge may end this process
+        try:
+            wire.send(replies, message)
+        except MemoryError:
+            _exit(MEMORY_ERROR_EXIT)
+        except (OSError, ValueError):  # the judge is gone, or a value json cannot write
+            _exit(1)
+
+    def argument(value: list) -> object:
+        return wire.decode(value, lambda i, _: objects[i], importlib.import_module)
+
+    namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": __builtins__}
+
+    def load() -> dict[str, object]:
+        exec(compile(source, "program.py", "exec"), namespace)
+        return {k: v for k, v in namespace.items() if not k.startswith("__")}
+
+    answer(load, ready=True)
+    while (request := wire.receive(requests)) is not None:
+        op, target = request[0], objects[request[1]]
+        if op == "call":
+            args = [argument(a) for a in request[2]]
+            kwargs = {str(k): argument(v) for k, v in request[3]}
+            answer(lambda: target(*args, **kwargs))  # noqa: B023 - called at once
+        elif op == "get":
+            answer(lambda: getattr(target, request[2]))  # noqa: B023
+        elif op == "set":
+            value = argument(request[3])
+            answer(lambda: setattr(target, request[2], value))  # noqa: B023
+        else:
+            raise wire.ProtocolError(f"unknown request {op!r}")
+
+
+def _flush() -> None:
+    for stream in (sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # closed or replaced by the program
+            stream.flush()  # type: ignore[union-attr]
+
+
+def _exit(code: int) -> None:
+    _flush()
+    os._exit(code)
 
 
 def main() -> None:
-    timeout_s, memory_mb = float(sys.argv[1]), int(sys.argv[2])
-    nonce = sys.stdin.readline().strip()
-    source = sys.stdin.read()
-    sys.stdin = open(os.devnull)  # noqa: SIM115 - the program must not read what we were sent
+    program, timeout_s, memory_mb = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+    requests_fd, replies_fd = int(sys.argv[4]), int(sys.argv[5])
+    with open(program, encoding="utf-8") as f:
+        source = f.read()
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - the program reads nothing
     set_limits(timeout_s, memory_mb)
     install_guard(os.path.realpath(os.getcwd()))
     try:
-        exec(compile(source, "program.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        serve(source, requests_fd, replies_fd)
     except MemoryError:
-        _fail("MemoryError: the program exceeded its memory limit", MEMORY_ERROR_EXIT)
-    except SystemExit as exit_:
-        _fail(f"SystemExit({exit_.code!r}) before the tests finished", 1)
-    except BaseException as err:  # any failure of the program or its tests
-        _fail(f"{type(err).__name__}: {str(err)[:500]}", 1)
-    sys.stdout.flush()
-    os.write(1, f"\n{nonce}\n".encode())  # fd 1 directly: the program may have replaced sys.stdout
-    os._exit(0)
+        _exit(MEMORY_ERROR_EXIT)
+    _exit(0)
 
 
 if __name__ == "__main__":

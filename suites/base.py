@@ -108,6 +108,7 @@ class Suite(ABC):
     id_field: ClassVar[str | None] = None  # None: the record's position in the source is its id
     scored: ClassVar[bool] = True
     unscored_reason: ClassVar[str] = ""  # why check() returns None, when scored is False
+    executes_code: ClassVar[bool] = False  # check() runs model output (in `suites.sandbox`)
     default_max_new_tokens: ClassVar[int] = 512
     plain_stop: ClassVar[tuple[str, ...]] = ()  # stops for plain (non-chat) prompts
     turns: int = 1  # user turns per record; multi-turn suites build later turns with next_turn

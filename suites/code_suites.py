@@ -22,19 +22,24 @@ def extract_code(completion: str) -> str:
 
 
 class ExecutedCodeSuite(Suite):
-    """A suite whose completions run with their tests in the sandbox; pass = the program ran to its end."""
+    """A suite whose completions run in the sandbox; pass = the record's tests, run by the judge, all held."""
+
+    executes_code = True
 
     def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB) -> None:
         self.timeout_s = timeout_s  # wall clock per program
         self.memory_mb = memory_mb  # address-space limit per program
 
     @abstractmethod
-    def program(self, record: Record, completion: str) -> str:
-        """The full program to execute: solution code followed by the record's tests."""
+    def program(self, record: Record, completion: str) -> tuple[str, str]:
+        """(solution, tests): the model's code to execute, and the record's tests that judge it.
+
+        The tests run in the sandbox's judge with the solution's top-level names bound.
+        """
 
     def check(self, record: Record, completion: str) -> bool:
-        program = self.program(record, completion)
-        return run_program(program, timeout_s=self.timeout_s, memory_mb=self.memory_mb).passed
+        program, tests = self.program(record, completion)
+        return run_program(program, tests, timeout_s=self.timeout_s, memory_mb=self.memory_mb).passed
 
     def check_many(self, items: Sequence[tuple[Record, str]]) -> list[bool | None]:
         programs = [self.program(record, completion) for record, completion in items]
@@ -64,13 +69,13 @@ class HumanEval(ExecutedCodeSuite):
     def plain_prompt(self, record: Record) -> str:
         return record.fields["prompt"]
 
-    def program(self, record: Record, completion: str) -> str:
+    def program(self, record: Record, completion: str) -> tuple[str, str]:
         fields = record.fields
         code = extract_code(completion)
         # A whole function (chat) follows the prompt and redefines the stub; a body continues it.
         defines = re.search(rf"^\s*def\s+{re.escape(fields['entry_point'])}\s*\(", code, re.MULTILINE)
         solution = f"{fields['prompt']}\n{code}" if defines else fields["prompt"] + code
-        return f"{solution}\n\n{fields['test']}\n\ncheck({fields['entry_point']})\n"
+        return solution, f"{fields['test']}\n\ncheck({fields['entry_point']})\n"
 
 
 class MBPP(ExecutedCodeSuite):
@@ -109,10 +114,10 @@ class MBPP(ExecutedCodeSuite):
         tests = "\n".join(record.fields["test_list"])
         return f'"""\n{record.fields[self.text_field]}\n{tests}\n"""\n'
 
-    def program(self, record: Record, completion: str) -> str:
+    def program(self, record: Record, completion: str) -> tuple[str, str]:
         tests = "\n".join(record.fields["test_list"])
-        # Setup code comes after the solution: MBPP's builds test objects from the solution's classes.
-        return f"{extract_code(completion)}\n\n{self.setup_code(record.fields)}\n{tests}\n"
+        # The setup code runs with the tests: MBPP's builds test objects from the solution's classes.
+        return extract_code(completion), f"{self.setup_code(record.fields)}\n{tests}\n"
 
 
 class MBPPSanitized(MBPP):

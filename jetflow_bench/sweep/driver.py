@@ -45,7 +45,7 @@ from jetflow_bench.sweep.progress import SweepProgress
 from jetflow_bench.sweep.runner import ENGINES, Engine, Prompt, run_cell
 from jetflow_bench.sweep.store import Derived, RunStore, now_iso
 from jetflow_bench.sweep.tables import cell_frames
-from suites import Record, Request, Suite, get_suite
+from suites import Record, Request, Suite, get_suite, sandbox
 
 REBUILD_RATIO = 10  # run time between refreshes of the combined tables >= 10 x the last refresh's cost
 VERSIONED = ("jetflow-bench", "torch", "transformers", "tokenizers", "numpy", "pandas", "pyarrow")
@@ -146,6 +146,9 @@ def run_sweep(
         finished = store.finished(hashes)
         manifest = _manifest(previous, config, chash, shash, kind, command, engine, workloads, data_dir, len(grid))
         manifest["sessions"][-1]["cells_done_before"] = len(finished)
+        if any(w.suite.executes_code and w.suite.scored for w in workloads.values()):
+            manifest["code_sandbox"] = sandbox.isolation()  # says whether generated code had a network
+            sandbox.announce()
         store.write_manifest(manifest)
         todo = [c for c in grid if c.cell_id not in finished]
         sweep = _CellLoop(engine, store, config, manifest["run_id"], workloads)
