@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -168,6 +169,32 @@ def test_resume_after_crashes_between_and_inside_cells(target, tmp_path, monkeyp
     t = _tables(out)
     assert len(t["summary"]) == 6 and not t["requests"].duplicated([*CELL_KEYS, "request"]).any()
     assert len(json.loads((out / "manifest.json").read_text())["sessions"]) == 3
+
+
+def test_a_damaged_cell_part_is_named_by_readers_and_redone_by_the_resume(target, base_run, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(base_run, out)
+    part = sorted((out / "cells").glob("*.steps.parquet"))[0]
+    part.write_bytes(part.read_bytes()[:100])  # a half-copied file
+    for command in (["show", out], ["check", "--run", out, "--baseline", base_run],
+                    ["report", out, "--out", tmp_path / "r.html"]):
+        code, _, err = jfbench(*command)
+        assert code == 0, (command, err)
+        assert err.count(part.name) == 1 and "warning:" in err and "Traceback" not in err, command
+    code, _, err = jfbench(*sweep_args(target, out))
+    assert code == 0, err
+    assert err.count("will run again") == 1 and f"{part} is unreadable" in err
+    assert "1 cell(s) run, 5 already done" in err
+    assert len(pd.read_parquet(out / "summary.parquet")) == 6 and len(pd.read_parquet(part)) > 0
+    (out / "summary.parquet").write_bytes(b"PAR1")
+    code, _, err = jfbench("show", out)
+    assert code == 0 and "showing summary.csv instead" in err  # the twin stands in
+    (out / "summary.csv").write_text("")
+    for command in (["show", out], ["report", out, "--out", tmp_path / "r.html"]):
+        code, out_text, err = jfbench(*command)
+        last = err.splitlines()[-1]
+        assert code == 2 and last.startswith("error: ") and "summary.parquet is unreadable" in last, (command, err)
+        assert out_text == "" and "Traceback" not in err
 
 
 @pytest.mark.slow  # ~25 s: a fresh process imports torch and loads the target

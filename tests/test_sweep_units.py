@@ -29,6 +29,7 @@ from jetflow_bench.sweep.grid import (
 )
 from jetflow_bench.sweep.lossless import first_divergence, judge, tie_gap
 from jetflow_bench.sweep.store import LOCK, RunLock, RunStore
+from jetflow_bench.sweep.tables import REQUEST_COLUMNS, STEP_COLUMNS
 
 
 def config(**changes) -> SweepConfig:
@@ -202,14 +203,40 @@ def test_store_refuses_other_configs_and_foreign_folders(tmp_path):
         RunStore(tmp_path / "other").prepare("aaa", force=True)
 
 
+def _write_sound_cell(store: RunStore, cell_id: str, config_hash: str, rows: int = 2) -> None:
+    steps = pd.DataFrame({c: [0] * rows for c in STEP_COLUMNS})
+    requests = pd.DataFrame({c: [0] * rows for c in REQUEST_COLUMNS})
+    store.write_cell(cell_id, steps, requests, {"config_hash": config_hash, "n_steps": rows, "n_requests": rows})
+
+
 def test_a_cell_counts_only_once_its_marker_is_written(tmp_path):
     store = RunStore(tmp_path)
-    frame = pd.DataFrame({"request": [0]})
-    store.write_cell("c1", frame, frame, {"config_hash": "h1"})
+    _write_sound_cell(store, "c1", "h1")
     (store.cells_dir / "c2.steps.parquet").write_bytes(b"partial")  # a crash before the marker
-    assert store.finished({"c1": "h1", "c2": "h2"}) == {"c1"}
-    assert store.finished({"c1": "other"}) == set()  # written under another config
+    assert RunStore(tmp_path).finished({"c1": "h1", "c2": "h2"}) == {"c1"}
+    assert RunStore(tmp_path).finished({"c1": "other"}) == set()  # written under another config
     assert not list(store.cells_dir.glob(".*tmp*"))
+
+
+def test_damaged_finished_cells_are_redone_each_with_one_line(tmp_path, capsys):
+    store = RunStore(tmp_path)
+    for cell in ("sound", "truncated", "short", "no-column", "bad-record", "gone"):
+        _write_sound_cell(store, cell, "h")
+    cells = store.cells_dir
+    truncated = cells / "truncated.steps.parquet"
+    truncated.write_bytes(truncated.read_bytes()[:100])
+    pd.DataFrame({c: [0] for c in REQUEST_COLUMNS}).to_parquet(cells / "short.requests.parquet")  # 1 row, record: 2
+    pd.DataFrame({c: [0, 0] for c in STEP_COLUMNS if c != "accepted"}).to_parquet(cells / "no-column.steps.parquet")
+    (cells / "bad-record.json").write_text('{"config_hash": "h", "n_st')  # half-copied
+    (cells / "gone.requests.parquet").unlink()
+    ids = ["sound", "truncated", "short", "no-column", "bad-record", "gone"]
+    assert RunStore(tmp_path).finished(dict.fromkeys(ids, "h"), {"truncated": "gsm8k ngram B=4"}) == {"sound"}
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 5 and all("will run again" in line for line in lines)
+    assert "cell gsm8k ngram B=4 will run again" in lines[0] and "truncated.steps.parquet is unreadable" in lines[0]
+    assert "has 1 rows where its cell record says 2" in lines[1] and "lacks the columns ['accepted']" in lines[2]
+    assert "bad-record.json is not valid JSON" in lines[3] and "gone.requests.parquet is missing" in lines[4]
+    assert sorted(p.name for p in cells.iterdir()) == ["sound.json", "sound.requests.parquet", "sound.steps.parquet"]
 
 
 # ------------------------------------------------------------------ ablation

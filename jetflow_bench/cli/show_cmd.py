@@ -81,13 +81,30 @@ def _f(value: float, digits: int, sign: bool = False) -> str:
 
 
 def _read(run: Path, name: str) -> pd.DataFrame:
+    """``name``.parquet, else (damaged) its .csv twin with a warning; an error naming the file if neither."""
     path = run / f"{name}.parquet"
     if not path.exists():
         hint = "run `jfbench ablate`" if name == "ablation" else "no cell has finished yet"
         raise JfbenchError(f"{path} does not exist ({hint}): check the run folder")
     import pandas as pd
 
-    return pd.read_parquet(path)
+    from jetflow_bench.integrity import READ_ERRORS, reason, warn
+    from jetflow_bench.report.loading import CELL_KEYS, REBUILD
+
+    try:
+        return pd.read_parquet(path)
+    except READ_ERRORS as err:
+        problem = f"{path} is unreadable ({reason(err)})"
+    twin = path.with_suffix(".csv")
+    try:
+        frame = pd.read_csv(twin)
+    except (*READ_ERRORS, FileNotFoundError):
+        raise JfbenchError(f"{problem}, and {twin.name} cannot stand in for it: {REBUILD}") from None
+    missing = [c for c in (*CELL_KEYS, "tau") if c not in frame.columns] if name == "summary" else []
+    if missing:
+        raise JfbenchError(f"{problem}, and {twin.name} lacks the columns {missing}: {REBUILD}")
+    warn(f"{problem}; showing {twin.name} instead")
+    return frame
 
 
 def _caption(run: Path, manifest: dict) -> str:
@@ -126,8 +143,14 @@ def show(
     from jetflow_bench.sweep.store import MANIFEST, read_json
 
     manifest = read_json(run / MANIFEST)
-    if manifest is None:
+    if manifest is None and not (run / MANIFEST).is_file():
         raise JfbenchError(f"{run} holds no jfbench run ({MANIFEST} missing): pass a folder written by `jfbench sweep`")
+    from jetflow_bench.integrity import warn, warn_damaged_cells
+
+    if manifest is None:
+        warn(f"{run / MANIFEST} is not valid JSON; going on without the run's provenance")
+        manifest = {}
+    warn_damaged_cells(run / "cells")
     if format in (TableFormat.csv, TableFormat.json):
         frame = _read(run, table.value)
         if format == TableFormat.csv:

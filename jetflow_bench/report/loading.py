@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.integrity import READ_ERRORS, reason, warn, warn_damaged_cells
 
 # The columns that identify one cell; the AR baseline has drafter AR_ARM, budget 1, variant "default".
 # Equal to `jetflow_bench.sweep.grid.CELL_KEYS` (tested); repeated so reading results never imports torch.
@@ -27,13 +28,20 @@ DEFAULT_VARIANT = "default"
 SPEEDUP = "speedup_decode_micro"  # the headline speed-up: decode-only, time-weighted (docs/methodology.md)
 
 
-def _read_table(folder: Path, stem: str) -> pd.DataFrame | None:
-    """`stem`.parquet, else `stem`.csv, else None."""
-    if (folder / f"{stem}.parquet").is_file():
-        return pd.read_parquet(folder / f"{stem}.parquet")
-    if (folder / f"{stem}.csv").is_file():
-        return pd.read_csv(folder / f"{stem}.csv")
-    return None
+REBUILD = "re-run the sweep (the same command) to rebuild the tables from cells/"
+
+
+def _read_table(folder: Path, stem: str) -> tuple[pd.DataFrame | None, list[str]]:
+    """(`stem`.parquet, else `stem`.csv, else None; why each damaged one of them was passed over)."""
+    problems = []
+    for path, read in ((folder / f"{stem}.parquet", pd.read_parquet), (folder / f"{stem}.csv", pd.read_csv)):
+        if path.is_file():
+            try:
+                return read(path), problems
+            except READ_ERRORS as err:
+                problems.append(f"{path} is unreadable ({reason(err)})")
+                warn(f"{problems[-1]}; going on without it")
+    return None, problems
 
 
 @dataclass(frozen=True)
@@ -64,8 +72,11 @@ class Run:
         """
         keys = list(CELL_KEYS)
         if (self.path / "steps.parquet").is_file():
-            steps = pd.read_parquet(self.path / "steps.parquet", columns=[*keys, "batch_step"])
-            return steps.groupby(keys, dropna=False)["batch_step"].nunique().rename("batch_steps")
+            try:
+                steps = pd.read_parquet(self.path / "steps.parquet", columns=[*keys, "batch_step"])
+                return steps.groupby(keys, dropna=False)["batch_step"].nunique().rename("batch_steps")
+            except READ_ERRORS as err:
+                warn(f"{self.path / 'steps.parquet'} is unreadable ({reason(err)}); counting steps from the summary")
         indexed = self.summary.set_index(keys)["n_steps"]
         return indexed.where(indexed.index.get_level_values("batch_size") == 1).rename("batch_steps")
 
@@ -75,11 +86,15 @@ class Run:
         path = self.path / "requests.parquet"
         if not path.is_file():
             return None
-        present = set(pq.read_schema(path).names)  # read only these columns: outputs can be large
-        if not {"lossless", "excused", *CELL_KEYS, "request"} <= present:
+        try:
+            present = set(pq.read_schema(path).names)  # read only these columns: outputs can be large
+            if not {"lossless", "excused", *CELL_KEYS, "request"} <= present:
+                return None
+            columns = [*CELL_KEYS, "request", *(["first_divergence"] if "first_divergence" in present else [])]
+            requests = pd.read_parquet(path, columns=[*columns, "lossless", "excused"])
+        except READ_ERRORS as err:
+            warn(f"{path} is unreadable ({reason(err)}); going on without the divergent requests")
             return None
-        columns = [*CELL_KEYS, "request", *(["first_divergence"] if "first_divergence" in present else [])]
-        requests = pd.read_parquet(path, columns=[*columns, "lossless", "excused"])
         bad = requests[~requests["lossless"].astype(bool) & ~requests["excused"].astype(bool)]
         return bad[columns].reset_index(drop=True)
 
@@ -96,7 +111,10 @@ def load_run(path: str | Path) -> Run:
     fix = "pass a folder written by `jfbench sweep` or `jfbench ablate` (it holds summary.parquet)"
     if not folder.is_dir():
         raise JfbenchError(f"run folder {str(folder)!r} does not exist: {fix}")
-    summary = _read_table(folder, "summary")
+    warn_damaged_cells(folder / "cells")
+    summary, problems = _read_table(folder, "summary")
+    if summary is None and problems:
+        raise JfbenchError(f"{str(folder)!r} has no usable summary ({'; '.join(problems)}): {REBUILD}")
     if summary is None:
         raise JfbenchError(f"{str(folder)!r} is not a run folder (no summary.parquet or summary.csv): {fix}")
     missing = [key for key in (*CELL_KEYS, "tau") if key not in summary.columns]
@@ -109,11 +127,9 @@ def load_run(path: str | Path) -> Run:
     if (folder / "manifest.json").is_file():
         try:
             manifest = json.loads((folder / "manifest.json").read_text())
-        except json.JSONDecodeError as err:
-            raise JfbenchError(
-                f"{str(folder / 'manifest.json')!r} is not valid JSON ({err}): restore it or re-run the sweep"
-            ) from err
-    return Run(folder, summary, manifest, _read_table(folder, "ablation"))
+        except (OSError, ValueError) as err:
+            warn(f"{folder / 'manifest.json'} is not valid JSON ({reason(err)}); going on without the run's provenance")
+    return Run(folder, summary, manifest, _read_table(folder, "ablation")[0])
 
 
 def align(base: pd.DataFrame, other: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:

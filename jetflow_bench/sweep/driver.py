@@ -143,7 +143,7 @@ def run_sweep(
         workloads = {name: load_workload(name, engine, config, data_dir) for name in config.suites}
         grid = list(cells(config))
         hashes = {c.cell_id: cell_hash(config, c, spec_for(config, c)) for c in grid}
-        finished = store.finished(hashes)
+        finished = store.finished(hashes, {c.cell_id: c.label() for c in grid})
         manifest = _manifest(previous, config, chash, shash, kind, command, engine, workloads, data_dir, len(grid))
         manifest["sessions"][-1]["cells_done_before"] = len(finished)
         if any(w.suite.executes_code and w.suite.scored for w in workloads.values()):

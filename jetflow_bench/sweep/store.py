@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.integrity import READ_ERRORS, cell_problems, reason
 from jetflow_bench.sweep.tables import CELL_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, concat, summary_table
 
 MANIFEST = "manifest.json"
@@ -171,15 +172,47 @@ class RunStore:
         write_json(self.manifest_path, manifest)
 
     # ------------------------------------------------------------------ cells
-    def finished(self, config_hashes: dict[str, str]) -> set[str]:
-        """Ids of cells whose parts are complete and whose record matches ``config_hashes[cell_id]``."""
+    def finished(self, config_hashes: dict[str, str], labels: Mapping[str, str] | None = None) -> set[str]:
+        """Ids of cells whose record matches ``config_hashes[cell_id]`` and whose parts are sound.
+
+        A finished cell whose record or parts are damaged (unreadable, columns missing, row counts
+        other than its record's) is not finished: it is said in one line (``labels`` names cells
+        for people) and its files are removed, so the run redoes it.
+        """
         done = set()
         for cell_id, expected in config_hashes.items():
-            record = read_json(self.cells_dir / f"{cell_id}.json")
-            parts = all((self.cells_dir / f"{cell_id}.{t}.parquet").exists() for t in ("steps", "requests"))
-            if record is not None and record.get("config_hash") == expected and parts:
+            record_path = self.cells_dir / f"{cell_id}.json"
+            record = read_json(record_path)
+            if record is None or record.get("config_hash") != expected:
+                if record is None and record_path.exists():
+                    self._redo(cell_id, f"{record_path} is not valid JSON", labels)
+                continue
+            problem = self.damage(cell_id, record)
+            if problem:
+                self._redo(cell_id, problem, labels)
+            else:
                 done.add(cell_id)
         return done
+
+    def damage(self, cell_id: str, record: dict[str, Any]) -> str | None:
+        """Why a finished cell's parts cannot be used, or None (then they are read and kept)."""
+        columns = {"steps": STEP_COLUMNS, "requests": REQUEST_COLUMNS}
+        problem = cell_problems(self.cells_dir, cell_id, record, columns)
+        if problem:
+            return problem
+        try:
+            self._part(cell_id)  # a footer can be intact over a damaged body: read it all now
+        except READ_ERRORS as err:
+            self._parts.pop(cell_id, None)
+            return f"a part of {self.cells_dir / cell_id} is unreadable ({reason(err)})"
+        return None
+
+    def _redo(self, cell_id: str, problem: str, labels: Mapping[str, str] | None) -> None:
+        name = (labels or {}).get(cell_id, cell_id)
+        print(f"note: cell {name} will run again: {problem}", file=sys.stderr)
+        for path in [self.cells_dir / f"{cell_id}.{part}" for part in ("json", "steps.parquet", "requests.parquet")]:
+            path.unlink(missing_ok=True)  # the record first: it is what marks a cell finished
+        self._parts.pop(cell_id, None)
 
     def write_cell(self, cell_id: str, steps: pd.DataFrame, requests: pd.DataFrame, row: dict[str, Any]) -> None:
         self.cells_dir.mkdir(exist_ok=True)

@@ -82,7 +82,7 @@ def cell_frames(
     drafted_mean = float(steps["drafted"].mean()) if len(steps) else np.nan
     row = {
         "run_id": run_id, **keys, "cell_id": cell.cell_id, "config_hash": config_hash, "engine": engine,
-        "n_requests": len(requests), "wall_s": run.wall_s, "peak_mem_bytes": run.peak_memory_bytes,
+        "n_requests": len(requests), "n_steps": len(steps), "wall_s": run.wall_s, "peak_mem_bytes": run.peak_memory_bytes,
         "drafted_mean": drafted_mean, "drafted_max": int(steps["drafted"].max()) if len(steps) else 0,
         "budget_fill": drafted_mean / slots if slots else np.nan, "started": run.started, "finished": run.finished,
     }
