@@ -1,8 +1,8 @@
 """The `jfbench` command line: this module only wires command groups together.
 
 Each command group lives in its own module and registers itself on ``app`` (or on a sub-app it adds).
-User errors (`JfbenchError`) become one line on stderr and exit code 2; set ``JFBENCH_DEBUG=1`` to
-see the traceback instead.
+User errors (`JfbenchError`) become one line on stderr and exit code 2, and so do click's usage
+errors (`jetflow_bench.cli.usage`); set ``JFBENCH_DEBUG=1`` to see the traceback instead.
 """
 
 from __future__ import annotations
@@ -49,11 +49,11 @@ def main() -> None:
         print("aborted", file=sys.stderr)
         sys.exit(130)
     except Exception as err:  # click usage errors arrive here in non-standalone mode
-        import click
+        from jetflow_bench.cli.usage import is_usage_error, usage_lines
 
-        if isinstance(err, click.ClickException):
-            err.show()
-            sys.exit(err.exit_code)
-        raise
+        if not is_usage_error(err) or os.environ.get("JFBENCH_DEBUG"):
+            raise
+        print("\n".join(usage_lines(err, sys.argv[1:])), file=sys.stderr)
+        sys.exit(2)
     if isinstance(code, int) and code:
         sys.exit(code)

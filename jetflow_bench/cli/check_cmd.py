@@ -15,6 +15,7 @@ from rich.table import Table
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit, print_table
+from jetflow_bench.errors import writable_folder
 from jetflow_bench.report import DEFAULT_BASELINE
 
 if TYPE_CHECKING:  # report.check reads tables with pandas: imported when `check` runs
@@ -101,14 +102,16 @@ def check(
     """
     from jetflow_bench.report.check import MARK, check_run, update_baseline
 
+    if markdown is not None:
+        writable_folder(markdown.parent, "--markdown")
     if update:
+        writable_folder(baseline, "--baseline")
         for path in update_baseline(run, baseline):
             print(path)
         Console(stderr=True).print(f"baseline {baseline} now holds run {run}; commit it to make it the reference")
         return
     result = check_run(baseline, run, tau_tol, speedup_warn)
     if markdown is not None:
-        markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(result.markdown(), encoding="utf-8")
     if fmt is TableFormat.json:
         print(_json(result))

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import FormatOpt, OutputFormat
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.errors import JfbenchError, writable_folder
 
 RunArg = Annotated[Path, typer.Argument(help="Run folder written by `jfbench sweep` or `jfbench ablate`.")]
 FIGURE_FORMATS = ("png", "svg", "pdf")
@@ -42,8 +42,9 @@ def plot(
     from jetflow_bench.report.plots import CPU_NOTE, make_figures, save_figures
 
     loaded = load_run(run)
+    folder = writable_folder(out or loaded.path / "plots", "--out")
     figures = make_figures(loaded)
-    written = save_figures(figures, out or loaded.path / "plots", chosen)
+    written = save_figures(figures, folder, chosen)
     if fmt is OutputFormat.json:
         print(json.dumps({"figures": [{"name": f.name, "title": f.title, "caption": f.caption} for f in figures],
                           "files": [str(p) for p in written]}))
@@ -73,6 +74,8 @@ def report(
     """
     from jetflow_bench.report.html import write_report
 
-    path = write_report(runs, out or Path("reports") / f"{runs[0].name}.html", title)
+    out = out or Path("reports") / f"{runs[0].name}.html"
+    writable_folder(out.parent, "--out")
+    path = write_report(runs, out, title)
     Console(stderr=True).print(f"report written to {path}")
     print(path)

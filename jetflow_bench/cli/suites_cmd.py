@@ -107,7 +107,7 @@ def show(
         ),
     ] = None,
     sample_seed: Annotated[
-        int | None, typer.Option("--sample-seed", help="Show a seeded random sample instead of the first N.")
+        int | None, typer.Option("--sample-seed", min=0, help="Show a seeded random sample instead of the first N.")
     ] = None,
     max_new_tokens: Annotated[
         int | None, typer.Option("--max-new-tokens", min=1, help="Override the suite's generation length.")

@@ -39,9 +39,9 @@ MaxNewOpt = Annotated[
 TemperatureOpt = Annotated[float, typer.Option("--temperature", help="Sampling temperature; only 0 (greedy) for now.")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Run folder; an interrupted run resumes when re-run.")]
 SampleSeedOpt = Annotated[
-    int | None, typer.Option("--sample-seed", help="Sample --limit prompts at random with this seed. Default: first N.")
+    int | None, typer.Option("--sample-seed", min=0, help="Sample --limit prompts at random with this seed. Default: first N.")
 ]
-SeedOpt = Annotated[int, typer.Option("--seed", help="torch seed set before every cell; also seeds the bootstrap.")]
+SeedOpt = Annotated[int, typer.Option("--seed", min=0, help="torch seed set before every cell; also seeds the bootstrap.")]
 EngineOpt = Annotated[str, typer.Option("--engine", help="Decoding engine: hf (this package's).")]
 TieEpsOpt = Annotated[
     float, typer.Option("--tie-eps", min=0.0, help="Excuse a divergence when the top-2 logits differ by < this.")

@@ -13,7 +13,7 @@ import typer
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, ThreadsOpt
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.errors import JfbenchError, writable_folder
 from jetflow_bench.toy import MARKER, PRESETS, ensure_toy_target, read_summary
 
 target_app = typer.Typer(
@@ -45,7 +45,7 @@ def train(
     ] = None,
     data_dir: DataDirOpt = None,
     seed: Annotated[
-        int, typer.Option("--seed", help="Seeds data split, sampling and init: same seed, same weights.")
+        int, typer.Option("--seed", min=0, help="Seeds data split, sampling and init: same seed, same weights.")
     ] = 0,
     steps: Annotated[
         int | None,
@@ -72,6 +72,8 @@ def train(
         jfbench target train --preset micro --steps 20 --seed 1 --force
     """
     started = time.time()
+    if out is not None:
+        writable_folder(out, "--out")
     path = ensure_toy_target(preset, data_dir, out, seed=seed, steps=steps, threads=threads, force=force)
     summary = read_summary(path) or {}
     fresh = (path / MARKER).stat().st_mtime >= started

@@ -12,7 +12,7 @@ import typer
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.errors import JfbenchError, writable_folder
 from jetflow_bench.training.config import SOURCES, TrainConfig
 
 _DEFAULTS = TrainConfig(drafter="jetflow")
@@ -60,7 +60,7 @@ def train(
         typer.Option("--ttt-steps", min=1, help="EAGLE training-time-test steps (own features fed back). "
                      "Default: the drafted depth, block size - 1 (EAGLE-3 trains every step it drafts)."),
     ] = _DEFAULTS.ttt_steps,
-    seed: Annotated[int, typer.Option("--seed", help="Seeds data sampling and initialisation.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds data sampling and initialisation.")] = 0,
     seeds: Annotated[
         str | None,
         typer.Option("--seeds", help="Train one head per seed, e.g. 0,1,2, into <out>/seed-<N> (replaces --seed)."),
@@ -104,6 +104,7 @@ def train(
         (out / f"seed-{s}", dataclasses.replace(config, seed=s)) for s in parse_ints(seeds, "--seeds", minimum=0)
     ]
     for folder, run in runs:
+        writable_folder(folder, "--out")
         started = time.time()
         path = train_drafter(
             target, folder, run, data_dir=data_dir, device=device, dtype=dtype, threads=threads,

@@ -221,6 +221,18 @@ def parse_names(text: str, option: str) -> list[str]:
     return names
 
 
+_DRAFTER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+
+
+def check_drafter_name(name: str, item: str, option: str) -> None:
+    """A malformed arm (``ngram:max_ngram=3``) is a syntax error, not a checkpoint that is missing."""
+    if _DRAFTER_NAME.fullmatch(name):
+        return
+    base, colon, rest = item.partition(":")
+    hint = f"; did you mean {base.strip()}[{rest.strip()}]?" if colon and base.strip() and rest.strip() else ""
+    raise JfbenchError(f"{option} {item!r}: {name!r} is not a drafter name{hint} (write {ARM_SYNTAX})")
+
+
 _ARM = re.compile(r"^\s*([^\[\]=]+?)\s*(?:\[([^\[\]]*)\])?\s*(?:=(.*))?$")
 
 
@@ -253,6 +265,7 @@ def parse_drafters(text: str, option: str = "--drafters") -> list[tuple[str, dic
         if match is None:
             raise JfbenchError(f"{option} {item!r}: write {ARM_SYNTAX}")
         name, inside, path = match.group(1).strip(), match.group(2), (match.group(3) or "").strip()
+        check_drafter_name(name, item, option)
         if name.lower() == AR_ARM:
             raise JfbenchError(f"{option}: the AR baseline {AR_ARM!r} is always run; list only drafters")
         options: dict[str, Any] = {}

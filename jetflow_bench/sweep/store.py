@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.errors import JfbenchError, writable_folder
 from jetflow_bench.integrity import READ_ERRORS, cell_problems, reason
 from jetflow_bench.sweep.tables import CELL_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, concat, summary_table
 
@@ -119,7 +119,7 @@ class RunStore:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[RunStore]:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        writable_folder(self.folder, "--out")
         lock = RunLock(self.folder)
         lock.acquire()
         try:
