@@ -126,6 +126,11 @@ class _Batch:
         return keep
 
 
+def cache_capacity(longest_prompt: int, max_new_tokens: int, budget: int) -> int:
+    """KV slots per row that `generate` allocates: the prompt, every new token, one tree of ``budget``."""
+    return longest_prompt + max_new_tokens + budget
+
+
 def generate(
     target: TargetRunner,
     prompts: Sequence[Sequence[int]],
@@ -139,7 +144,7 @@ def generate(
         raise JfbenchError(f"budget {budget} needs a drafter: plain decoding verifies the root only (budget 1)")
     clock = _Clock(target.device)
     batch = _Batch(prompts, stop, clock)
-    capacity = max(len(p) for p in prompts) + stop.max_new_tokens + budget
+    capacity = cache_capacity(max(len(p) for p in prompts), stop.max_new_tokens, budget)
     taps = drafter.taps if drafter else ()
     try:
         out = target.prefill(prompts, capacity, taps=taps)

@@ -39,6 +39,13 @@ class KVCache:
         self.lengths = [0] * batch  # committed slots per row (host-side: no device sync to read)
         self.capacity = capacity
 
+    @staticmethod
+    def bytes_needed(
+        n_layers: int, batch: int, kv_heads: int, head_dim: int, capacity: int, dtype: torch.dtype
+    ) -> int:
+        """What the constructor allocates: 2 (K, V) x layers x batch x kv_heads x capacity x head_dim x itemsize."""
+        return 2 * n_layers * batch * kv_heads * capacity * head_dim * dtype.itemsize
+
     @property
     def batch(self) -> int:
         return len(self.lengths)

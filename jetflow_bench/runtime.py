@@ -69,3 +69,26 @@ def data_dir(explicit: Path | None = None) -> Path | None:
         return explicit
     env = os.environ.get("JFBENCH_DATA_DIR")
     return Path(env) if env else None
+
+
+def available_memory_bytes(device: torch.device) -> int | None:
+    """Memory a new allocation can still get: free device memory on CUDA; on CPU the kernel's
+    MemAvailable, capped by the cgroup (container) limit minus its usage. None when unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    known = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                known.append(int(line.split()[1]) * 1024)  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            known.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return max(0, min(known)) if known else None

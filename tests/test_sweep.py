@@ -197,6 +197,29 @@ def test_a_damaged_cell_part_is_named_by_readers_and_redone_by_the_resume(target
         assert out_text == "" and "Traceback" not in err
 
 
+def test_a_grid_whose_kv_cache_cannot_fit_is_refused_before_any_cell(target, tmp_path):
+    out = tmp_path / "run"
+    code, stdout, err = jfbench(*sweep_args(target, out, "--max-memory", "1KiB"))
+    assert code == 2 and stdout == "" and err.count("\n") == 1, err
+    assert "largest KV cache (gsm8k, batch 2 x (" in err and "--max-memory allows 0.00 GiB" in err
+    assert not list(out.glob("cells/*"))  # refused before the first cell
+
+
+def test_code_suites_say_once_and_in_the_manifest_when_there_is_no_network_namespace(target, tmp_path, monkeypatch):
+    from suites import sandbox
+
+    monkeypatch.setattr(sandbox, "network_namespace_prefix", lambda: ())
+    monkeypatch.setattr(sandbox, "_announced", False)
+    args = sweep_args(target, tmp_path / "run")
+    args[args.index("--suites") + 1], args[args.index("--budgets") + 1] = "humaneval", "4"
+    args[args.index("--batch-sizes") + 1], args[args.index("--limit") + 1] = "1", "2"
+    code, _, err = jfbench(*args)
+    assert code == 0, err
+    assert err.count("without a network namespace") == 1
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["code_sandbox"] == {"network_namespace": False, "note": sandbox.NO_NAMESPACE_NOTE}
+
+
 @pytest.mark.slow  # ~25 s: a fresh process imports torch and loads the target
 def test_kill_9_mid_run_then_the_same_command_completes(target, tmp_path):
     out = tmp_path / "run"

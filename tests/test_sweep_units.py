@@ -373,3 +373,53 @@ def test_seeds_pool_into_one_row_with_a_ci_over_seeds_and_prompts():
     assert (row.tau_seed_min, row.tau_seed_max) == (2.0, 4.0)
     # every prompt is alike, so only resampling the seeds can widen the CI
     assert row.tau_delta_lo == pytest.approx(-1.0) and row.tau_delta_hi == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------ memory check
+def test_kv_cache_size_formula_is_what_the_cache_allocates():
+    from jetflow_bench.kv_cache import KVCache
+
+    cache = KVCache(3, 2, 4, 8, 17, torch.bfloat16, torch.device("cpu"))
+    allocated = cache.k.nbytes + cache.v.nbytes
+    assert KVCache.bytes_needed(3, 2, 4, 8, 17, torch.bfloat16) == allocated == 2 * 3 * 2 * 4 * 17 * 8 * 2
+
+
+@pytest.mark.parametrize(("text", "size"), [("24GiB", 24 * 2**30), ("512MB", 512 * 10**6), ("40", 40 * 2**30),
+                                            ("1.5 kib", 1536), ("100b", 100)])
+def test_max_memory_sizes(text, size):
+    from jetflow_bench.sweep.memory import parse_size
+
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "0", "-3GiB", "lots", "3 GiB extra"])
+def test_bad_max_memory_is_a_one_line_error(text):
+    from jetflow_bench.sweep.memory import parse_size
+
+    with pytest.raises(JfbenchError, match="--max-memory"):
+        parse_size(text)
+
+
+def test_memory_check_takes_the_largest_cache_of_the_grid_and_names_its_numbers():
+    from jetflow_bench.stopping import StopRule
+    from jetflow_bench.sweep.memory import check_memory, largest_cache
+    from jetflow_bench.sweep.runner import Prompt
+
+    class Engine:  # 1 KiB per KV slot per row, 10 KiB free
+        def kv_cache_bytes(self, batch: int, capacity: int) -> int:
+            return batch * capacity * 1024
+
+        def available_memory_bytes(self) -> int:
+            return 10 * 1024
+
+    stop = StopRule(2, frozenset())
+    prompts = {"s": [Prompt(i, [0] * n, stop) for i, n in enumerate([1, 5, 2])]}  # batches of 2: (1, 5), (2)
+    config = SweepConfig(target="t", drafters=(), suites=("s",), budgets=(2, 4), batch_sizes=(1, 2), repeats=1,
+                         device="cpu", dtype="float32", threads=1)
+    assert largest_cache(Engine(), config, prompts) == (2 * (5 + 2 + 4) * 1024, "s, batch 2 x (5 prompt + 2 new + "
+                                                        "4 budget = 11 slots)")
+    with pytest.raises(JfbenchError, match=r"needs 0.00 GiB, but cpu has free 0.00 GiB: lower --batch-sizes"):
+        check_memory(Engine(), config, prompts, None)
+    check_memory(Engine(), config, prompts, max_memory=22 * 1024)  # the override: exactly enough
+    with pytest.raises(JfbenchError, match="--max-memory allows"):
+        check_memory(Engine(), config, prompts, max_memory=22 * 1024 - 1)

@@ -51,6 +51,11 @@ StrictOpt = Annotated[
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Discard results of another config in --out.")]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress display on stderr.")]
+MaxMemoryOpt = Annotated[
+    str | None,
+    typer.Option("--max-memory", help="Memory the KV caches may take, e.g. 40GiB (checked before the run). "
+                                      "Default: what is free on the device once the target is loaded."),
+]
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class GridFlags:
     strict: StrictOpt = False
     force: ForceOpt = False
     progress: ProgressOpt = True
+    max_memory: MaxMemoryOpt = None
 
 
 def grid_flags(command: Callable[..., None]) -> Callable[..., None]:
@@ -134,9 +140,11 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
 def run_and_report(config: SweepConfig, out: Path, grid: GridFlags, kind: str = "sweep", derived=None) -> None:
     """Run the grid; notes and a one-line result on stderr; exit 1 under --strict on divergences."""
     from jetflow_bench.sweep.driver import run_sweep
+    from jetflow_bench.sweep.memory import parse_size
 
+    max_memory = parse_size(grid.max_memory) if grid.max_memory is not None else None
     outcome = run_sweep(config, out, command=sys.argv, data_dir=grid.data_dir, force=grid.force, kind=kind,
-                        show_progress=grid.progress, derived=derived)
+                        show_progress=grid.progress, derived=derived, max_memory=max_memory)
     for note in outcome.notes:
         print(note, file=sys.stderr)
     print(f"{out}: {outcome.ran} cell(s) run, {outcome.skipped} already done; see `jfbench show {out}`",

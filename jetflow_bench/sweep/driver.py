@@ -41,6 +41,7 @@ from jetflow_bench.sweep.grid import (
     stable_hash,
 )
 from jetflow_bench.sweep.lossless import Verdict, judge
+from jetflow_bench.sweep.memory import check_memory
 from jetflow_bench.sweep.progress import SweepProgress
 from jetflow_bench.sweep.runner import ENGINES, Engine, Prompt, run_cell
 from jetflow_bench.sweep.store import Derived, RunStore, now_iso
@@ -130,10 +131,12 @@ def run_sweep(
     kind: str = "sweep",
     show_progress: bool = True,
     derived: Derived | None = None,
+    max_memory: int | None = None,
 ) -> SweepOutcome:
     """Run (or finish) the grid of ``config`` in the run folder ``out``.
 
     ``derived`` adds tables computed from the requests rows (the ablation), rebuilt with the rest.
+    ``max_memory`` (bytes) replaces the available memory the grid's KV caches are checked against.
     """
     chash, shash = config_hash(config), settings_hash(config)
     store = RunStore(out)
@@ -141,6 +144,7 @@ def run_sweep(
         previous = store.prepare(chash, force, shash)
         engine = ENGINES.get(config.engine)(config.target, config.device, config.dtype)
         workloads = {name: load_workload(name, engine, config, data_dir) for name in config.suites}
+        check_memory(engine, config, {name: w.prompts for name, w in workloads.items()}, max_memory)
         grid = list(cells(config))
         hashes = {c.cell_id: cell_hash(config, c, spec_for(config, c)) for c in grid}
         finished = store.finished(hashes, {c.cell_id: c.label() for c in grid})

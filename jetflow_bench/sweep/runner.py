@@ -21,9 +21,10 @@ import torch
 from drafters import DRAFTERS, Drafter
 from jetflow_bench import engine as hf_engine
 from jetflow_bench.engine import BatchResult, RequestResult, StepRecord
+from jetflow_bench.kv_cache import KVCache
 from jetflow_bench.prompts import encode
 from jetflow_bench.registry import Registry
-from jetflow_bench.runtime import synchronize
+from jetflow_bench.runtime import available_memory_bytes, synchronize
 from jetflow_bench.stopping import StopRule
 from jetflow_bench.sweep.grid import Cell, DrafterSpec
 from jetflow_bench.target import TargetRunner
@@ -53,6 +54,10 @@ class Engine(Protocol):
     def peak_memory_bytes(self) -> int: ...
 
     def describe(self) -> dict[str, Any]: ...
+
+    # Optional: `kv_cache_bytes(batch, capacity) -> int`, the target KV cache `generate` would
+    # allocate, and `available_memory_bytes() -> int | None`; the sweep checks the grid against
+    # them before any cell runs. An engine that manages its own cache pool leaves them out.
 
 
 class HFEngine:
@@ -98,6 +103,14 @@ class HFEngine:
             return int(torch.cuda.max_memory_allocated(self.target.device))
         scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is bytes on macOS, KiB on Linux
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
+
+    def kv_cache_bytes(self, batch: int, capacity: int) -> int:
+        """Bytes of the KV cache `generate` allocates for ``batch`` rows of ``capacity`` slots."""
+        t = self.target
+        return KVCache.bytes_needed(len(t.layers), batch, t.kv_heads, t.head_dim, capacity, t.dtype)
+
+    def available_memory_bytes(self) -> int | None:
+        return available_memory_bytes(self.target.device)
 
     def describe(self) -> dict[str, Any]:
         device = self.target.device
