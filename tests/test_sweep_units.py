@@ -237,6 +237,10 @@ def test_damaged_finished_cells_are_redone_each_with_one_line(tmp_path, capsys):
     assert "has 1 rows where its cell record says 2" in lines[1] and "lacks the columns ['accepted']" in lines[2]
     assert "bad-record.json is not valid JSON" in lines[3] and "gone.requests.parquet is missing" in lines[4]
     assert sorted(p.name for p in cells.iterdir()) == ["sound.json", "sound.requests.parquet", "sound.steps.parquet"]
+    store.write_manifest({"config_hash": "h"})
+    store.manifest_path.write_text('{"config_ha')  # a half-copied manifest: resumable, said once
+    assert store.prepare("h", force=False) is None and "not valid JSON" in capsys.readouterr().err
+    assert RunStore(tmp_path).finished({"sound": "h"}) == {"sound"}
 
 
 # ------------------------------------------------------------------ ablation

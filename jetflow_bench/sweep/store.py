@@ -141,9 +141,15 @@ class RunStore:
         A run whose settings match and only the grid differs (drafters, suites, budgets, batch
         sizes, repeats) is resumed: finished cells still in the grid are kept, the rest are run.
         A folder holding a run of another config is refused unless ``force``, which discards its
-        results. A non-empty folder that holds no run is always refused: it may be anything.
+        results. A non-empty folder that holds no run is always refused: it may be anything. A
+        damaged manifest next to ``cells/`` starts a new one; each cell still counts only if its
+        own record matches this config (`finished`).
         """
         manifest = self.manifest()
+        if manifest is None and self.manifest_path.exists() and self.cells_dir.is_dir():
+            print(f"note: {self.manifest_path} is not valid JSON: writing a new one; finished cells of this "
+                  "config are kept", file=sys.stderr)
+            return None
         if manifest is None:
             if any(p.name != LOCK for p in self.folder.iterdir()):
                 raise JfbenchError(f"--out {self.folder} is not empty and holds no jfbench run: choose a new folder")
