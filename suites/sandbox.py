@@ -52,6 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import BinaryIO
 
 from suites._sandbox_child import MEMORY_ERROR_EXIT
 
@@ -132,10 +133,10 @@ def _tail(path: Path) -> str:
 
 def _read_verdict(fd: int, deadline: float) -> dict | None:
     """The judge's JSON verdict from ``fd``, or None if the deadline passed first."""
-    data = b""
+    data, poll = b"", select.poll()  # poll, not select: a busy process may hold descriptors past 1024
+    poll.register(fd, select.POLLIN)
     while (left := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
+        if not poll.poll(left * 1000):
             break
         chunk = os.read(fd, 65536)
         if not chunk:  # the judge closed it: a verdict, or nothing if it died
@@ -155,6 +156,36 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def _spawn(workdir: str, output: BinaryIO, timeout_s: float, memory_mb: int, procs: list[subprocess.Popen]) -> int:
+    """Start the program process and the judge (appended to ``procs``); returns the verdict pipe's read end.
+
+    Pipes: judge -> program (requests), program -> judge (replies), judge -> here (the verdict).
+    Each process gets only its own ends (``pass_fds``); this process keeps only the verdict's.
+    """
+    requests_r, requests_w = os.pipe()
+    replies_r, replies_w = os.pipe()
+    result_r, result_w = os.pipe()
+    try:
+        child_cmd = [*network_namespace_prefix(), sys.executable, "-I", "-B", str(CHILD_SCRIPT), "program.py",
+                     str(timeout_s), str(memory_mb), str(requests_r), str(replies_w)]  # fmt: skip
+        procs.append(subprocess.Popen(
+            child_cmd, cwd=workdir, env=_env(workdir), stdin=subprocess.DEVNULL, stdout=output,
+            stderr=subprocess.STDOUT, pass_fds=(requests_r, replies_w), start_new_session=True,
+        ))  # fmt: skip
+        judge_cmd = [sys.executable, "-I", "-B", str(JUDGE_SCRIPT), str(requests_w), str(replies_r), str(result_w)]
+        procs.append(subprocess.Popen(
+            judge_cmd, cwd="/", env=_env("/"), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=output, pass_fds=(requests_w, replies_r, result_w), start_new_session=True,
+        ))  # fmt: skip
+    except BaseException:
+        os.close(result_r)
+        raise
+    finally:
+        for fd in (requests_r, requests_w, replies_r, replies_w, result_w):
+            os.close(fd)
+    return result_r
+
+
 def run_program(
     program: str, tests: str = "", *, timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB
 ) -> ExecResult:
@@ -168,35 +199,19 @@ def run_program(
     with tempfile.TemporaryDirectory(prefix="jfbench-sandbox-", ignore_cleanup_errors=True) as workdir:
         (Path(workdir) / "program.py").write_text(program, encoding="utf-8")
         output_path = Path(workdir) / "output.txt"
-        requests_r, requests_w = os.pipe()
-        replies_r, replies_w = os.pipe()
-        result_r, result_w = os.pipe()
         procs: list[subprocess.Popen] = []
         try:
             with output_path.open("wb") as output:
-                child_cmd = [*network_namespace_prefix(), sys.executable, "-I", "-B", str(CHILD_SCRIPT), "program.py",
-                             str(timeout_s), str(memory_mb), str(requests_r), str(replies_w)]  # fmt: skip
-                procs.append(subprocess.Popen(
-                    child_cmd, cwd=workdir, env=_env(workdir), stdin=subprocess.DEVNULL, stdout=output,
-                    stderr=subprocess.STDOUT, pass_fds=(requests_r, replies_w), start_new_session=True,
-                ))  # fmt: skip
-                judge_cmd = [sys.executable, "-I", "-B", str(JUDGE_SCRIPT), str(requests_w), str(replies_r),
-                             str(result_w)]  # fmt: skip
-                procs.append(subprocess.Popen(
-                    judge_cmd, cwd="/", env=_env("/"), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                    stderr=output, pass_fds=(requests_w, replies_r, result_w), start_new_session=True,
-                ))  # fmt: skip
-            for fd in (requests_r, requests_w, replies_r, replies_w, result_w):
-                os.close(fd)
-            child, judge = procs
+                result_r = _spawn(workdir, output, timeout_s, memory_mb, procs)
             try:
-                judge.stdin.write(tests.encode())  # type: ignore[union-attr]
-                judge.stdin.close()  # type: ignore[union-attr]
-            except BrokenPipeError:
-                pass
-            verdict = _read_verdict(result_r, deadline)
+                child, judge = procs
+                with contextlib.suppress(BrokenPipeError):
+                    judge.stdin.write(tests.encode())  # type: ignore[union-attr]
+                    judge.stdin.close()  # type: ignore[union-attr]
+                verdict = _read_verdict(result_r, deadline)
+            finally:
+                os.close(result_r)
         finally:
-            os.close(result_r)
             for proc in procs:
                 _stop(proc)
         output_text = _tail(output_path)
