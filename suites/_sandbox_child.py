@@ -104,7 +104,11 @@ def serve(source: str, requests_fd: int, replies_fd: int) -> None:
         if id(value) not in handles:
             handles[id(value)] = len(objects)
             objects.append(value)
-        return ["h", handles[id(value)], type(value).__name__]
+        try:
+            truth: bool | None = bool(value)  # `assert re.match(...)`: a Match's truth is plain data
+        except Exception:  # noqa: BLE001 - no truth value (e.g. an array): the judge refuses bool()
+            truth = None
+        return ["h", handles[id(value)], type(value).__name__, truth]
 
     def answer(compute, ready: bool = False) -> None:  # noqa: ANN001 - a thunk
         try:
@@ -121,7 +125,7 @@ def serve(source: str, requests_fd: int, replies_fd: int) -> None:
             _exit(1)
 
     def argument(value: list) -> object:
-        return wire.decode(value, lambda i, _: objects[i], importlib.import_module)
+        return wire.decode(value, lambda i, _, __: objects[i], importlib.import_module)
 
     namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": __builtins__}
 

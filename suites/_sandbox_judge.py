@@ -73,7 +73,7 @@ class Channel:
                 raise remote_exception(reply[1], reply[2])
             if reply[0] != expected or len(reply) != 2:
                 raise wire.ProtocolError(f"expected {expected!r}, got {str(reply)[:80]}")
-            return wire.decode(reply[1], lambda i, t: Remote(self, i, t), _module)
+            return wire.decode(reply[1], lambda i, t, truth: Remote(self, i, t, truth), _module)
         except (OSError, wire.ProtocolError) as err:
             raise self.fail(f"the program's process broke the protocol: {err}") from None
 
@@ -89,7 +89,7 @@ class Channel:
     def encode(self, value: Any) -> list:
         def handle(v: Any) -> list:
             if isinstance(v, Remote) and v._channel is self:
-                return ["h", v._id, v._type]
+                return ["h", v._id, v._type, v._truth]
             raise TypeError(f"a test cannot pass a {type(v).__name__} to the program")
 
         return wire.encode(value, handle)
@@ -105,16 +105,18 @@ def _module(name: str) -> Any:
 class Remote:
     """A stand-in for one object in the program's process: call it, get and set its attributes.
 
-    It compares equal only to a stand-in for the same object, and has no truth value: a test's
-    verdict never rests on an operation the program implements.
+    It compares equal only to a stand-in for the same object, so a test's comparison never runs
+    code of the program's; its truth value is the one the program process sent with it (the
+    program could as well have returned that bool).
     """
 
-    __slots__ = ("_channel", "_id", "_type")
+    __slots__ = ("_channel", "_id", "_truth", "_type")
 
-    def __init__(self, channel: Channel, handle: int, type_name: str) -> None:
+    def __init__(self, channel: Channel, handle: int, type_name: str, truth: bool | None) -> None:
         object.__setattr__(self, "_channel", channel)
         object.__setattr__(self, "_id", handle)
         object.__setattr__(self, "_type", type_name)
+        object.__setattr__(self, "_truth", truth)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         channel = self._channel
@@ -136,7 +138,9 @@ class Remote:
         return hash(self._id)
 
     def __bool__(self) -> bool:
-        raise TypeError(f"a {self._type} from the program has no truth value here")
+        if self._truth is None:
+            raise TypeError(f"a {self._type} from the program has no truth value")
+        return self._truth
 
     def __repr__(self) -> str:
         return f"<{self._type} in the program's process>"

@@ -5,12 +5,13 @@ library). One message is one line of JSON; every value travels tagged, so the ju
 from built-in types only — an object of the program's own making never reaches the judge, and with
 it no ``__eq__`` the program wrote. Values that are not plain data travel as handles (an index
 into the program process's table of objects), which the judge may call, read attributes of, set
-attributes on or pass back, but never compare by value.
+attributes on or pass back, but never compare by value. A handle carries the object's truth value, computed where it lives: the program
+chooses it as freely as it chooses to return True or False, so it grants nothing more.
 
 Wire values, by tag: ``n`` None, ``b`` bool, ``i`` int, ``f`` float, ``c`` complex, ``s`` str,
 ``y`` bytes (latin-1), ``l`` list, ``t`` tuple, ``S`` set, ``F`` frozenset, ``d`` dict (key/value
 pairs), ``B`` a built-in type or function (by name), ``it`` an iterator (materialised; the judge gets ``iter(list)``), ``m`` a module (by name),
-``h`` a handle (index, type name).
+``h`` a handle (index, type name, truth value or null).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ _SCALARS: dict[str, tuple[type, ...]] = {"b": (bool,), "i": (int,), "f": (float,
 _SEQUENCES: dict[str, Callable[[list], Any]] = {"l": list, "t": tuple, "S": set, "F": frozenset, "it": iter}
 
 
-def decode(wire: Any, handle: Callable[[int, str], Any], module: Callable[[str], Any], depth: int = 0) -> Any:
+def decode(wire: Any, handle: Callable[[int, str, bool | None], Any], module: Callable[[str], Any], depth: int = 0) -> Any:
     """The value ``wire`` stands for, built from built-in types; raises `ProtocolError` if malformed."""
     if depth > MAX_DEPTH or not isinstance(wire, list) or not wire or not isinstance(wire[0], str):
         raise ProtocolError(f"not a wire value: {str(wire)[:80]}")
@@ -94,8 +95,10 @@ def decode(wire: Any, handle: Callable[[int, str], Any], module: Callable[[str],
             return getattr(builtins, body[0])
         if tag == "m" and len(body) == 1 and isinstance(body[0], str):
             return module(body[0])
-        if tag == "h" and len(body) == 2 and type(body[0]) is int and isinstance(body[1], str):
-            return handle(body[0], body[1])
+        if tag == "h" and len(body) == 3 and type(body[0]) is int and isinstance(body[1], str) and (
+            body[2] is None or type(body[2]) is bool
+        ):
+            return handle(body[0], body[1], body[2])
     except (TypeError, ValueError, UnicodeError) as err:  # unhashable set item or dict key, bad pair
         raise ProtocolError(f"malformed {tag!r} value: {err}") from None
     raise ProtocolError(f"malformed wire value with tag {tag!r}")

@@ -200,12 +200,13 @@ def test_values_cross_as_plain_data_and_objects_as_stand_ins(clean) -> None:  # 
         "def gen(n):\n    yield from range(n)\n"
         "def stats(s, *, sep=','):\n    return Counter(s.split(sep)), Point(1, 2), {1.5, 2j}, b'ok'\n"
         "def boom():\n    raise ValueError('bad input')\n"
+        "import re\ndef starts_with_a(s):\n    return re.match('a', s)\n"
     )
     tests = (
         "r = Node(1)\nr.left = Node(2)\nr.left.left = Node(3)\nassert depth(r) == 3 and r.left.v == 2\n"
         "assert kinds((1, 'a', 2.5), str) == ['a'] and list(gen(3)) == [0, 1, 2]\n"
         "assert stats('a;b;a', sep=';') == ({'a': 2, 'b': 1}, (1, 2), {1.5, 2j}, b'ok')\n"
-        "assert math.pi > 3\n"  # the program's `import math` is visible, as in one file
+        "assert math.pi > 3 and starts_with_a('abc') and not starts_with_a('cab')\n"  # the program's `import math` is visible, as in one file
         "try:\n    boom()\n    raise SystemExit('no error')\nexcept ValueError as err:\n"
         "    assert 'bad input' in str(err)\n"
     )
@@ -215,11 +216,11 @@ def test_values_cross_as_plain_data_and_objects_as_stand_ins(clean) -> None:  # 
 
 
 @pytest.mark.parametrize(
-    "wire", [["q"], ["i", "1"], ["b", 1], ["l", "x"], ["S", [["l", []]]], ["d", [[["l", []], ["n"]]]], ["h", "0", "x"], 5]
+    "wire", [["q"], ["i", "1"], ["b", 1], ["l", "x"], ["S", [["l", []]]], ["d", [[["l", []], ["n"]]]], ["h", "0", "x", None], ["h", 0, "x", 1], 5]
 )
 def test_malformed_wire_values_are_protocol_errors(wire: object) -> None:
     with pytest.raises(ProtocolError):
-        decode(wire, lambda i, t: (i, t), lambda name: name)
+        decode(wire, lambda i, t, truth: (i, t), lambda name: name)
 
 
 def test_run_programs_keeps_order_and_never_runs_more_sandboxes_than_cores(monkeypatch: pytest.MonkeyPatch) -> None:
