@@ -145,7 +145,8 @@ def test_an_unwritable_out_folder_is_one_line_naming_it(cli: Cli, args: list[str
 
 def test_a_malformed_drafter_spec_is_about_the_spec_and_its_syntax(cli: Cli, tmp_path: Path) -> None:
     result = cli("sweep", "--target", "t", "--out", str(tmp_path / "run"), "--drafters", "ngram:nosuchoption=3")
-    assert_usage_error(result, "'ngram:nosuchoption' is not a drafter name", "NAME=CHECKPOINT_DIR")
+    assert_usage_error(result, "'ngram:nosuchoption' is not a drafter name; did you mean ngram[nosuchoption=3]?",
+                       "NAME[KEY=VALUE,...]=CHECKPOINT_DIR")
 
 
 LIST_OPTIONS = ["--budgets", "--batch-sizes", "--drafters", "--suites"]
