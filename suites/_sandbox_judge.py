@@ -69,13 +69,15 @@ class Channel:
             reply = wire.receive(self.replies)
             if reply is None:
                 raise self.fail("the program's process ended or closed its channel before its tests finished")
-            if reply[0] == "raise" and len(reply) == 3 and all(isinstance(x, str) for x in reply[1:]):
-                raise remote_exception(reply[1], reply[2])
-            if reply[0] != expected or len(reply) != 2:
+            raised = reply[0] == "raise" and len(reply) == 3 and all(isinstance(x, str) for x in reply[1:])
+            if not raised and (reply[0] != expected or len(reply) != 2):
                 raise wire.ProtocolError(f"expected {expected!r}, got {str(reply)[:80]}")
-            return wire.decode(reply[1], lambda i, t, truth: Remote(self, i, t, truth), _module)
+            value = None if raised else wire.decode(reply[1], lambda i, t, truth: Remote(self, i, t, truth), _module)
         except (OSError, wire.ProtocolError) as err:
             raise self.fail(f"the program's process broke the protocol: {err}") from None
+        if raised:  # outside the try: a remote OSError is the program's, not a broken channel
+            raise remote_exception(reply[1], reply[2])
+        return value
 
     def ask(self, request: list) -> Any:
         if self.broken:

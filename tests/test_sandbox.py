@@ -200,6 +200,7 @@ def test_values_cross_as_plain_data_and_objects_as_stand_ins(clean) -> None:  # 
         "def gen(n):\n    yield from range(n)\n"
         "def stats(s, *, sep=','):\n    return Counter(s.split(sep)), Point(1, 2), {1.5, 2j}, b'ok'\n"
         "def boom():\n    raise ValueError('bad input')\n"
+        "def missing():\n    return open('no-such-file')\n"  # an OSError of the program's: no broken channel
         "import re\ndef starts_with_a(s):\n    return re.match('a', s)\n"
     )
     tests = (
@@ -209,6 +210,7 @@ def test_values_cross_as_plain_data_and_objects_as_stand_ins(clean) -> None:  # 
         "assert math.pi > 3 and starts_with_a('abc') and not starts_with_a('cab')\n"  # the program's `import math` is visible, as in one file
         "try:\n    boom()\n    raise SystemExit('no error')\nexcept ValueError as err:\n"
         "    assert 'bad input' in str(err)\n"
+        "try:\n    missing()\n    raise SystemExit('no error')\nexcept FileNotFoundError:\n    pass\n"
     )
     result = run_program(program, tests)
     assert result.passed, result
