@@ -37,7 +37,7 @@ def main() -> None:
     """Console-script entry point."""
     _register_commands()
     try:
-        code = app(standalone_mode=False)  # non-standalone click *returns* typer.Exit / Ctrl-C (130) codes
+        code = app(standalone_mode=False, prog_name="jfbench")  # non-standalone click *returns* typer.Exit / Ctrl-C (130) codes
     except JfbenchError as err:
         if os.environ.get("JFBENCH_DEBUG"):
             raise

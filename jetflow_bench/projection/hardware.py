@@ -9,11 +9,10 @@ no preset: `jfbench bench verify-cost` measures it and writes it into a calibrat
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.projection.shapes import presets

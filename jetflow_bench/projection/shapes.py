@@ -22,13 +22,12 @@ The token embedding is a lookup of T rows, not a matrix read, so it is left out.
 from __future__ import annotations
 
 import json
+import tomllib
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from jetflow_bench.errors import JfbenchError
 

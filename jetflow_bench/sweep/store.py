@@ -22,7 +22,7 @@ import shutil
 import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ Derived = Mapping[str, Callable[[pd.DataFrame], pd.DataFrame]]  # table name -> 
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def atomic_write(path: Path, write: Callable[[Path], Any]) -> None:

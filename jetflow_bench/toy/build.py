@@ -12,7 +12,7 @@ import math
 import platform
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import tokenizers
@@ -150,7 +150,7 @@ def build_toy_target(
             "transformers": transformers.__version__,
             "tokenizers": tokenizers.__version__,
         },
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     (out / MARKER).write_text(json.dumps(summary, indent=1) + "\n")
     return summary
