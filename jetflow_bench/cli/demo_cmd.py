@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, ThreadsOpt
+from jetflow_bench.cli.options import AttentionOpt, DataDirOpt, DeviceOpt, DtypeOpt, ThreadsOpt
 from jetflow_bench.cli.show_cmd import show
 from jetflow_bench.cli.sweep_cmd import GridFlags, grid_config, run_and_report
 from jetflow_bench.runtime import data_dir as resolve_data_dir
@@ -36,6 +36,7 @@ def demo(
     out: Annotated[Path, typer.Option(help="Run folder (re-running resumes it).")] = Path("results/demo"),
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    attention: AttentionOpt = "sdpa",
     data_dir: DataDirOpt = None,
     threads: ThreadsOpt = None,
 ) -> None:
@@ -66,7 +67,7 @@ def demo(
             drafters.append(DrafterSpec(name, checkpoint=str(checkpoint)))
     grid = GridFlags(
         suites="gsm8k", budgets=budgets, batch_sizes="1", repeats=1, limit=limit, max_new_tokens=max_new_tokens,
-        device=device, dtype=dtype, data_dir=data, threads=threads,
+        device=device, dtype=dtype, attention=attention, data_dir=data, threads=threads,
     )
     run_and_report(grid_config(str(target), drafters, grid), out, grid, kind="demo")
     show(out)

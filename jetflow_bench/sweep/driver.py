@@ -139,7 +139,7 @@ def run_sweep(
     store = RunStore(out)
     with store.locked():
         previous = store.prepare(chash, force, shash)
-        engine = ENGINES.get(config.engine)(config.target, config.device, config.dtype)
+        engine = ENGINES.get(config.engine)(config.target, config.device, config.dtype, attention=config.attention)
         workloads = {name: load_workload(name, engine, config, data_dir) for name in config.suites}
         grid = list(cells(config))
         hashes = {c.cell_id: cell_hash(config, c, spec_for(config, c)) for c in grid}
