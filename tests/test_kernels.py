@@ -172,10 +172,22 @@ def test_bench_kernels_on_cpu_prints_errors_and_says_timings_are_meaningless(cli
 
 
 @pytest.mark.slow
-def test_micro_target_sweep_with_triton_gives_the_sdpa_tokens(cli, micro_target, learned_heads, tmp_path):  # noqa: F811
+def test_micro_target_sweep_with_triton_gives_the_sdpa_tokens(cli, micro_target, learned_heads, tmp_path, monkeypatch):  # noqa: F811
     """Target verification AND the JetFlow head (causal block + tree-causal refinement) through the kernel."""
+    import sys
+
     import pandas as pd
 
+    import jetflow_bench.kernels.triton_tree as kernel
+
+    callers: set[str] = set()
+    original = kernel.tree_attention
+
+    def counted(*args, **kwargs):
+        callers.add(os.path.basename(sys._getframe(1).f_code.co_filename))  # target.py or head.py
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "tree_attention", counted)
     outputs = {}
     for backend in ("sdpa", "triton"):
         out = tmp_path / backend
@@ -188,5 +200,6 @@ def test_micro_target_sweep_with_triton_gives_the_sdpa_tokens(cli, micro_target,
         outputs[backend] = requests.set_index(["drafter", "request"])["output_ids"].map(list).to_dict()
         drafted = requests.set_index("drafter").loc["jetflow"]
         assert drafted["accepted"].sum() > 0  # drafts were accepted, so the head's outputs mattered
+    assert callers == {"target.py", "head.py"}  # both really ran the kernel
     assert outputs["triton"] == outputs["sdpa"]
     assert len(outputs["sdpa"]) == 4  # AR + jetflow, 2 prompts each
