@@ -136,7 +136,12 @@ def head_masks(b: int, t: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
 
 
 @pytest.mark.parametrize("mode", ["causal", "bidirectional", "tree"])
-def test_draft_head_masks_through_the_kernel_equal_sdpa(mode):
+def test_draft_head_masks_through_the_kernel_equal_sdpa(mode, monkeypatch):
+    import jetflow_bench.kernels.triton_tree as kernel
+
+    calls = []
+    original = kernel.tree_attention
+    monkeypatch.setattr(kernel, "tree_attention", lambda *a, **kw: calls.append(1) or original(*a, **kw))
     head = tiny_head("bidirectional" if mode == "bidirectional" else "causal")
     b, t, e = 2, 21, 6
     gen = torch.Generator().manual_seed(2)
@@ -150,6 +155,7 @@ def test_draft_head_masks_through_the_kernel_equal_sdpa(mode):
         for backend in ("sdpa", "triton"):
             head.attend = get_attention(backend, DEVICE)
             outs[backend] = head(x, positions, mask, ConcatKV(context_kv))  # (B, E, H)
+    assert len(calls) == head.cfg.num_layers  # the head really attended through the kernel
     assert (outs["triton"] - outs["sdpa"]).abs().max() <= 1e-5
 
 
