@@ -84,9 +84,9 @@ for name in ("bench.json", "bench_flex.json"):
         report = json.loads((out / name).read_text())
     except (OSError, ValueError):
         continue
-    by = {(r["batch"], r["tree"], r["prefix"], r["backend"]): r for r in report["rows"]}
+    by = {(r["batch"], r["tree"], r["prefix"], r["backend"]): r for r in report}
     for backend in ("triton", "flex"):
-        errs = [r["max_err"] for r in report["rows"] if r["backend"] == backend]
+        errs = [r["max_err"] for r in report if r["backend"] == backend]
         if errs:
             detail += f"{backend}: max abs err {max(errs):.1e}; "
         key = (8, 256, 4096 if name == "bench.json" else 1024)
