@@ -173,7 +173,10 @@ class TargetRunner:
             )
         slots = lengths[:, None] + torch.arange(n, device=self.device)  # (B, N)
         ancestors = ancestor_mask(parents, depths)  # (B, N, N)
-        mask = None if cache.batch == 1 and n == 1 else TreeMask.for_tree(ancestors, lengths, kv_len, self.dtype)
+        # One row decoding one token sees every key: SDPA then runs unmasked (its fastest path); the
+        # kernel backends still get the (trivial) mask, built once here rather than once per layer.
+        plain = cache.batch == 1 and n == 1 and self.attention_backend == "sdpa"
+        mask = None if plain else TreeMask.for_tree(ancestors, lengths, kv_len, self.dtype)
         return TreeBatch(tokens, parents, depths, valid, ancestors, slots, lengths[:, None] + depths, mask, kv_len)
 
     def forward(self, batch: TreeBatch, taps: Sequence[int] = ()) -> ForwardOutput:

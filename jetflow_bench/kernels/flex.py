@@ -4,8 +4,8 @@ The mask function only looks things up — the row's prefix length and the preco
 of `TreeMask` (a node's ancestors, or a block's pattern). Walking parent pointers inside it would
 make Inductor unroll the walk, which hangs compilation beyond a depth of about five.
 
-On CUDA the attention runs compiled (the first call per shape compiles for seconds; later calls
-reuse it). On a CPU it runs eagerly — correct, unfused, and slower than SDPA: use it there to
+On CUDA the attention runs compiled (the first calls compile for seconds, then the kernel is
+reused as lengths change). On a CPU it runs eagerly — correct, unfused, and slower than SDPA: use it there to
 cross-check, not to time.
 """
 
@@ -37,7 +37,9 @@ def block_mask(mask: TreeMask) -> BlockMask:
 
 @functools.cache
 def _compiled():
-    return torch.compile(flex_attention, dynamic=False)
+    # Default dynamism: the key count grows every decode step, so after the first recompile torch
+    # marks the changing sizes dynamic instead of compiling once per length.
+    return torch.compile(flex_attention)
 
 
 def flex_tree_attention(

@@ -53,7 +53,7 @@ def _tree_attention_fwd(
     DOT_PRECISION: tl.constexpr,
 ):
     tile = tl.program_id(0)
-    b = tl.program_id(1)
+    b = tl.program_id(1).to(tl.int64)  # 64-bit offsets: a whole KV cache can exceed 2^31 elements
     kvh = tl.program_id(2)
 
     rows = tl.arange(0, BLOCK_M)
