@@ -52,10 +52,13 @@ def demo(
 
         jfbench demo --preset tiny --budgets 16,64,256 --out results/demo-tiny
     """
+    from jetflow_bench.attention import get_attention
+    from jetflow_bench.runtime import resolve_device
     from jetflow_bench.sweep.grid import DrafterSpec
     from jetflow_bench.toy import ensure_toy_target
     from jetflow_bench.training import ensure_head
 
+    get_attention(attention, resolve_device(device))  # an unavailable backend fails before any training
     set_threads(threads)
     data = resolve_data_dir(data_dir)
     target = ensure_toy_target(preset, data)
