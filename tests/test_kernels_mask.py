@@ -82,3 +82,16 @@ def test_sweep_attention_triton_on_cpu_is_one_line_before_any_model_loads(cli, m
                          "--device", "cpu", "--attention", "triton")
     assert code == 2 and out == ""
     assert err.startswith("error: ") and "TRITON_INTERPRET=1" in err and err.count("\n") == 1
+
+
+def test_attention_backend_is_in_the_config_hash_except_the_default():
+    """Runs made before --attention existed (sdpa) keep their hashes, so the CI reference still pairs;
+    a kernel backend is a different config."""
+    from dataclasses import replace
+
+    from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig, _identity, config_hash
+
+    config = SweepConfig(target="org/model", drafters=(DrafterSpec("ngram"),), suites=("gsm8k",), budgets=(16,),
+                         batch_sizes=(1,), repeats=1, device="cpu", dtype="float32", threads=1)
+    assert "attention" not in _identity(config)
+    assert config_hash(replace(config, attention="triton")) != config_hash(config)
