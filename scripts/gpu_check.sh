@@ -9,7 +9,7 @@
 #      in fp32 and --strict: both must be lossless and emit the same tokens;
 #   5. one summary table (also written to $OUT/summary.md).
 #
-# Usage: scripts/gpu_check.sh            (JFBENCH_DATA_DIR: the benchmark data; default ../shared/data)
+# Usage: JFBENCH_DATA_DIR=/path/to/benchmark/data scripts/gpu_check.sh
 # Env:   GPU_CHECK_OUT (default results/gpu-check), PYTHON (default python3), JFBENCH_CACHE (models are trained here
 #        when missing: the micro target and one quick head, about a minute on a GPU machine).
 set -uo pipefail
@@ -17,7 +17,8 @@ cd "$(dirname "$0")/.."
 OUT="${GPU_CHECK_OUT:-results/gpu-check}"
 mkdir -p "$OUT"
 export HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE JFBENCH_TEST_DEVICE=cuda
-export JFBENCH_DATA_DIR="${JFBENCH_DATA_DIR:-$(cd .. && pwd)/shared/data}"
+: "${JFBENCH_DATA_DIR:?set JFBENCH_DATA_DIR to the benchmark data folder (GSM8K prompts, toy-target corpora)}"
+export JFBENCH_DATA_DIR
 unset TRITON_INTERPRET  # compiled kernels, not the interpreter
 START=$(date +%s)
 declare -A STATUS
