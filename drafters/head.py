@@ -25,8 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from drafters.base import DraftCost
-from jetflow_bench.attention import AttentionFn, get_attention
+from jetflow_bench.attention import DEFAULT_ATTENTION, AttentionFn, get_attention
 from jetflow_bench.flops import TransformerShape, matrix_params
+from jetflow_bench.kernels.mask import TreeMask
 from jetflow_bench.rope import Rotary, rotate
 
 
@@ -121,7 +122,7 @@ class DraftAttention(nn.Module):
         x: torch.Tensor,  # (B, N, H) normalised entry states
         cos: torch.Tensor,  # (B, 1, N, hd)
         sin: torch.Tensor,  # (B, 1, N, hd)
-        mask: torch.Tensor,  # (B, 1, N, T + N) additive
+        mask: TreeMask,  # over [context ; entries]
         store: KVStore,
         layer: int,
         attend: AttentionFn,
@@ -142,7 +143,7 @@ class DraftLayer(nn.Module):
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(
-        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, store: KVStore,
+        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: TreeMask, store: KVStore,
         layer: int, attend: AttentionFn,
     ) -> torch.Tensor:  # (B, N, H), pre-norm residual block
         h = h + self.self_attn(self.input_layernorm(h), cos, sin, mask, store, layer, attend)
@@ -185,7 +186,7 @@ class DraftHead(nn.Module):
     """Fusion + draft layers + final norm; the target's embedding and LM head are borrowed."""
 
     def __init__(
-        self, cfg: HeadConfig, embed: nn.Embedding, lm_head: nn.Module, attention: str = "sdpa"
+        self, cfg: HeadConfig, embed: nn.Embedding, lm_head: nn.Module, attention: str = DEFAULT_ATTENTION
     ) -> None:
         super().__init__()
         self.cfg = cfg
@@ -199,7 +200,7 @@ class DraftHead(nn.Module):
             self.input_proj = nn.Linear(2 * h, h, bias=False)
         self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
         self._shared = (embed, lm_head)  # a tuple, so nn.Module registers neither (not saved, not trained)
-        self.attend = get_attention(attention)
+        self.attend = get_attention(attention, embed.weight.device)  # inference only: kernels have no backward
         self.meter: HeadMeter | None = None  # set by an inference drafter (`count_cost`); None in training
 
     def count_cost(self) -> HeadMeter:
@@ -256,11 +257,11 @@ class DraftHead(nn.Module):
         self,
         x: torch.Tensor,  # (B, N, H) entry inputs
         positions: torch.Tensor,  # (B, N) absolute positions
-        mask: torch.Tensor,  # (B, 1, N, T + N) additive, over [context ; entries]
+        mask: TreeMask,  # over [context ; entries]
         store: KVStore,
     ) -> torch.Tensor:  # (B, N, H) normalised output features (LM-head input; EAGLE feeds them back)
         if self.meter is not None:
-            self.meter.forward(x.shape[0], x.shape[1], mask.shape[-1])
+            self.meter.forward(x.shape[0], x.shape[1], mask.kv_len)
         cos, sin = self.rotary(positions, x.dtype)
         h = x
         for i, layer in enumerate(self.layers):

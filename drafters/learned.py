@@ -58,7 +58,7 @@ class LearnedDrafter(Drafter):
                 f"drafter {cls.name!r} needs a trained head: pass --checkpoint DIR (made by `jfbench train "
                 f"--drafter {cls.train_name()}`) or a released DFlash/JetSpec head directory"
             )
-        head, info = load_head(Path(checkpoint), target, options.pop("attention", "sdpa"))
+        head, info = load_head(Path(checkpoint), target, options.pop("attention", target.attention_backend))  # the head follows the target
         cls.check_head(head, info)
         tree_keys = ("scoring", "construction", "fanout", "max_depth", "entropy_weight")
         tree_opts = {k: options.pop(k) for k in tree_keys if k in options}

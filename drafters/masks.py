@@ -1,4 +1,4 @@
-"""Attention masks of the draft head (pure functions, bool in / additive float out).
+"""Attention masks of the draft head (pure functions, bool in / structural `TreeMask` out).
 
 Every head forward attends over [context ; entries]. The context part lets an entry see committed
 positions before its block's anchor; the entry part is one of three modes:
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from jetflow_bench.attention import additive_mask
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.kernels.mask import TreeMask
 from jetflow_bench.tree import ancestor_mask
 
 BLOCK_MODES = ("causal", "bidirectional")
@@ -47,7 +47,10 @@ def context_allowed(limits: torch.Tensor, context_len: int) -> torch.Tensor:
     return torch.arange(context_len, device=limits.device) < limits[..., None]
 
 
-def join(context: torch.Tensor, entries: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Context (B, N, T) and entry (B, N, E) or (N, E) permissions -> additive mask (B, 1, N, T + E)."""
-    entries = entries.expand(context.shape[0], *entries.shape[-2:])
-    return additive_mask(torch.cat([context, entries], dim=-1), dtype)
+def join(context: torch.Tensor, entries: torch.Tensor, dtype: torch.dtype) -> TreeMask:
+    """Context (B, N, T) and entry (B, N, E) or (N, E) permissions -> the mask over [context ; entries].
+
+    Context rows must be prefixes (``context_allowed`` builds them so); every attention backend,
+    SDPA's dense (B, 1, N, T + E) additive form included, is derived from the result.
+    """
+    return TreeMask.for_block(context, entries, dtype)

@@ -16,9 +16,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from jetflow_bench.attention import additive_mask, get_attention
+from jetflow_bench.attention import DEFAULT_ATTENTION, get_attention
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.flops import TransformerShape
+from jetflow_bench.kernels.mask import TreeMask
 from jetflow_bench.kv_cache import KVCache
 from jetflow_bench.rope import rotate
 from jetflow_bench.runtime import resolve_device, resolve_dtype
@@ -36,7 +37,7 @@ class TreeBatch:
     ancestors: torch.Tensor  # (B, N, N) bool tree-causal mask
     slots: torch.Tensor  # (B, N) cache slot of each node = committed length + node index
     positions: torch.Tensor  # (B, N) RoPE position = committed length + depth
-    mask: torch.Tensor | None  # (B, 1, N, T) additive; None when nothing needs masking
+    mask: TreeMask | None  # committed prefix + ancestors over T slots; None when nothing needs masking
     kv_len: int  # cache slots the forward attends over
 
 
@@ -55,14 +56,13 @@ class TargetRunner:
         model: nn.Module,
         tokenizer,
         name: str,
-        attention: str = "sdpa",
+        attention: str = DEFAULT_ATTENTION,
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
         self.config = model.config
-        self.attend = get_attention(attention)
-        self.attention_backend = attention
+        self.attention_backend = attention  # sdpa | triton | flex (jetflow_bench.attention)
         decoder = model.model
         self.embed = decoder.embed_tokens
         self.layers = list(decoder.layers)
@@ -77,12 +77,17 @@ class TargetRunner:
         self.shape = TransformerShape.of(self.layers, self.lm_head, self.q_heads, self.head_dim)  # for FLOP counts
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        self.attend = get_attention(attention, self.device)
         self.context_window = int(getattr(self.config, "max_position_embeddings", 1 << 30))
         self.cache: KVCache | None = None  # the live batch's cache, from `prefill` until `release`
 
     @classmethod
     def load(
-        cls, name_or_path: str | Path, device: str | None = None, dtype: str | None = None, attention: str = "sdpa"
+        cls,
+        name_or_path: str | Path,
+        device: str | None = None,
+        dtype: str | None = None,
+        attention: str = DEFAULT_ATTENTION,
     ) -> TargetRunner:
         """Load by hub id or local directory, exactly as a real user's model would be."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -91,6 +96,7 @@ class TargetRunner:
         hf_logging.disable_progress_bar()  # our own progress display owns the terminal
         dev = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, dev)
+        get_attention(attention, dev)  # a missing kernel package is a usage error before any model loads
         name = str(name_or_path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(name)
@@ -167,7 +173,10 @@ class TargetRunner:
             )
         slots = lengths[:, None] + torch.arange(n, device=self.device)  # (B, N)
         ancestors = ancestor_mask(parents, depths)  # (B, N, N)
-        mask = None if cache.batch == 1 and n == 1 else self._mask(ancestors, lengths, slots, kv_len)
+        # One row decoding one token sees every key: SDPA then runs unmasked (its fastest path); the
+        # kernel backends still get the (trivial) mask, built once here rather than once per layer.
+        plain = cache.batch == 1 and n == 1 and self.attention_backend == "sdpa"
+        mask = None if plain else TreeMask.for_tree(ancestors, lengths, kv_len, self.dtype)
         return TreeBatch(tokens, parents, depths, valid, ancestors, slots, lengths[:, None] + depths, mask, kv_len)
 
     def forward(self, batch: TreeBatch, taps: Sequence[int] = ()) -> ForwardOutput:
@@ -206,23 +215,13 @@ class TargetRunner:
             raise RuntimeError("call prefill() before verify()/commit()")
         return self.cache
 
-    def _mask(
-        self, ancestors: torch.Tensor, lengths: torch.Tensor, slots: torch.Tensor, kv_len: int
-    ) -> torch.Tensor:
-        """(B, 1, N, kv_len) additive mask: the row's committed prefix + the node's ancestors."""
-        b, n = slots.shape
-        allowed = torch.arange(kv_len, device=self.device)[None, None, :] < lengths[:, None, None]  # (B, 1, T)
-        allowed = allowed.expand(b, n, kv_len).clone()  # (B, N, T)
-        allowed.scatter_(2, slots[:, None, :].expand(b, n, n), ancestors)  # node j lives at slots[b, j]
-        return additive_mask(allowed, self.dtype)
-
     @torch.inference_mode()
     def _forward(
         self,
         tokens: torch.Tensor,  # (B, N)
         positions: torch.Tensor,  # (B, N)
         slots: torch.Tensor,  # (B, N) cache slot of each node
-        mask: torch.Tensor | None,  # (B, 1, N, T)
+        mask: TreeMask | None,
         kv_len: int,
         taps: tuple[int, ...],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -12,6 +12,10 @@ import pytest
 # Idle OpenMP threads sleep instead of spinning: on 2 shared cores a spinning pool in one process
 # (torch's default) starves every other (sandboxed programs, subprocess CLIs), slowing tests ~4x.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The Triton kernel tests run in Triton's interpreter on a CPU; the flag must be set before the first
+# `import torch`, which loads Triton (tests/test_kernels.py; JFBENCH_TEST_DEVICE=cuda runs them compiled).
+if os.environ.get("JFBENCH_TEST_DEVICE", "cpu") == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def shared_data_dir() -> Path | None:

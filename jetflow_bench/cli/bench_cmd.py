@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
+from jetflow_bench.cli.options import AttentionOpt, DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import data_dir as resolve_data_dir
@@ -32,6 +32,7 @@ def baseline(
     ] = 5,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    attention: AttentionOpt = "sdpa",
     data_dir: DataDirOpt = None,
     threads: ThreadsOpt = None,
     fmt: TableFormatOpt = TableFormat.table,
@@ -53,7 +54,7 @@ def baseline(
 
     set_threads(threads)
     sizes = _int_list(batch_sizes, "--batch-sizes")
-    runner = TargetRunner.load(target, device=device, dtype=dtype)
+    runner = TargetRunner.load(target, device=device, dtype=dtype, attention=attention)
     requests = suite_requests(runner, suite, resolve_data_dir(data_dir), limit=max(sizes))
     prompts = [encode(runner, r.prompt) for r in requests]
     if len(prompts) < max(sizes):

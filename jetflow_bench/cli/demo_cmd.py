@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, ThreadsOpt
+from jetflow_bench.cli.options import AttentionOpt, DataDirOpt, DeviceOpt, DtypeOpt, ThreadsOpt
 from jetflow_bench.cli.show_cmd import show
 from jetflow_bench.cli.sweep_cmd import GridFlags, grid_config, run_and_report
 from jetflow_bench.runtime import data_dir as resolve_data_dir
@@ -36,6 +36,7 @@ def demo(
     out: Annotated[Path, typer.Option(help="Run folder (re-running resumes it).")] = Path("results/demo"),
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    attention: AttentionOpt = "sdpa",
     data_dir: DataDirOpt = None,
     threads: ThreadsOpt = None,
 ) -> None:
@@ -51,10 +52,13 @@ def demo(
 
         jfbench demo --preset tiny --budgets 16,64,256 --out results/demo-tiny
     """
+    from jetflow_bench.attention import get_attention
+    from jetflow_bench.runtime import resolve_device
     from jetflow_bench.sweep.grid import DrafterSpec
     from jetflow_bench.toy import ensure_toy_target
     from jetflow_bench.training import ensure_head
 
+    get_attention(attention, resolve_device(device))  # an unavailable backend fails before any training
     set_threads(threads)
     data = resolve_data_dir(data_dir)
     target = ensure_toy_target(preset, data)
@@ -66,7 +70,7 @@ def demo(
             drafters.append(DrafterSpec(name, checkpoint=str(checkpoint)))
     grid = GridFlags(
         suites="gsm8k", budgets=budgets, batch_sizes="1", repeats=1, limit=limit, max_new_tokens=max_new_tokens,
-        device=device, dtype=dtype, data_dir=data, threads=threads,
+        device=device, dtype=dtype, attention=attention, data_dir=data, threads=threads,
     )
     run_and_report(grid_config(str(target), drafters, grid), out, grid, kind="demo")
     show(out)

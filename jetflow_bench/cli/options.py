@@ -28,6 +28,15 @@ TargetOpt = Annotated[
     str,
     typer.Option("--target", help="Target model: a Hugging Face hub id or a local directory (e.g. a toy target)."),
 ]
+AttentionOpt = Annotated[
+    str,
+    typer.Option(
+        "--attention",
+        help="Attention backend of the target and the draft heads: sdpa (reference), triton (tree-attention kernel; "
+        "on a CPU only with TRITON_INTERPRET=1, for correctness, slow) or flex (FlexAttention). Default: sdpa on every "
+        "device; triton becomes the CUDA default only after scripts/gpu_check.sh has passed on a real GPU.",
+    ),
+]
 ThreadsOpt = Annotated[
     int | None,
     typer.Option("--threads", min=1, help="torch CPU threads. Default: torch's own choice."),

@@ -15,7 +15,7 @@ import typer
 
 from jetflow_bench.arms import ARM_SYNTAX
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
+from jetflow_bench.cli.options import AttentionOpt, DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import resolve_device, resolve_dtype, set_threads
 from suites import SUITES
@@ -71,6 +71,7 @@ class GridFlags:
     temperature: TemperatureOpt = 0.0
     device: DeviceOpt = None
     dtype: DtypeOpt = None
+    attention: AttentionOpt = "sdpa"
     data_dir: DataDirOpt = None
     sample_seed: SampleSeedOpt = None
     threads: ThreadsOpt = None
@@ -115,6 +116,7 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     """Validate every flag (before any model loads) and resolve the config."""
     import torch
 
+    from jetflow_bench.attention import get_attention
     from jetflow_bench.sweep.grid import SweepConfig, parse_budgets, parse_ints, parse_names
     from jetflow_bench.sweep.runner import ENGINES
 
@@ -126,13 +128,17 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     sizes = parse_ints(grid.batch_sizes, "--batch-sizes")
     suites = tuple(dict.fromkeys(SUITES.canonical(n) for n in parse_names(grid.suites, "--suites")))
     dev = resolve_device(grid.device)
+    engine = ENGINES.canonical(grid.engine)
+    if grid.attention != "sdpa" and engine != "hf":
+        raise JfbenchError(f"--attention {grid.attention} applies to the hf engine only: drop it for --engine {engine}")
+    get_attention(grid.attention, dev)  # unknown or unavailable backends fail before any model loads
     set_threads(grid.threads)
     return SweepConfig(
         target=resolve_target(target), drafters=tuple(drafters), suites=suites, budgets=budgets,
         batch_sizes=sizes, repeats=grid.repeats, device=str(dev),
         dtype=str(resolve_dtype(grid.dtype, dev)).removeprefix("torch."), threads=torch.get_num_threads(),
         limit=grid.limit, max_new_tokens=grid.max_new_tokens, temperature=grid.temperature,
-        sample_seed=grid.sample_seed, seed=grid.seed, engine=ENGINES.canonical(grid.engine), tie_eps=grid.tie_eps,
+        sample_seed=grid.sample_seed, seed=grid.seed, engine=engine, tie_eps=grid.tie_eps, attention=grid.attention,
         extra=extra,
     )
 

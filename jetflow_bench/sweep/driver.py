@@ -142,7 +142,7 @@ def run_sweep(
     store = RunStore(out)
     with store.locked():
         previous = store.prepare(chash, force, shash)
-        engine = ENGINES.get(config.engine)(config.target, config.device, config.dtype)
+        engine = ENGINES.get(config.engine)(config.target, config.device, config.dtype, attention=config.attention)
         workloads = {name: load_workload(name, engine, config, data_dir) for name in config.suites}
         check_memory(engine, config, {name: w.prompts for name, w in workloads.items()}, max_memory)
         grid = list(cells(config))

@@ -78,6 +78,7 @@ class SweepConfig:
     tie_eps: float = 1e-4  # logit gap (fp32) under which a divergence is an excused near-tie
     warmup_tokens: int = 8  # new tokens of the untimed warm-up generate before each cell
     n_boot: int = 1000  # bootstrap resamples for speed-up CIs
+    attention: str = "sdpa"  # attention backend of the target and heads (jetflow_bench.attention)
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)  # e.g. the ablation's flags
 
 
@@ -138,9 +139,15 @@ def config_dict(config: SweepConfig) -> dict[str, Any]:
 
 
 def _identity(config: SweepConfig) -> dict[str, Any]:
-    """The config with the target and checkpoints named by their weights, not their paths."""
-    return {**config_dict(config), "target": model_fingerprint(config.target),
-            "drafters": [_spec_identity(s) for s in config.drafters]}
+    """The config with the target and checkpoints named by their weights, not their paths.
+
+    The default attention backend is left out, so runs made before ``--attention`` existed keep their hashes.
+    """
+    identity = {**config_dict(config), "target": model_fingerprint(config.target),
+                "drafters": [_spec_identity(s) for s in config.drafters]}
+    if identity["attention"] == "sdpa":
+        del identity["attention"]
+    return identity
 
 
 def _spec_identity(spec: DrafterSpec) -> dict[str, Any]:

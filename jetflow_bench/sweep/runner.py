@@ -71,8 +71,8 @@ class HFEngine:
         self.eos_token_ids = target.eos_token_ids
 
     @classmethod
-    def load(cls, target: str, device: str, dtype: str) -> HFEngine:
-        return cls(TargetRunner.load(target, device, dtype))
+    def load(cls, target: str, device: str, dtype: str, attention: str = "sdpa") -> HFEngine:
+        return cls(TargetRunner.load(target, device, dtype, attention))
 
     def encode(self, text: str) -> list[int]:
         return encode(self.target, text)
@@ -133,7 +133,7 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-ENGINES: Registry[Callable[[str, str, str], Engine]] = Registry("engine")
+ENGINES: Registry[Callable[..., Engine]] = Registry("engine")  # (target, device, dtype, attention=) -> Engine
 ENGINES.register("hf", HFEngine.load)
 
 
