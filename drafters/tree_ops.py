@@ -1,0 +1,317 @@
+"""Draft-tree construction as batched tensor operations on the head's device (the drafters' hot path).
+
+It builds the trees `drafters.tree_builder.build_tree` builds (that pure-Python builder stays as the
+reference the tests compare with): same nodes, same order, same float64 scores, for ``accum``,
+``best-first`` and ``spine-first``, for every row of a batch at once, with no Python loop over
+nodes and no host transfer until `TreeBatch.to_trees`.
+
+Why a heap is not needed. Scores only fall along a path (every increment log q - gamma * H is
+<= 0), so each construction's pop sequence is a prefix of ONE order over all reachable nodes:
+descending score, ties to the shallower node, then to the earlier parent, then to the lower rank.
+
+- best-first: the tree is root + the first B - 1 nodes of that order.
+- spine-first: the greedy chain (rank-0 child at every depth) first, then the order's first
+  nodes among the rest.
+- accum: the popped nodes are the order's first nodes among those that *have* children (a node at
+  the depth cap, or without a distribution, is popped but adds nothing); pop i adds all its K
+  children at positions 1 + i*K + rank, until the budget is full.
+
+Every node of that prefix at depth d has its parent in the prefix, so it is found depth by depth:
+stage d ranks the children of the nodes kept at depth d - 1 and keeps the best ``B - 1`` (accum:
+``ceil((B - 1) / K)``, the most pops it can make). One stage per depth, then one sort of all kept
+nodes. Exact ties between unrelated nodes of different parents are broken by the stated order,
+which is what the reference's heap does whenever the tie involves a parent, a child or siblings;
+with ties between unrelated branches the two may order (never choose) nodes differently.
+
+Where children come from:
+- ``marginals`` (`Dists` with one slot per depth): every node at depth d gets slot d (DFlash-T,
+  JetFlow pass 1);
+- ``known`` (`KnownNodes`): distributions attached to explicit paths (JetFlow's branch-conditioned
+  children, EAGLE's explored frontier); a node found there uses its own, any other node falls back
+  to the marginals when given, else has no children.
+
+Worked example (fanout 2, marginals q1 = {a: .6, b: .3}, q2 = {c: .9, d: .05}, budget 4):
+    stage 1 keeps a (-0.51), b (-1.20); stage 2 ranks a/c (-0.62), b/c (-1.31), a/d, b/d
+    best-first: order a, a/c, b, ...  -> root, a, a/c, b
+    accum:      pops root, a          -> root, a, b (root's children), a/c (a's first child)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from drafters.tree_builder import TreeOptions
+from jetflow_bench.tree import DraftTree
+
+_NO_KEY = torch.iinfo(torch.long).max
+_TOKEN_SPAN = 1 << 31  # trie keys: parent id * span + token (token ids < 2^31)
+_TIE_ROUNDS = 2  # re-sorts that settle chains of exact score ties (see `_refine`)
+
+
+@dataclass(frozen=True)
+class Dists:
+    """Top-K children distributions in slots: one per depth (marginals) or per known node."""
+
+    tokens: torch.Tensor  # (R, S, K) long, distinct tokens by descending log-prob
+    logps: torch.Tensor  # (R, S, K) float32 log q(token)
+    entropy: torch.Tensor  # (R, S) float32, nats, of the full distribution
+
+    @property
+    def k(self) -> int:
+        return self.tokens.shape[-1]
+
+
+def top_children(logits: torch.Tensor, k: int) -> Dists:
+    """Logits (R, S, V) -> the top-k children of each slot; the same numbers `child_dists` gives."""
+    r, s, v = logits.shape
+    logp = torch.log_softmax(logits.reshape(r * s, v).float(), dim=-1)  # (R*S, V)
+    entropy = -(logp.exp() * logp).sum(-1)  # (R*S,)
+    top = logp.topk(min(k, v), dim=-1)
+    return Dists(top.indices.view(r, s, -1), top.values.view(r, s, -1), entropy.view(r, s))
+
+
+@dataclass(frozen=True)
+class KnownNodes:
+    """Explicit nodes with their own children distributions, as a trie per row (node 0 = the root)."""
+
+    parent: torch.Tensor  # (R, T) long, trie index of the parent; -1 for the root and padding
+    token: torch.Tensor  # (R, T) long
+    has_dist: torch.Tensor  # (R, T) bool: dists slot t holds node t's children
+    dists: Dists  # S = T slots, aligned with the nodes
+
+    def lookup(self, parent_id: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+        """Trie index of the child ``token`` of node ``parent_id`` ((R, C) each), -1 where absent."""
+        live = self.parent >= 0
+        keys = torch.where(live, self.parent * _TOKEN_SPAN + self.token, _NO_KEY)  # (R, T)
+        sorted_keys, order = keys.sort(dim=-1)
+        query = torch.where(parent_id >= 0, parent_id * _TOKEN_SPAN + token, -1)  # (R, C)
+        at = torch.searchsorted(sorted_keys, query).clamp(max=keys.shape[1] - 1)
+        hit = (sorted_keys.gather(1, at) == query) & (parent_id >= 0)
+        return torch.where(hit, order.gather(1, at), -1)
+
+
+@dataclass
+class TreeBatch:
+    """Trees of a batch, padded to one width; node 0 of each row is its root."""
+
+    tokens: torch.Tensor  # (R, N) long, 0 on padding
+    parents: torch.Tensor  # (R, N) long, -1 for the root and padding
+    depths: torch.Tensor  # (R, N) long, 0 on padding
+    scores: torch.Tensor  # (R, N) float64 cumulative score
+    valid: torch.Tensor  # (R, N) bool
+    known_ids: torch.Tensor  # (R, N) long: trie index in the `KnownNodes` the tree was built from, -1 if none
+
+    def to_trees(self) -> list[DraftTree]:
+        """The engine's `DraftTree`s: ONE device-to-host transfer for the whole batch."""
+        packed = torch.stack([self.tokens, self.parents, self.depths, self.valid.long()]).cpu()  # (4, R, N)
+        tokens, parents, depths, valid = packed.tolist()
+        scores = self.scores.cpu().tolist()
+        trees = []
+        for tok, par, dep, ok, sc in zip(tokens, parents, depths, valid, scores, strict=True):
+            n = sum(ok)
+            trees.append(DraftTree.trusted(tok[:n], par[:n], sc[:n], dep[:n]))
+        return trees
+
+
+@dataclass
+class _Stage:
+    """The nodes kept at one depth, best first."""
+
+    score: torch.Tensor  # (R, L) float64
+    ok: torch.Tensor  # (R, L) bool
+    token: torch.Tensor  # (R, L)
+    parent: torch.Tensor  # (R, L) global index of the parent (root = 0)
+    rank: torch.Tensor  # (R, L) rank among its parent's children
+    known: torch.Tensor  # (R, L) trie index, -1
+    chain: torch.Tensor  # (R, L) bool, on the greedy spine (spine-first)
+
+
+def _children_of(
+    stage: _Stage, depth: int, options: TreeOptions, marginals: Dists | None, known: KnownNodes | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Children distributions of a stage's nodes: tokens (R, L, K), logps (R, L, K) f64, penalty (R, L), has (R, L)."""
+    r, n = stage.ok.shape
+    device = stage.ok.device
+    has = stage.ok & (depth < options.max_depth)
+    k = (marginals or (known.dists if known is not None else None)).k
+    tokens = torch.zeros(r, n, k, dtype=torch.long, device=device)
+    logps = torch.zeros(r, n, k, dtype=torch.float64, device=device)
+    entropy = torch.zeros(r, n, dtype=torch.float64, device=device)
+    found = torch.zeros_like(has)
+    if marginals is not None and depth < marginals.tokens.shape[1]:
+        tokens = marginals.tokens[:, depth, None].expand(r, n, k)
+        logps = marginals.logps[:, depth, None].double().expand(r, n, k)
+        entropy = marginals.entropy[:, depth, None].double().expand(r, n)
+        found = torch.ones_like(has)
+    if known is not None:
+        slot = stage.known.clamp(min=0)  # (R, L)
+        own = (stage.known >= 0) & known.has_dist.gather(1, slot)
+        pick = slot[..., None].expand(r, n, k)
+        tokens = torch.where(own[..., None], known.dists.tokens.gather(1, pick), tokens)
+        logps = torch.where(own[..., None], known.dists.logps.double().gather(1, pick), logps)
+        entropy = torch.where(own, known.dists.entropy.double().gather(1, slot), entropy)
+        found = found | own
+    fanout = min(options.fanout, k)
+    penalty = options.entropy_weight * entropy if options.scoring == "entropy" else torch.zeros_like(entropy)
+    return tokens[..., :fanout], logps[..., :fanout], penalty, has & found
+
+
+def _expandable(depth: int, known_id: torch.Tensor, options: TreeOptions, marginals, known) -> torch.Tensor:
+    """(R, C) bool: would a node at ``depth`` with trie index ``known_id`` have children?"""
+    if depth >= options.max_depth:
+        return torch.zeros_like(known_id, dtype=torch.bool)
+    if marginals is not None and depth < marginals.tokens.shape[1]:
+        return torch.ones_like(known_id, dtype=torch.bool)
+    if known is None:
+        return torch.zeros_like(known_id, dtype=torch.bool)
+    slot = known_id.clamp(min=0).reshape(known_id.shape[0], -1)
+    return (known_id >= 0) & known.has_dist.gather(1, slot).view_as(known_id)
+
+
+def _sort_key(score: torch.Tensor, live: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
+    """Ascending key: spine nodes first, then descending score; dead entries last (NaN sorts last)."""
+    key = torch.where(live, -score, math.nan)
+    return torch.where(chain, -math.inf, key)
+
+
+def build_trees(
+    roots: torch.Tensor,
+    budget: int,
+    options: TreeOptions,
+    marginals: Dists | None = None,
+    known: KnownNodes | None = None,
+) -> TreeBatch:
+    """Trees of at most ``budget`` nodes (root included) for roots (R,); see the module docstring."""
+    if marginals is None and known is None:
+        raise ValueError("build_trees needs marginals, known nodes or both")
+    r, device = roots.shape[0], roots.device
+    accum = options.construction == "accum"
+    spine = options.construction == "spine-first"
+    k = min(options.fanout, (marginals or known.dists).k)  # type: ignore[union-attr]
+    keep = -(-(budget - 1) // k) if accum else budget - 1  # nodes a stage keeps (accum: the most pops)
+    zeros = torch.zeros(r, 1, dtype=torch.long, device=device)
+    root_known = zeros if known is not None else zeros - 1
+    stage = _Stage(
+        torch.zeros(r, 1, dtype=torch.float64, device=device), torch.ones(r, 1, dtype=torch.bool, device=device),
+        roots[:, None], zeros - 1, zeros, root_known, torch.full((r, 1), spine, device=device),
+    )
+    stages, dists = [stage], []
+    offset = 1  # global index of the next stage's first node
+    for depth in range(min(options.max_depth, budget - 1) + 1):
+        tokens, logps, penalty, has = _children_of(stage, depth, options, marginals, known)
+        dists.append((tokens, logps, penalty, has))
+        if depth == min(options.max_depth, budget - 1) or keep == 0:
+            break
+        n = stage.ok.shape[1]
+        score = (stage.score[..., None] + logps) - penalty[..., None]  # (R, L, K), as `child_score` adds
+        rank = torch.arange(k, device=device).expand(r, n, k)
+        live = has[..., None] & (torch.isfinite(logps) | accum)
+        chain = stage.chain[..., None] & (rank == 0) & has[..., None]
+        child_known = (
+            known.lookup(stage.known[..., None].expand(r, n, k).reshape(r, -1), tokens.reshape(r, -1)).view(r, n, k)
+            if known is not None else torch.full((r, n, k), -1, device=device)
+        )
+        if accum:  # only nodes that will add children are pops
+            live = live & _expandable(depth + 1, child_known, options, marginals, known)
+        key = _sort_key(score, live | chain, chain).reshape(r, -1)  # (R, L*K), laid out (parent order, rank)
+        order = key.sort(dim=-1, stable=True).indices[:, :keep]  # (R, L')
+        parent = (offset - n) + torch.arange(n, device=device)[:, None].expand(n, k).reshape(-1)  # (L*K,)
+        stage = _Stage(
+            score.reshape(r, -1).gather(1, order), (live | chain).reshape(r, -1).gather(1, order),
+            tokens.reshape(r, -1).gather(1, order), parent[order], rank.reshape(r, -1).gather(1, order),
+            child_known.reshape(r, -1).gather(1, order), chain.reshape(r, -1).gather(1, order),
+        )
+        stages.append(stage)
+        offset += order.shape[1]
+    cat = {f: torch.cat([getattr(s, f) for s in stages], dim=1) for f in _Stage.__dataclass_fields__}
+    depth_of = torch.cat([torch.full_like(s.token, d) for d, s in enumerate(stages)], dim=1)  # (R, G)
+    if accum:
+        return _accum(cat, depth_of, [d[:3] for d in dists], [d[3] for d in dists], budget, k, known)
+    return _ordered(cat, depth_of, budget, k)
+
+
+def _ordered(cat: dict[str, torch.Tensor], depth_of: torch.Tensor, budget: int, k: int) -> TreeBatch:
+    """best-first / spine-first: root + the first ``budget - 1`` kept nodes in key order."""
+    r, g = depth_of.shape
+    device = depth_of.device
+    primary = _sort_key(cat["score"], cat["ok"], cat["chain"])
+    primary[:, 0] = -math.inf  # the root first
+    # The heap's tie-break: a candidate is pushed when its predecessor pops (the previous sibling, or
+    # the parent for a first child), the sibling push before the child push of the same pop.
+    slots = torch.full((r, g * k + 1), -1, dtype=torch.long, device=device)  # (parent, rank) -> global index
+    at = torch.where(cat["parent"] >= 0, cat["parent"] * k + cat["rank"], g * k)
+    slots.scatter_(1, at, torch.arange(g, device=device).expand(r, g))
+    sibling = slots.gather(1, torch.where(cat["rank"] > 0, at - 1, g * k))
+    pred = torch.where(cat["rank"] > 0, sibling, cat["parent"]).clamp(min=0)
+    push_type = (cat["rank"] == 0).long()
+    order = _refine(primary, pred, push_type, 2, _TIE_ROUNDS)[:, :budget]  # (R, N) global indices
+    position = torch.zeros(r, g, dtype=torch.long, device=device)
+    position.scatter_(1, order, torch.arange(order.shape[1], device=device).expand_as(order))
+    valid = cat["ok"].gather(1, order)
+    parents = torch.where(valid, position.gather(1, cat["parent"].clamp(min=0).gather(1, order)), -1)
+    parents[:, 0] = -1
+    return TreeBatch(cat["token"].gather(1, order), parents, depth_of.gather(1, order),
+                     cat["score"].gather(1, order), valid, cat["known"].gather(1, order))
+
+
+def _refine(primary: torch.Tensor, pred: torch.Tensor, tie: torch.Tensor, span: int, rounds: int) -> torch.Tensor:
+    """Order (R, G) by ``primary``, equal keys by the position of ``pred`` in that same order, then ``tie``.
+
+    The order is defined through itself (a predecessor sorts before its successors), so it is
+    reached by re-sorting: each round settles one more link of a chain of exact ties; stable sorts
+    keep the stage order (depth, parent order, rank) for what is left.
+    """
+    order = primary.sort(dim=-1, stable=True).indices
+    ar = torch.arange(primary.shape[1], device=primary.device).expand_as(order)
+    for _ in range(rounds):
+        position = torch.empty_like(order).scatter_(1, order, ar)
+        secondary = position.gather(1, pred) * span + tie
+        by_secondary = secondary.sort(dim=-1, stable=True).indices
+        order = by_secondary.gather(1, primary.gather(1, by_secondary).sort(dim=-1, stable=True).indices)
+    return order
+
+
+def _accum(cat, depth_of, dists, has, budget: int, k: int, known: KnownNodes | None) -> TreeBatch:
+    """accum: pops in key order among expandable nodes; pop i's children fill 1 + i*k + rank."""
+    r, g = depth_of.shape
+    device = depth_of.device
+    tokens, logps, penalty = (torch.cat([d[i] for d in dists], dim=1) for i in range(3))  # (R, G, k), (R, G)
+    pops_max = -(-(budget - 1) // k)
+    live = cat["ok"] & torch.cat(has, dim=1)  # (R, G) expandable, the root included when it has children
+    primary = _sort_key(cat["score"], live, torch.zeros_like(live))
+    primary[:, 0] = -math.inf  # the root pops first
+    # The heap's tie-break: the node added earlier, i.e. the earlier parent pop, then the lower rank.
+    pops = _refine(primary, cat["parent"].clamp(min=0), cat["rank"], k, _TIE_ROUNDS)[:, :pops_max]  # (R, P)
+    popped = live.gather(1, pops)  # (R, P): a prefix of each row
+    pop_index = torch.zeros(r, g, dtype=torch.long, device=device)
+    pop_index.scatter_(1, pops, torch.arange(pops.shape[1], device=device).expand_as(pops))
+    # Where each popped node itself sits: child `rank` of its parent's pop (the root at 0).
+    parent_pop = pop_index.gather(1, cat["parent"].clamp(min=0).gather(1, pops))
+    at = torch.where(pops == 0, 0, 1 + parent_pop * k + cat["rank"].gather(1, pops))  # (R, P)
+    n = min(budget, 1 + pops.shape[1] * k)
+    slot = torch.arange(n - 1, device=device)  # output position - 1
+    pop, rank = slot // k, slot % k  # (N-1,) which pop adds it, as which child
+    source = pops[:, pop]  # (R, N-1) global index of the popped parent
+    valid = popped[:, pop]
+    child_tok = _take(tokens, source, rank)
+    score = (cat["score"].gather(1, source) + _take(logps, source, rank)) - penalty.gather(1, source)
+    child_known = (
+        known.lookup(cat["known"].gather(1, source), child_tok) if known is not None else torch.full_like(source, -1)
+    )
+    head = slice(0, 1)
+    return TreeBatch(
+        tokens=torch.cat([cat["token"][:, head], torch.where(valid, child_tok, 0)], dim=1),
+        parents=torch.cat([cat["parent"][:, head], torch.where(valid, at[:, pop], -1)], dim=1),
+        depths=torch.cat([depth_of[:, head], torch.where(valid, depth_of.gather(1, source) + 1, 0)], dim=1),
+        scores=torch.cat([cat["score"][:, head], torch.where(valid, score, 0.0)], dim=1),
+        valid=torch.cat([cat["ok"][:, head], valid], dim=1),
+        known_ids=torch.cat([cat["known"][:, head], torch.where(valid, child_known, -1)], dim=1),
+    )
+
+
+def _take(table: torch.Tensor, source: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+    """``table`` (R, G, k) at [row, source[row, j], rank[j]] -> (R, J)."""
+    return table.reshape(table.shape[0], -1).gather(1, source * table.shape[-1] + rank)
