@@ -18,6 +18,7 @@ from drafters.base import SequenceView
 from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
 from drafters.masks import block_allowed, join
+from drafters.timing import span
 from drafters.tree_ops import Dists, build_trees, top_children
 from jetflow_bench.tree import DraftTree
 
@@ -47,4 +48,6 @@ class DFlashDrafter(LearnedDrafter):
         if budget == 1:
             return [DraftTree.root_only(s.tokens[-1]) for s in seqs]
         cache = self.require_cache(seqs)
-        return build_trees(self.roots(seqs, cache), budget, self.tree, marginals=self.marginals(seqs, cache)).to_trees()
+        marginals = self.marginals(seqs, cache)
+        with span("tree"):
+            return build_trees(self.roots(seqs, cache), budget, self.tree, marginals=marginals).to_trees()

@@ -23,6 +23,7 @@ from drafters.checkpoint import HeadInfo
 from drafters.head import DraftHead
 from drafters.learned import LearnedDrafter, head_depth
 from drafters.masks import join
+from drafters.timing import span
 from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import Dists, KnownNodes, build_trees, top_children
 from jetflow_bench.errors import JfbenchError
@@ -92,13 +93,14 @@ class EagleDrafter(LearnedDrafter):
             out = head(x, positions.expand(b, n), mask, cache.scratch(written, n))  # (B, n, H)
             features[:, own] = out
             dists = top_children(head.logits(out), self.tree.fanout)  # (B, n, K)
-            trie_parent[:, own], trie_token[:, own] = parent, tokens
-            explored.record(own, dists)
-            tokens, parent, score = self._next_frontier(score, dists, own)
+            with span("tree"):
+                trie_parent[:, own], trie_token[:, own] = parent, tokens
+                explored.record(own, dists)
+                tokens, parent, score = self._next_frontier(score, dists, own)
             written += n
-        known = KnownNodes(trie_parent, trie_token, explored.has, explored.store)
-        roots = trie_token[:, 0]
-        return build_trees(roots, budget, self.tree, known=known).to_trees()
+        with span("tree"):
+            known = KnownNodes(trie_parent, trie_token, explored.has, explored.store)
+            return build_trees(trie_token[:, 0], budget, self.tree, known=known).to_trees()
 
     def _next_frontier(
         self, score: torch.Tensor, dists: Dists, own: torch.Tensor

@@ -44,6 +44,7 @@ from drafters.base import SequenceView
 from drafters.dflash import DFlashDrafter
 from drafters.head_cache import ContextCache
 from drafters.masks import join, tree_allowed
+from drafters.timing import span
 from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import Dists, KnownNodes, TreeBatch, build_trees, top_children
 from jetflow_bench.errors import JfbenchError
@@ -144,7 +145,8 @@ class JetFlowDrafter(DFlashDrafter):
         """One forward over every row's tree -> (asked (B, N): nodes that got a MASK query,
         their children's distributions (B, N, K), slot = tree node)."""
         head = self.head
-        tokens, parents, depths, is_mask, where = batched_refinement_entries(trees, self.tree.max_depth)
+        with span("tree"):
+            tokens, parents, depths, is_mask, where = batched_refinement_entries(trees, self.tree.max_depth)
         e = tokens.shape[1]
         x = head.block_inputs(tokens, is_mask)  # (B, E, H)
         positions = cache.anchor_positions()[:, None] + depths  # (B, E)
@@ -166,12 +168,16 @@ class JetFlowDrafter(DFlashDrafter):
             return [DraftTree.root_only(s.tokens[-1]) for s in seqs]
         cache = self.require_cache(seqs)
         roots, marginals = self.roots(seqs, cache), self.marginals(seqs, cache)
-        trees = build_trees(roots, budget, self.tree, marginals=marginals)
+        with span("tree"):
+            trees = build_trees(roots, budget, self.tree, marginals=marginals)
         known: KnownNodes | None = None
         for _ in range(self.refine_passes):
-            known = merge_known(known, trees, *self.conditionals(trees, cache))
-            trees = build_trees(roots, budget, self.tree, marginals=marginals, known=known)
-        return trees.to_trees()
+            answers = self.conditionals(trees, cache)
+            with span("tree"):
+                known = merge_known(known, trees, *answers)
+                trees = build_trees(roots, budget, self.tree, marginals=marginals, known=known)
+        with span("tree"):
+            return trees.to_trees()
 
     @classmethod
     def option_defaults(cls) -> dict[str, Any]:

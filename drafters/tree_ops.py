@@ -125,56 +125,69 @@ class _Stage:
     token: torch.Tensor  # (R, L)
     parent: torch.Tensor  # (R, L) global index of the parent (root = 0)
     rank: torch.Tensor  # (R, L) rank among its parent's children
-    known: torch.Tensor  # (R, L) trie index, -1
-    chain: torch.Tensor  # (R, L) bool, on the greedy spine (spine-first)
+    known: torch.Tensor | None  # (R, L) trie index or -1; None without known nodes
+    chain: torch.Tensor | None  # (R, L) bool, on the greedy spine; None unless spine-first
 
 
-def _children_of(
-    stage: _Stage, depth: int, options: TreeOptions, marginals: Dists | None, known: KnownNodes | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Children distributions of a stage's nodes: tokens (R, L, K), logps (R, L, K) f64, penalty (R, L), has (R, L)."""
-    r, n = stage.ok.shape
-    device = stage.ok.device
-    has = stage.ok & (depth < options.max_depth)
-    k = (marginals or (known.dists if known is not None else None)).k
-    tokens = torch.zeros(r, n, k, dtype=torch.long, device=device)
-    logps = torch.zeros(r, n, k, dtype=torch.float64, device=device)
-    entropy = torch.zeros(r, n, dtype=torch.float64, device=device)
-    found = torch.zeros_like(has)
-    if marginals is not None and depth < marginals.tokens.shape[1]:
-        tokens = marginals.tokens[:, depth, None].expand(r, n, k)
-        logps = marginals.logps[:, depth, None].double().expand(r, n, k)
-        entropy = marginals.entropy[:, depth, None].double().expand(r, n)
-        found = torch.ones_like(has)
-    if known is not None:
+class _Source:
+    """Children distributions for the nodes of a stage, from marginals and/or known nodes."""
+
+    def __init__(self, options: TreeOptions, marginals: Dists | None, known: KnownNodes | None) -> None:
+        self.options, self.marginals, self.known = options, marginals, known
+        self.k = min(options.fanout, (marginals or known.dists).k)  # type: ignore[union-attr]
+        self.entropy = options.scoring == "entropy"
+        k = self.k
+        if marginals is not None:  # converted once, not per stage
+            self.m_tokens, self.m_logps = marginals.tokens[..., :k], marginals.logps[..., :k].double()
+            self.m_penalty = options.entropy_weight * marginals.entropy.double() if self.entropy else None
+            self.m_depth = marginals.tokens.shape[1]
+        if known is not None:
+            self.k_tokens, self.k_logps = known.dists.tokens[..., :k], known.dists.logps[..., :k].double()
+            self.k_penalty = options.entropy_weight * known.dists.entropy.double() if self.entropy else None
+
+    def marginal_at(self, depth: int) -> bool:
+        return self.marginals is not None and depth < self.m_depth
+
+    def children(self, stage: _Stage, depth: int):
+        """tokens (R, L|1, K), logps (R, L|1, K) f64, penalty (R, L|1) or None, has (R, L)."""
+        if depth >= self.options.max_depth:
+            return None
+        marginal = self.marginal_at(depth)
+        if self.known is None:
+            if not marginal:
+                return None
+            pen = self.m_penalty[:, depth, None] if self.entropy else None
+            return self.m_tokens[:, depth, None], self.m_logps[:, depth, None], pen, stage.ok
+        r, n = stage.ok.shape
         slot = stage.known.clamp(min=0)  # (R, L)
-        own = (stage.known >= 0) & known.has_dist.gather(1, slot)
-        pick = slot[..., None].expand(r, n, k)
-        tokens = torch.where(own[..., None], known.dists.tokens.gather(1, pick), tokens)
-        logps = torch.where(own[..., None], known.dists.logps.double().gather(1, pick), logps)
-        entropy = torch.where(own, known.dists.entropy.double().gather(1, slot), entropy)
-        found = found | own
-    fanout = min(options.fanout, k)
-    penalty = options.entropy_weight * entropy if options.scoring == "entropy" else torch.zeros_like(entropy)
-    return tokens[..., :fanout], logps[..., :fanout], penalty, has & found
+        own = (stage.known >= 0) & self.known.has_dist.gather(1, slot)
+        pick = slot[..., None].expand(r, n, self.k)
+        tokens, logps = self.k_tokens.gather(1, pick), self.k_logps.gather(1, pick)
+        pen = self.k_penalty.gather(1, slot) if self.entropy else None
+        if marginal:
+            tokens = torch.where(own[..., None], tokens, self.m_tokens[:, depth, None])
+            logps = torch.where(own[..., None], logps, self.m_logps[:, depth, None])
+            if self.entropy:
+                pen = torch.where(own, pen, self.m_penalty[:, depth, None])
+            return tokens, logps, pen, stage.ok
+        return tokens, logps, pen, stage.ok & own
+
+    def expandable(self, depth: int, known_id: torch.Tensor | None) -> torch.Tensor | bool:
+        """Would a node at ``depth`` (trie index ``known_id``) have children? (R, C) or a constant."""
+        if depth >= self.options.max_depth:
+            return False
+        if self.marginal_at(depth):
+            return True
+        if self.known is None:
+            return False
+        slot = known_id.clamp(min=0).reshape(known_id.shape[0], -1)
+        return (known_id >= 0) & self.known.has_dist.gather(1, slot).view_as(known_id)
 
 
-def _expandable(depth: int, known_id: torch.Tensor, options: TreeOptions, marginals, known) -> torch.Tensor:
-    """(R, C) bool: would a node at ``depth`` with trie index ``known_id`` have children?"""
-    if depth >= options.max_depth:
-        return torch.zeros_like(known_id, dtype=torch.bool)
-    if marginals is not None and depth < marginals.tokens.shape[1]:
-        return torch.ones_like(known_id, dtype=torch.bool)
-    if known is None:
-        return torch.zeros_like(known_id, dtype=torch.bool)
-    slot = known_id.clamp(min=0).reshape(known_id.shape[0], -1)
-    return (known_id >= 0) & known.has_dist.gather(1, slot).view_as(known_id)
-
-
-def _sort_key(score: torch.Tensor, live: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
+def _sort_key(score: torch.Tensor, live: torch.Tensor, chain: torch.Tensor | None) -> torch.Tensor:
     """Ascending key: spine nodes first, then descending score; dead entries last (NaN sorts last)."""
     key = torch.where(live, -score, math.nan)
-    return torch.where(chain, -math.inf, key)
+    return key if chain is None else torch.where(chain, -math.inf, key)
 
 
 def build_trees(
@@ -190,83 +203,154 @@ def build_trees(
     r, device = roots.shape[0], roots.device
     accum = options.construction == "accum"
     spine = options.construction == "spine-first"
-    k = min(options.fanout, (marginals or known.dists).k)  # type: ignore[union-attr]
-    keep = -(-(budget - 1) // k) if accum else budget - 1  # nodes a stage keeps (accum: the most pops)
+    source = _Source(options, marginals, known)
+    k = source.k
+    pops = -(-(budget - 1) // k)  # accum: the most pops that add children
+    keep = pops if accum else budget - 1  # nodes a stage keeps
+    # Deepest stage: accum pops sit at depth < pops (each has its ancestors popped before it);
+    # the other constructions keep nodes down to the depth cap, B - 1 at most.
+    last = min(options.max_depth - 1, pops - 1) if accum else min(options.max_depth, budget - 1)
     zeros = torch.zeros(r, 1, dtype=torch.long, device=device)
-    root_known = zeros if known is not None else zeros - 1
     stage = _Stage(
         torch.zeros(r, 1, dtype=torch.float64, device=device), torch.ones(r, 1, dtype=torch.bool, device=device),
-        roots[:, None], zeros - 1, zeros, root_known, torch.full((r, 1), spine, device=device),
+        roots[:, None], zeros - 1, zeros, zeros if known is not None else None,
+        torch.ones(r, 1, dtype=torch.bool, device=device) if spine else None,
     )
     stages, dists = [stage], []
     offset = 1  # global index of the next stage's first node
-    for depth in range(min(options.max_depth, budget - 1) + 1):
-        tokens, logps, penalty, has = _children_of(stage, depth, options, marginals, known)
-        dists.append((tokens, logps, penalty, has))
-        if depth == min(options.max_depth, budget - 1) or keep == 0:
+    cpu = device.type == "cpu"  # a host check costs no device sync there
+    for depth in range(max(last, 0) + (1 if accum else 0)):
+        found = source.children(stage, depth)
+        if found is None:
+            break
+        tokens, logps, penalty, has = found
+        dists.append(found)
+        if depth == last:  # accum: the deepest pops' children are leaves, no stage for them
             break
         n = stage.ok.shape[1]
-        score = (stage.score[..., None] + logps) - penalty[..., None]  # (R, L, K), as `child_score` adds
-        rank = torch.arange(k, device=device).expand(r, n, k)
-        live = has[..., None] & (torch.isfinite(logps) | accum)
-        chain = stage.chain[..., None] & (rank == 0) & has[..., None]
+        score = stage.score[..., None] + logps  # (R, L, K)
+        if penalty is not None:
+            score = score - penalty[..., None]  # (parent + log q) - gamma H, as `child_score` adds
+        if cpu and not spine and len(stages) > 1 and _beyond_reach(stages, score, has, keep):
+            break
+        live = has[..., None] if accum else has[..., None] & torch.isfinite(logps)  # (R, L, K)
         child_known = (
-            known.lookup(stage.known[..., None].expand(r, n, k).reshape(r, -1), tokens.reshape(r, -1)).view(r, n, k)
-            if known is not None else torch.full((r, n, k), -1, device=device)
+            known.lookup(stage.known[..., None].expand(r, n, k).reshape(r, -1),
+                         tokens.expand(r, n, k).reshape(r, -1)).view(r, n, k)
+            if known is not None else None
         )
         if accum:  # only nodes that will add children are pops
-            live = live & _expandable(depth + 1, child_known, options, marginals, known)
-        key = _sort_key(score, live | chain, chain).reshape(r, -1)  # (R, L*K), laid out (parent order, rank)
+            live = live & source.expandable(depth + 1, child_known)
+        chain = None
+        if spine:
+            chain = stage.chain[..., None] & has[..., None] & (torch.arange(k, device=device) == 0)
+            live = live | chain
+        live = live.expand(r, n, k)
+        key = _sort_key(score, live, chain).reshape(r, -1)  # (R, L*K), laid out (parent order, rank)
         order = key.sort(dim=-1, stable=True).indices[:, :keep]  # (R, L')
-        parent = (offset - n) + torch.arange(n, device=device)[:, None].expand(n, k).reshape(-1)  # (L*K,)
+        rank = order % k
+        parent_local = order // k
+        token = (tokens.expand(r, n, k).reshape(r, -1).gather(1, order) if tokens.shape[1] > 1
+                 else tokens[:, 0].gather(1, rank))
         stage = _Stage(
-            score.reshape(r, -1).gather(1, order), (live | chain).reshape(r, -1).gather(1, order),
-            tokens.reshape(r, -1).gather(1, order), parent[order], rank.reshape(r, -1).gather(1, order),
-            child_known.reshape(r, -1).gather(1, order), chain.reshape(r, -1).gather(1, order),
+            score.reshape(r, -1).gather(1, order), live.reshape(r, -1).gather(1, order), token,
+            (offset - n) + parent_local, rank,
+            child_known.reshape(r, -1).gather(1, order) if known is not None else None,
+            chain.reshape(r, -1).gather(1, order) if spine else None,
         )
         stages.append(stage)
         offset += order.shape[1]
-    cat = {f: torch.cat([getattr(s, f) for s in stages], dim=1) for f in _Stage.__dataclass_fields__}
-    depth_of = torch.cat([torch.full_like(s.token, d) for d, s in enumerate(stages)], dim=1)  # (R, G)
+    widths = torch.tensor([s.ok.shape[1] for s in stages], device=device)
+    depth_of = torch.repeat_interleave(torch.arange(len(stages), device=device), widths).expand(r, -1)  # (R, G)
+    cat = {f: None if getattr(stage, f) is None else torch.cat([getattr(s, f) for s in stages], dim=1)
+           for f in _Stage.__dataclass_fields__}
     if accum:
-        return _accum(cat, depth_of, [d[:3] for d in dists], [d[3] for d in dists], budget, k, known)
+        return _accum(cat, depth_of, _stack_dists(dists, [s.ok.shape[1] for s in stages], k), budget, k, known)
     return _ordered(cat, depth_of, budget, k)
 
 
-def _ordered(cat: dict[str, torch.Tensor], depth_of: torch.Tensor, budget: int, k: int) -> TreeBatch:
+def _beyond_reach(stages: list[_Stage], score: torch.Tensor, has: torch.Tensor, keep: int) -> bool:
+    """True when no child of this stage can still be chosen: all score below the ``keep``-th best
+    node kept so far (descendants score lower still). Exact, so it only saves stages (CPU only:
+    it reads one bool on the host)."""
+    kept = torch.cat([torch.where(s.ok, s.score, -math.inf) for s in stages[1:]], dim=1)  # (R, G)
+    if kept.shape[1] < keep:
+        return False
+    bar = kept.topk(keep, dim=1).values[:, -1:]  # (R, 1)
+    best = torch.where(has[..., None], score, -math.inf).flatten(1).max(dim=1, keepdim=True).values
+    return not bool((best >= bar).any())
+
+
+def _stack_dists(dists: list, widths: list[int], k: int) -> tuple[torch.Tensor, ...]:
+    """Per-stage children distributions -> tokens (R, G, k), logps (R, G, k), penalty (R, G), has (R, G);
+    stages past the last distribution have no children."""
+    r = dists[0][3].shape[0]
+    device = dists[0][3].device
+    parts: list[list[torch.Tensor]] = [[], [], [], []]
+    for i, w in enumerate(widths):
+        if i < len(dists):
+            tokens, logps, penalty, has = dists[i]
+            parts[0].append(tokens.expand(r, w, k))
+            parts[1].append(logps.expand(r, w, k))
+            parts[2].append(torch.zeros(r, w, dtype=torch.float64, device=device) if penalty is None
+                            else penalty.expand(r, w))
+            parts[3].append(has)
+        else:
+            parts[0].append(torch.zeros(r, w, k, dtype=torch.long, device=device))
+            parts[1].append(torch.zeros(r, w, k, dtype=torch.float64, device=device))
+            parts[2].append(torch.zeros(r, w, dtype=torch.float64, device=device))
+            parts[3].append(torch.zeros(r, w, dtype=torch.bool, device=device))
+    return tuple(torch.cat(p, dim=1) for p in parts)
+
+
+def _ordered(cat: dict, depth_of: torch.Tensor, budget: int, k: int) -> TreeBatch:
     """best-first / spine-first: root + the first ``budget - 1`` kept nodes in key order."""
     r, g = depth_of.shape
     device = depth_of.device
     primary = _sort_key(cat["score"], cat["ok"], cat["chain"])
     primary[:, 0] = -math.inf  # the root first
-    # The heap's tie-break: a candidate is pushed when its predecessor pops (the previous sibling, or
-    # the parent for a first child), the sibling push before the child push of the same pop.
-    slots = torch.full((r, g * k + 1), -1, dtype=torch.long, device=device)  # (parent, rank) -> global index
-    at = torch.where(cat["parent"] >= 0, cat["parent"] * k + cat["rank"], g * k)
-    slots.scatter_(1, at, torch.arange(g, device=device).expand(r, g))
-    sibling = slots.gather(1, torch.where(cat["rank"] > 0, at - 1, g * k))
-    pred = torch.where(cat["rank"] > 0, sibling, cat["parent"]).clamp(min=0)
-    push_type = (cat["rank"] == 0).long()
-    order = _refine(primary, pred, push_type, 2, _TIE_ROUNDS)[:, :budget]  # (R, N) global indices
+
+    def predecessor() -> tuple[torch.Tensor, torch.Tensor]:
+        # The heap's tie-break: a candidate is pushed when its predecessor pops (the previous sibling,
+        # or the parent for a first child), the sibling push before the child push of the same pop.
+        slots = torch.full((r, g * k + 1), -1, dtype=torch.long, device=device)  # (parent, rank) -> index
+        at = torch.where(cat["parent"] >= 0, cat["parent"] * k + cat["rank"], g * k)
+        slots.scatter_(1, at, torch.arange(g, device=device).expand(r, g))
+        sibling = slots.gather(1, torch.where(cat["rank"] > 0, at - 1, g * k))
+        pred = torch.where(cat["rank"] > 0, sibling, cat["parent"]).clamp(min=0)
+        return pred, (cat["rank"] == 0).long()
+
+    order = _refine(primary, predecessor, 2)[:, :budget]  # (R, N) global indices
     position = torch.zeros(r, g, dtype=torch.long, device=device)
     position.scatter_(1, order, torch.arange(order.shape[1], device=device).expand_as(order))
     valid = cat["ok"].gather(1, order)
     parents = torch.where(valid, position.gather(1, cat["parent"].clamp(min=0).gather(1, order)), -1)
     parents[:, 0] = -1
+    known_ids = cat["known"].gather(1, order) if cat["known"] is not None else torch.full_like(order, -1)
     return TreeBatch(cat["token"].gather(1, order), parents, depth_of.gather(1, order),
-                     cat["score"].gather(1, order), valid, cat["known"].gather(1, order))
+                     cat["score"].gather(1, order), valid, known_ids)
 
 
-def _refine(primary: torch.Tensor, pred: torch.Tensor, tie: torch.Tensor, span: int, rounds: int) -> torch.Tensor:
-    """Order (R, G) by ``primary``, equal keys by the position of ``pred`` in that same order, then ``tie``.
+def _refine(primary: torch.Tensor, predecessor, span: int) -> torch.Tensor:
+    """Order (R, G) by ``primary``, equal keys by the position of a predecessor in that same order,
+    then a tie value; ``predecessor()`` -> (pred (R, G) index, tie (R, G) in [0, span)).
 
     The order is defined through itself (a predecessor sorts before its successors), so it is
     reached by re-sorting: each round settles one more link of a chain of exact ties; stable sorts
-    keep the stage order (depth, parent order, rank) for what is left.
+    keep the stage order (depth, parent order, rank) for what is left. Without exact ties there is
+    nothing to settle: on the CPU (where a check costs no device sync) the rounds are skipped then.
     """
-    order = primary.sort(dim=-1, stable=True).indices
+    ordered = primary.sort(dim=-1, stable=True)
+    order = ordered.indices
+    if order.shape[1] < 2:
+        return order
+    if primary.device.type == "cpu":
+        keys = ordered.values
+        if not bool(((keys[:, 1:] == keys[:, :-1]) & torch.isfinite(keys[:, 1:])).any()):
+            return order
+    pred, tie = predecessor()
     ar = torch.arange(primary.shape[1], device=primary.device).expand_as(order)
-    for _ in range(rounds):
+    for _ in range(_TIE_ROUNDS):
         position = torch.empty_like(order).scatter_(1, order, ar)
         secondary = position.gather(1, pred) * span + tie
         by_secondary = secondary.sort(dim=-1, stable=True).indices
@@ -274,17 +358,17 @@ def _refine(primary: torch.Tensor, pred: torch.Tensor, tie: torch.Tensor, span: 
     return order
 
 
-def _accum(cat, depth_of, dists, has, budget: int, k: int, known: KnownNodes | None) -> TreeBatch:
+def _accum(cat: dict, depth_of: torch.Tensor, dists: tuple, budget: int, k: int, known: KnownNodes | None) -> TreeBatch:
     """accum: pops in key order among expandable nodes; pop i's children fill 1 + i*k + rank."""
     r, g = depth_of.shape
     device = depth_of.device
-    tokens, logps, penalty = (torch.cat([d[i] for d in dists], dim=1) for i in range(3))  # (R, G, k), (R, G)
+    tokens, logps, penalty, has = dists  # (R, G, k), (R, G, k), (R, G), (R, G)
     pops_max = -(-(budget - 1) // k)
-    live = cat["ok"] & torch.cat(has, dim=1)  # (R, G) expandable, the root included when it has children
-    primary = _sort_key(cat["score"], live, torch.zeros_like(live))
+    live = cat["ok"] & has  # (R, G) expandable, the root included when it has children
+    primary = _sort_key(cat["score"], live, None)
     primary[:, 0] = -math.inf  # the root pops first
     # The heap's tie-break: the node added earlier, i.e. the earlier parent pop, then the lower rank.
-    pops = _refine(primary, cat["parent"].clamp(min=0), cat["rank"], k, _TIE_ROUNDS)[:, :pops_max]  # (R, P)
+    pops = _refine(primary, lambda: (cat["parent"].clamp(min=0), cat["rank"]), k)[:, :pops_max]  # (R, P)
     popped = live.gather(1, pops)  # (R, P): a prefix of each row
     pop_index = torch.zeros(r, g, dtype=torch.long, device=device)
     pop_index.scatter_(1, pops, torch.arange(pops.shape[1], device=device).expand_as(pops))
@@ -301,6 +385,7 @@ def _accum(cat, depth_of, dists, has, budget: int, k: int, known: KnownNodes | N
     child_known = (
         known.lookup(cat["known"].gather(1, source), child_tok) if known is not None else torch.full_like(source, -1)
     )
+    root_known = cat["known"][:, :1] if known is not None else torch.full((r, 1), -1, device=device)
     head = slice(0, 1)
     return TreeBatch(
         tokens=torch.cat([cat["token"][:, head], torch.where(valid, child_tok, 0)], dim=1),
@@ -308,7 +393,7 @@ def _accum(cat, depth_of, dists, has, budget: int, k: int, known: KnownNodes | N
         depths=torch.cat([depth_of[:, head], torch.where(valid, depth_of.gather(1, source) + 1, 0)], dim=1),
         scores=torch.cat([cat["score"][:, head], torch.where(valid, score, 0.0)], dim=1),
         valid=torch.cat([cat["ok"][:, head], valid], dim=1),
-        known_ids=torch.cat([cat["known"][:, head], torch.where(valid, child_known, -1)], dim=1),
+        known_ids=torch.cat([root_known, torch.where(valid, child_known, -1)], dim=1),
     )
 
 
