@@ -7,7 +7,10 @@ nodes and no host transfer until `TreeBatch.to_trees`.
 
 Why a heap is not needed. Scores only fall along a path (every increment log q - gamma * H is
 <= 0), so each construction's pop sequence is a prefix of ONE order over all reachable nodes:
-descending score, ties to the shallower node, then to the earlier parent, then to the lower rank.
+descending score, exact ties as the reference's heap breaks them (accum: the node added earlier,
+i.e. the earlier parent pop, then the lower rank; best-first: the candidate pushed earlier, i.e.
+its predecessor — previous sibling, or parent for a first child — popped earlier, the sibling push
+before the child push).
 
 - best-first: the tree is root + the first B - 1 nodes of that order.
 - spine-first: the greedy chain (rank-0 child at every depth) first, then the order's first
@@ -18,10 +21,16 @@ descending score, ties to the shallower node, then to the earlier parent, then t
 
 Every node of that prefix at depth d has its parent in the prefix, so it is found depth by depth:
 stage d ranks the children of the nodes kept at depth d - 1 and keeps the best ``B - 1`` (accum:
-``ceil((B - 1) / K)``, the most pops it can make). One stage per depth, then one sort of all kept
-nodes. Exact ties between unrelated nodes of different parents are broken by the stated order,
-which is what the reference's heap does whenever the tie involves a parent, a child or siblings;
-with ties between unrelated branches the two may order (never choose) nodes differently.
+``ceil((B - 1) / K)``, the most pops it can make; accum pops lie above depth ceil((B - 1) / K)).
+One stage per depth, then one sort of all kept nodes. The tie order is defined through itself, so
+`_refine` reaches it by re-sorting (`_TIE_ROUNDS` rounds): exact for ties that involve a parent, a
+child or siblings, and for accum generally; when unrelated branches tie in long chains (a 3-value
+logit grid, tested) best-first and spine-first may order tied nodes differently, always keeping the
+same multiset of scores (a k-best tree either way).
+
+Host syncs: none on an accelerator until `TreeBatch.to_trees` (one transfer). On the CPU, where a
+check costs nothing, two exact shortcuts read a bool: skip the tie rounds when no two keys are
+equal, and stop adding depths once no child can beat the nodes already kept.
 
 Where children come from:
 - ``marginals`` (`Dists` with one slot per depth): every node at depth d gets slot d (DFlash-T,
@@ -386,7 +395,7 @@ def _accum(cat: dict, depth_of: torch.Tensor, dists: tuple, budget: int, k: int,
         known.lookup(cat["known"].gather(1, source), child_tok) if known is not None else torch.full_like(source, -1)
     )
     root_known = cat["known"][:, :1] if known is not None else torch.full((r, 1), -1, device=device)
-    head = slice(0, 1)
+    head = slice(0, 1)  # the root's column
     return TreeBatch(
         tokens=torch.cat([cat["token"][:, head], torch.where(valid, child_tok, 0)], dim=1),
         parents=torch.cat([cat["parent"][:, head], torch.where(valid, at[:, pop], -1)], dim=1),
