@@ -269,12 +269,14 @@ def build_trees(
         )
         stages.append(stage)
         offset += order.shape[1]
-    widths = torch.tensor([s.ok.shape[1] for s in stages], device=device)
-    depth_of = torch.repeat_interleave(torch.arange(len(stages), device=device), widths).expand(r, -1)  # (R, G)
+    sizes = [s.ok.shape[1] for s in stages]
+    depth_of = torch.repeat_interleave(  # (R, G); output_size given: no device sync
+        torch.arange(len(stages), device=device), torch.tensor(sizes, device=device), output_size=sum(sizes)
+    ).expand(r, -1)
     cat = {f: None if getattr(stage, f) is None else torch.cat([getattr(s, f) for s in stages], dim=1)
            for f in _Stage.__dataclass_fields__}
     if accum:
-        return _accum(cat, depth_of, _stack_dists(dists, [s.ok.shape[1] for s in stages], k), budget, k, known)
+        return _accum(cat, depth_of, _stack_dists(dists, sizes, k), budget, k, known)
     return _ordered(cat, depth_of, budget, k)
 
 
