@@ -111,13 +111,14 @@ VARIANTS = [
     ("dflash", {}), ("dflash", {"construction": "accum", "fanout": 3}), ("dflash", {"fanout": 1}),
     ("jetflow", {}), ("jetflow", {"construction": "accum"}), ("jetflow", {"refine_passes": 0}),
     ("jetflow", {"refine_passes": 2, "construction": "spine-first", "scoring": "entropy"}),
+    ("jetflow-refine", {}), ("jetflow-refine", {"construction": "accum", "fanout": 2}),
     ("eagle", {}), ("eagle", {"construction": "accum", "top_k": 3}), ("eagle", {"scoring": "entropy", "depth": 3}),
 ]
 
 
 @pytest.mark.parametrize(("name", "options"), VARIANTS)
 def test_device_path_matches_the_python_path(target, checkpoints, name, options):  # noqa: F811
-    drafter = DRAFTERS.get(name).build(target, checkpoints[name], **options)
+    drafter = DRAFTERS.get(name).build(target, checkpoints[name.removesuffix("-refine")], **options)
     drafter.cache, seqs = observed_cache(target, drafter.head)
     reference = reference_eagle if name == "eagle" else reference_block
     with torch.inference_mode():
