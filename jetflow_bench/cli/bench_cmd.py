@@ -78,7 +78,7 @@ def baseline(
 def drafter(
     target: TargetOpt,
     drafters: Annotated[
-        list[str], typer.Option("--drafter", help="NAME=CHECKPOINT_DIR (or NAME for ngram); repeatable.")
+        list[str], typer.Option("--drafter", help="NAME[KEY=VALUE,...]=CHECKPOINT_DIR (NAME for ngram); repeatable.")
     ],
     budgets: Annotated[str, typer.Option(help="Comma-separated budgets B (tree nodes incl. root).")] = "16,64,256",
     suite: Annotated[str, typer.Option(help="Suite whose first prompts are used.")] = "gsm8k",
@@ -104,12 +104,14 @@ def drafter(
     from jetflow_bench.bench_drafter import ar_step_ms, split_drafter
     from jetflow_bench.prompts import encode, suite_requests
     from jetflow_bench.stopping import StopRule
-    from jetflow_bench.sweep.grid import parse_budgets, parse_drafters
+    from jetflow_bench.sweep.arms import arm_spec
+    from jetflow_bench.sweep.grid import DEFAULT_VARIANT, parse_budgets, parse_drafters
     from jetflow_bench.target import TargetRunner
 
     set_threads(threads)
     sizes = parse_budgets(budgets)
-    specs = [spec for text in drafters for spec in parse_drafters(text)]
+    specs = [arm_spec(name, options, ckpt) for text in drafters for name, options, ckpt in
+             parse_drafters(text, "--drafter")]
     runner = TargetRunner.load(target, device=device, dtype=dtype)
     requests = suite_requests(runner, suite, resolve_data_dir(data_dir), limit=batch_size)
     if len(requests) < batch_size:
@@ -118,9 +120,10 @@ def drafter(
     stop = StopRule(max_new_tokens)  # no early EOS: every run decodes the same length
     ar_ms = ar_step_ms(runner, prompts, stop)
     splits = []
-    for name, checkpoint in specs:
-        built = DRAFTERS.get(name).build(runner, checkpoint)
-        splits += [split_drafter(name, built, runner, prompts, stop, budget, ar_ms) for budget in sizes]
+    for spec in specs:
+        built = DRAFTERS.get(spec.name).build(runner, checkpoint=spec.checkpoint, **dict(spec.options))
+        label = spec.name if spec.variant == DEFAULT_VARIANT else f"{spec.name}[{spec.variant}]"
+        splits += [split_drafter(label, built, runner, prompts, stop, budget, ar_ms) for budget in sizes]
     if fmt in (TableFormat.json, TableFormat.csv):
         emit([s.row() for s in splits], fmt)
         return
