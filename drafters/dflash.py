@@ -18,7 +18,8 @@ from drafters.base import SequenceView
 from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
 from drafters.masks import block_allowed, join
-from drafters.tree_builder import ChildDist, build_tree, child_dists, marginal_lookup
+from drafters.timing import span
+from drafters.tree_ops import Dists, build_trees, top_children
 from jetflow_bench.tree import DraftTree
 
 
@@ -26,25 +27,27 @@ class DFlashDrafter(LearnedDrafter):
     name = "dflash"
 
     @torch.inference_mode()
-    def marginals(self, seqs: Sequence[SequenceView], cache: ContextCache) -> list[list[ChildDist]]:
-        """Pass 1: per row, the top-K candidates of q_1..q_D from one head forward."""
+    def marginals(self, seqs: Sequence[SequenceView], cache: ContextCache) -> Dists:
+        """Pass 1: the top-K candidates of q_1..q_D for every row, (B, D, K), from one head forward."""
         head = self.head
         n = head.cfg.block_size  # anchor + D masks
         device = cache.last_feature.device
-        anchors = torch.tensor([s.tokens[-1] for s in seqs], device=device)  # (B,)
+        anchors = self.roots(seqs, cache)  # (B,)
         offsets = torch.arange(n, device=device)  # (n,)
         x = head.block_inputs(anchors[:, None].expand(-1, n), (offsets > 0).expand(len(seqs), n))  # (B, n, H)
         positions = cache.anchor_positions()[:, None] + offsets  # (B, n)
         mask = join(cache.context_allowed(n), block_allowed(head.cfg.mode, 1, n, device), x.dtype)
         hidden = head(x, positions, mask, cache.scratch(0, n))  # (B, n, H)
-        dists = child_dists(head.logits(hidden[:, 1:]).flatten(0, 1), self.tree.fanout)  # B * D
-        return [dists[b * (n - 1) : (b + 1) * (n - 1)] for b in range(len(seqs))]
+        return top_children(head.logits(hidden[:, 1:]), self.tree.fanout)  # (B, D, K)
+
+    def roots(self, seqs: Sequence[SequenceView], cache: ContextCache) -> torch.Tensor:
+        """(B,) last committed token of each row, on the head's device."""
+        return torch.tensor([s.tokens[-1] for s in seqs], device=cache.last_feature.device)
 
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
         if budget == 1:
             return [DraftTree.root_only(s.tokens[-1]) for s in seqs]
         cache = self.require_cache(seqs)
-        return [
-            build_tree(seq.tokens[-1], marginal_lookup(m), budget, self.tree)
-            for seq, m in zip(seqs, self.marginals(seqs, cache), strict=True)
-        ]
+        marginals = self.marginals(seqs, cache)
+        with span("tree"):
+            return build_trees(self.roots(seqs, cache), budget, self.tree, marginals=marginals).to_trees()

@@ -13,7 +13,6 @@ Cost grows linearly with depth — the price of path-conditioned drafts.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +23,9 @@ from drafters.checkpoint import HeadInfo
 from drafters.head import DraftHead
 from drafters.learned import LearnedDrafter, head_depth
 from drafters.masks import join
-from drafters.tree_builder import ChildDist, Path, TreeOptions, build_tree, child_dists, child_score
+from drafters.timing import span
+from drafters.tree_builder import TreeOptions
+from drafters.tree_ops import Dists, KnownNodes, build_trees, top_children
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.tree import DraftTree
 
@@ -60,29 +61,26 @@ class EagleDrafter(LearnedDrafter):
     @torch.inference_mode()
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
         depth = min(self.depth, self.tree.max_depth, budget - 1)
-        roots = [s.tokens[-1] for s in seqs]
         if depth < 1:
-            return [DraftTree.root_only(r) for r in roots]
+            return [DraftTree.root_only(s.tokens[-1]) for s in seqs]
         cache = self.require_cache(seqs)
         head, b = self.head, len(seqs)
         device = cache.last_feature.device
         capacity = 1 + (depth - 1) * self.top_k  # entries over all depths
         features = torch.zeros(b, capacity, head.cfg.hidden_size, dtype=cache.last_feature.dtype, device=device)
         sees = torch.zeros(b, capacity, capacity, dtype=torch.bool, device=device)  # entry -> visible entries
-        explored: list[dict[Path, ChildDist]] = [{} for _ in seqs]
-        # frontier per row: (score, path, parent entry or -1 for the root)
-        frontier: list[list[tuple[float, Path, int]]] = [[(0.0, (), -1)] for _ in seqs]
+        # Explored nodes = the head's entries (entry index = trie index; entry 0 is the root).
+        trie_parent = torch.full((b, capacity), -1, dtype=torch.long, device=device)
+        trie_token = torch.zeros(b, capacity, dtype=torch.long, device=device)
+        explored = _Explored(b, capacity)
+        # The frontier, (B, n) each: token, parent entry (-1 for the root), cumulative score.
+        tokens = torch.tensor([s.tokens[-1] for s in seqs], device=device)[:, None]
+        parent = torch.full((b, 1), -1, dtype=torch.long, device=device)
+        score = torch.zeros(b, 1, dtype=torch.float64, device=device)
+        rows = torch.arange(b, device=device)[:, None]
         written = 0
         for level in range(depth):
-            n = max(len(f) for f in frontier)
-            tokens = torch.zeros(b, n, dtype=torch.long)
-            parent = torch.full((b, n), -1, dtype=torch.long)
-            for row, nodes in enumerate(frontier):
-                for j, (_, path, par) in enumerate(nodes):
-                    tokens[row, j] = path[-1] if path else roots[row]
-                    parent[row, j] = par
-            tokens, parent = tokens.to(device), parent.to(device)
-            rows = torch.arange(b, device=device)[:, None]
+            n = tokens.shape[1]
             parent_feature = torch.where(
                 (parent >= 0)[..., None], features[rows, parent.clamp(min=0)], cache.last_feature[:, None]
             )  # (B, n, H)
@@ -94,24 +92,51 @@ class EagleDrafter(LearnedDrafter):
             mask = join(cache.context_allowed(n), sees[:, own, : written + n], x.dtype)
             out = head(x, positions.expand(b, n), mask, cache.scratch(written, n))  # (B, n, H)
             features[:, own] = out
-            dists = child_dists(head.logits(out).flatten(0, 1), self.tree.fanout)  # B * n
-            frontier = [
-                self._next_frontier(nodes, dists[row * n : row * n + len(nodes)], explored[row], written)
-                for row, nodes in enumerate(frontier)
-            ]
+            dists = top_children(head.logits(out), self.tree.fanout)  # (B, n, K)
+            with span("tree"):
+                trie_parent[:, own], trie_token[:, own] = parent, tokens
+                explored.record(own, dists)
+                tokens, parent, score = self._next_frontier(score, dists, own)
             written += n
-        return [build_tree(r, e.get, budget, self.tree) for r, e in zip(roots, explored, strict=True)]
+        with span("tree"):
+            known = KnownNodes(trie_parent, trie_token, explored.has, explored.store)
+            return build_trees(trie_token[:, 0], budget, self.tree, known=known).to_trees()
 
     def _next_frontier(
-        self, nodes: list[tuple[float, Path, int]], dists: list[ChildDist], explored: dict[Path, ChildDist], written: int
-    ) -> list[tuple[float, Path, int]]:
-        """Record each expanded node's children; the best ``top_k`` children by score come next."""
-        children = []
-        for j, ((score, path, _), dist) in enumerate(zip(nodes, dists, strict=True)):
-            explored[path] = dist
-            for rank, token in enumerate(dist.tokens[: self.tree.fanout]):
-                children.append((child_score(score, dist, rank, self.tree), (*path, token), written + j))
-        return heapq.nlargest(self.top_k, children, key=lambda c: c[0])
+        self, score: torch.Tensor, dists: Dists, own: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The best ``top_k`` children of the frontier by score (ties: frontier order, then rank) ->
+        their tokens, parent entries and scores, (B, top_k) each."""
+        b, n, _ = dists.tokens.shape
+        fanout = min(self.tree.fanout, dists.k)
+        penalty = self.tree.entropy_weight * dists.entropy.double() if self.tree.scoring == "entropy" else 0.0
+        child = (score[..., None] + dists.logps[..., :fanout].double()) - (
+            penalty[..., None] if torch.is_tensor(penalty) else penalty
+        )  # (B, n, K), as `child_score` adds
+        best = (-child.reshape(b, -1)).sort(dim=-1, stable=True).indices[:, : self.top_k]  # (B, top_k)
+        tokens = dists.tokens[..., :fanout].reshape(b, -1).gather(1, best)
+        parent = own[best // fanout]
+        return tokens, parent, child.reshape(b, -1).gather(1, best)
 
     def describe(self) -> dict:
         return {**super().describe(), "depth": self.depth, "top_k": self.top_k}
+
+
+class _Explored:
+    """Children distributions of the expanded entries (B, capacity, K), filled level by level."""
+
+    def __init__(self, rows: int, capacity: int) -> None:
+        self.rows, self.capacity = rows, capacity
+        self.has: torch.Tensor | None = None  # (B, capacity) bool
+        self.store: Dists | None = None
+
+    def record(self, entries: torch.Tensor, dists: Dists) -> None:
+        if self.store is None:  # K = the heads' top-k width, min(fanout, vocab)
+            shape, device = (self.rows, self.capacity), entries.device
+            self.has = torch.zeros(shape, dtype=torch.bool, device=device)
+            self.store = Dists(dists.tokens.new_zeros(*shape, dists.k), dists.logps.new_zeros(*shape, dists.k),
+                               dists.entropy.new_zeros(shape))
+        self.has[:, entries] = True
+        self.store.tokens[:, entries] = dists.tokens
+        self.store.logps[:, entries] = dists.logps
+        self.store.entropy[:, entries] = dists.entropy

@@ -44,28 +44,87 @@ from drafters.base import SequenceView
 from drafters.dflash import DFlashDrafter
 from drafters.head_cache import ContextCache
 from drafters.masks import join, tree_allowed
-from drafters.tree_builder import (
-    ChildDist,
-    Path,
-    TreeOptions,
-    build_tree,
-    child_dists,
-    conditional_lookup,
-    marginal_lookup,
-    tree_paths,
-)
+from drafters.timing import span
+from drafters.tree_builder import TreeOptions
+from drafters.tree_ops import Dists, KnownNodes, TreeBatch, build_trees, top_children
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.tree import DraftTree, pad_trees
+from jetflow_bench.tree import DraftTree
 
 
 def refinement_entries(tree: DraftTree, max_depth: int) -> tuple[DraftTree, list[int]]:
     """The tree plus one MASK child per node shallower than ``max_depth``; returns (entries, queried nodes).
 
-    MASK entries carry token 0 (their input is the MASK vector) and follow all real nodes.
+    MASK entries carry token 0 (their input is the MASK vector) and follow all real nodes. (One
+    tree in Python: the reference `batched_refinement_entries` is tested against.)
     """
     queried = [i for i, d in enumerate(tree.depths) if d < max_depth]
     entries = DraftTree(tree.tokens + [0] * len(queried), tree.parents + queried)
     return entries, queried
+
+
+def batched_refinement_entries(trees: TreeBatch, max_depth: int) -> tuple[torch.Tensor, ...]:
+    """`refinement_entries` for every row at once, padded as `pad_trees` pads: each row's tree plus one MASK child per node shallower than ``max_depth``, batched.
+
+    Row b holds its n_b nodes, then its q_b MASK entries in node order, then padding (parent -1,
+    depth 0), the width being the widest row; MASK entries carry token 0 (their input is the MASK
+    vector). Returns tokens, parents, depths, is_mask (each (B, E)) and where (B, N): the entry
+    of node i's MASK query, -1 when it has none.
+
+    Worked example, nodes root, a (child of root), b (child of a), D = 2 (b is at the cap):
+        entry   0 root  1 a  2 b  3 M(root)  4 M(a)
+        parent  -1      0    1    0          1          where = [3, 4, -1]
+    """
+    b, n = trees.valid.shape
+    device = trees.valid.device
+    queried = trees.valid & (trees.depths < max_depth)  # (B, N)
+    n_nodes = trees.valid.sum(1, keepdim=True)  # (B, 1)
+    where = torch.where(queried, n_nodes + queried.cumsum(1) - 1, -1)  # (B, N)
+    width = int((n_nodes[:, 0] + queried.sum(1)).max())  # one small sync: the forward's width
+    node = torch.arange(n, device=device).expand(b, n)
+    into = torch.cat([torch.where(trees.valid, node, width), torch.where(queried, where, width)], 1)  # (B, 2N)
+    tokens = torch.zeros(b, width + 1, dtype=torch.long, device=device)
+    parents = torch.full((b, width + 1), -1, dtype=torch.long, device=device)
+    depths = torch.zeros(b, width + 1, dtype=torch.long, device=device)
+    tokens.scatter_(1, into, torch.cat([trees.tokens, torch.zeros_like(trees.tokens)], 1))
+    parents.scatter_(1, into, torch.cat([trees.parents, node], 1))
+    depths.scatter_(1, into, torch.cat([trees.depths, trees.depths + 1], 1))
+    is_mask = torch.zeros(b, width + 1, dtype=torch.bool, device=device)
+    is_mask.scatter_(1, into, torch.cat([torch.zeros_like(queried), queried], 1))
+    return tokens[:, :width], parents[:, :width], depths[:, :width], is_mask[:, :width], where
+
+
+def merge_known(known: KnownNodes | None, trees: TreeBatch, asked: torch.Tensor, answers: Dists) -> KnownNodes:
+    """The known nodes after a refinement pass: the trees' nodes join (a path met again keeps one
+    node), and every asked node's distribution is the new one (the reference's ``dict.update``).
+
+    asked (B, N) bool: nodes whose MASK query ran; answers: their distributions, slot = tree node.
+    """
+    b, n = trees.valid.shape
+    device = trees.valid.device
+    if known is None:
+        return KnownNodes(trees.parents, trees.tokens, asked, answers)
+    t = known.parent.shape[1]
+    fresh = trees.valid & (trees.known_ids < 0)
+    slot = torch.where(fresh, t + torch.arange(n, device=device), trees.known_ids.clamp(min=0))  # (B, N)
+    slot = torch.where(trees.valid, slot, t + n)  # padding -> a dropped column
+    parent = torch.cat([known.parent, torch.full((b, n + 1), -1, dtype=torch.long, device=device)], 1)
+    token = torch.cat([known.token, torch.zeros(b, n + 1, dtype=torch.long, device=device)], 1)
+    tree_parent = torch.where(trees.parents >= 0, slot.gather(1, trees.parents.clamp(min=0)), -1)
+    parent.scatter_(1, torch.where(fresh, slot, t + n), tree_parent)
+    token.scatter_(1, torch.where(fresh, slot, t + n), trees.tokens)
+    has = torch.cat([known.has_dist, torch.zeros(b, n + 1, dtype=torch.bool, device=device)], 1)
+    to = torch.where(asked, slot, t + n)
+    has.scatter_(1, to, torch.ones_like(asked))
+    k = answers.k
+
+    def put(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        grown = torch.cat([old, old.new_zeros(b, n + 1, *old.shape[2:])], 1)
+        index = to if old.dim() == 2 else to[..., None].expand(b, n, k)
+        return grown.scatter_(1, index, new)[:, : t + n]
+
+    dists = Dists(put(known.dists.tokens, answers.tokens), put(known.dists.logps, answers.logps),
+                  put(known.dists.entropy, answers.entropy))
+    return KnownNodes(parent[:, : t + n], token[:, : t + n], has[:, : t + n], dists)
 
 
 class JetFlowDrafter(DFlashDrafter):
@@ -82,45 +141,43 @@ class JetFlowDrafter(DFlashDrafter):
         self.refine_passes = refine_passes  # r: tree-causal refinement passes after pass 1
 
     @torch.inference_mode()
-    def conditionals(self, trees: Sequence[DraftTree], cache: ContextCache) -> list[dict[Path, ChildDist]]:
-        """One forward over every row's tree -> per row, path of node -> its children's distribution."""
+    def conditionals(self, trees: TreeBatch, cache: ContextCache) -> tuple[torch.Tensor, Dists]:
+        """One forward over every row's tree -> (asked (B, N): nodes that got a MASK query,
+        their children's distributions (B, N, K), slot = tree node)."""
         head = self.head
-        built = [refinement_entries(t, self.tree.max_depth) for t in trees]
-        tokens, parents, depths, valid = (t.to(cache.last_feature.device) for t in pad_trees([e for e, _ in built]))
-        n_nodes = torch.tensor([len(t) for t in trees], device=tokens.device)
+        with span("tree"):
+            tokens, parents, depths, is_mask, where = batched_refinement_entries(trees, self.tree.max_depth)
         e = tokens.shape[1]
-        is_mask = (torch.arange(e, device=tokens.device) >= n_nodes[:, None]) & valid  # (B, E)
         x = head.block_inputs(tokens, is_mask)  # (B, E, H)
         positions = cache.anchor_positions()[:, None] + depths  # (B, E)
         mask = join(cache.context_allowed(e), tree_allowed(parents, depths), x.dtype)
         hidden = head(x, positions, mask, cache.scratch(0, e))  # (B, E, H)
-        rows = [(b, len(t) + j) for b, t in enumerate(trees) for j in range(len(built[b][1]))]
-        if not rows:
-            return [{} for _ in trees]
-        index = torch.tensor(rows, device=tokens.device)  # (M, 2)
-        dists = iter(child_dists(head.logits(hidden[index[:, 0], index[:, 1]]), self.tree.fanout))
-        out = []
-        for tree, (_, queried) in zip(trees, built, strict=True):
-            paths = tree_paths(tree)
-            out.append({paths[u]: next(dists) for u in queried})
-        return out
+        asked = where >= 0  # (B, N)
+        queries = hidden.gather(1, where.clamp(min=0)[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, N, H)
+        found = top_children(head.logits(queries[asked])[None], self.tree.fanout)  # (1, M, K): asked rows only
+        b, n = asked.shape
+        k = found.k
+        tok = torch.zeros(b, n, k, dtype=torch.long, device=asked.device)
+        lp = torch.zeros(b, n, k, dtype=found.logps.dtype, device=asked.device)
+        ent = torch.zeros(b, n, dtype=found.entropy.dtype, device=asked.device)
+        tok[asked], lp[asked], ent[asked] = found.tokens[0], found.logps[0], found.entropy[0]
+        return asked, Dists(tok, lp, ent)
 
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
         if budget == 1:
             return [DraftTree.root_only(s.tokens[-1]) for s in seqs]
         cache = self.require_cache(seqs)
-        fallbacks = [marginal_lookup(m) for m in self.marginals(seqs, cache)]
-        roots = [s.tokens[-1] for s in seqs]
-        trees = [build_tree(r, f, budget, self.tree) for r, f in zip(roots, fallbacks, strict=True)]
-        known: list[dict[Path, ChildDist]] = [{} for _ in seqs]
+        roots, marginals = self.roots(seqs, cache), self.marginals(seqs, cache)
+        with span("tree"):
+            trees = build_trees(roots, budget, self.tree, marginals=marginals)
+        known: KnownNodes | None = None
         for _ in range(self.refine_passes):
-            for seen, new in zip(known, self.conditionals(trees, cache), strict=True):
-                seen.update(new)
-            trees = [
-                build_tree(r, conditional_lookup(seen, f), budget, self.tree)
-                for r, seen, f in zip(roots, known, fallbacks, strict=True)
-            ]
-        return trees
+            answers = self.conditionals(trees, cache)
+            with span("tree"):
+                known = merge_known(known, trees, *answers)
+                trees = build_trees(roots, budget, self.tree, marginals=marginals, known=known)
+        with span("tree"):
+            return trees.to_trees()
 
     @classmethod
     def option_defaults(cls) -> dict[str, Any]:

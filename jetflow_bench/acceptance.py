@@ -42,7 +42,10 @@ def greedy_accept(
     rows = torch.arange(tokens.shape[0], device=tokens.device)
     bonus = target_argmax[rows, best]
     path_mask = ancestors[rows, best]  # (B, N) nodes on the root..best path
-    best_l, bonus_l = best.tolist(), bonus.tolist()
-    accepted_l = depths[rows, best].tolist()
-    paths = [torch.nonzero(row, as_tuple=True)[0].tolist() for row in path_mask.cpu()]
-    return Acceptance(best_l, accepted_l, bonus_l, paths)
+    # Parents precede children, so the path is its nodes in index order: sort them to the front.
+    n = tokens.shape[1]
+    on_path = torch.where(path_mask, torch.arange(n, device=tokens.device), n).sort(dim=1).values  # (B, N)
+    accepted = depths[rows, best]
+    packed = torch.cat([best[:, None], bonus[:, None], accepted[:, None], on_path], dim=1).tolist()  # one transfer
+    paths = [row[3 : 4 + row[2]] for row in packed]
+    return Acceptance([r[0] for r in packed], [r[2] for r in packed], [r[1] for r in packed], paths)

@@ -52,6 +52,13 @@ class DraftTree:
         self.depths = depths
 
     @classmethod
+    def trusted(cls, tokens: list[int], parents: list[int], scores: list[float], depths: list[int]) -> DraftTree:
+        """A tree built on the device with its depths already known: no O(N) Python pass over it."""
+        tree = cls.__new__(cls)
+        tree.tokens, tree.parents, tree.scores, tree.depths = tokens, parents, scores, depths
+        return tree
+
+    @classmethod
     def root_only(cls, token: int) -> DraftTree:
         return cls([token], [-1])
 

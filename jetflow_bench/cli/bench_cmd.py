@@ -75,6 +75,68 @@ def baseline(
                                    "machine or with more --pairs before concluding")
 
 
+@bench_app.command("drafter")
+def drafter(
+    target: TargetOpt,
+    drafters: Annotated[
+        list[str], typer.Option("--drafter", help="NAME[KEY=VALUE,...]=CHECKPOINT_DIR (NAME for ngram); repeatable.")
+    ],
+    budgets: Annotated[str, typer.Option(help="Comma-separated budgets B (tree nodes incl. root).")] = "16,64,256",
+    suite: Annotated[str, typer.Option(help="Suite whose first prompts are used.")] = "gsm8k",
+    batch_size: Annotated[int, typer.Option(min=1, help="Prompts decoded together.")] = 1,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per prompt (no early EOS).")] = 128,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    data_dir: DataDirOpt = None,
+    threads: ThreadsOpt = None,
+    fmt: TableFormatOpt = TableFormat.table,
+) -> None:
+    """Split each drafter's time per verify step into head forwards, tree construction and the rest,
+    beside the verify time and a plain AR step, measured in one run per drafter and budget.
+
+    The non-forward share = (drafting - head forwards) / drafting is host work that a faster device
+    does not shrink. Every timed span synchronises the device: the split is exact, the run slower
+    than a sweep. Times are means per verify step (batched forward), in milliseconds.
+
+    Example: jfbench bench drafter --target DIR --drafter jetflow=heads/jf --drafter eagle=heads/eagle
+    --budgets 16,64,256
+    """
+    from drafters import DRAFTERS
+    from jetflow_bench.bench_drafter import ar_step_ms, split_drafter
+    from jetflow_bench.prompts import encode, suite_requests
+    from jetflow_bench.stopping import StopRule
+    from jetflow_bench.sweep.arms import arm_spec
+    from jetflow_bench.sweep.grid import DEFAULT_VARIANT, parse_budgets, parse_drafters
+    from jetflow_bench.target import TargetRunner
+
+    set_threads(threads)
+    sizes = parse_budgets(budgets)
+    specs = [arm_spec(name, options, ckpt) for text in drafters for name, options, ckpt in
+             parse_drafters(text, "--drafter")]
+    runner = TargetRunner.load(target, device=device, dtype=dtype)
+    requests = suite_requests(runner, suite, resolve_data_dir(data_dir), limit=batch_size)
+    if len(requests) < batch_size:
+        raise JfbenchError(f"suite {suite!r} has only {len(requests)} prompts: lower --batch-size")
+    prompts = [encode(runner, r.prompt) for r in requests]
+    stop = StopRule(max_new_tokens)  # no early EOS: every run decodes the same length
+    ar_ms = ar_step_ms(runner, prompts, stop)
+    splits = []
+    for spec in specs:
+        built = DRAFTERS.get(spec.name).build(runner, checkpoint=spec.checkpoint, **dict(spec.options))
+        label = spec.name if spec.variant == DEFAULT_VARIANT else f"{spec.name}[{spec.variant}]"
+        splits += [split_drafter(label, built, runner, prompts, stop, budget, ar_ms) for budget in sizes]
+    if fmt in (TableFormat.json, TableFormat.csv):
+        emit([s.row() for s in splits], fmt)
+        return
+    emit([{
+        "drafter": s.drafter, "B": s.budget, "steps": s.steps, "τ": f"{s.tau:.2f}", "draft": f"{s.draft_ms:.2f}",
+        "head fwd": f"{s.head_ms:.2f}", "tree": f"{s.tree_ms:.2f}", "rest": f"{s.rest_ms:.2f}",
+        "non-fwd share": f"{s.non_forward_share:.0%}", "verify": f"{s.verify_ms:.2f}", "AR step": f"{s.ar_step_ms:.2f}",
+    } for s in splits], fmt, left=("drafter",),
+        title=f"drafting time per verify step (ms) — {runner.name}, batch {batch_size}, {max_new_tokens} new tokens",
+        caption=f"device {runner.device}, dtype {runner.dtype}; non-fwd share = (draft - head fwd) / draft")
+
+
 def _int_list(spec: str, flag: str) -> list[int]:
     try:
         values = [int(x) for x in spec.split(",") if x.strip()]
