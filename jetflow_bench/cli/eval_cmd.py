@@ -1,0 +1,125 @@
+"""`jfbench eval`: accuracy under speculative decoding, measured by lm-evaluation-harness."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from jetflow_bench.cli import app
+from jetflow_bench.cli.options import (
+    DataDirOpt,
+    DeviceOpt,
+    DtypeOpt,
+    FormatOpt,
+    OutputFormat,
+    TargetOpt,
+    ThreadsOpt,
+)
+from jetflow_bench.errors import JfbenchError
+
+
+@app.command("eval")
+def eval_(
+    target: TargetOpt,
+    drafter: Annotated[
+        str, typer.Option("--drafter", help="Drafter of the speculative arm: ngram, NAME=HEAD_DIR, or none.")
+    ] = "none",
+    budget: Annotated[
+        int | None, typer.Option("--budget", help="Tree nodes per verify step, root included. Default: 64 (1 without a drafter).")
+    ] = None,
+    tasks: Annotated[
+        str, typer.Option("--tasks", help="jfbench suites (gsm8k, math500, aime25, humaneval, mbpp) or harness task names.")
+    ] = "gsm8k",
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="First N records per task. Default: all.")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Requests decoded together.")] = 8,
+    max_gen_toks: Annotated[
+        int | None, typer.Option("--max-gen-toks", min=1, help="New tokens per request. Default: each task's own.")
+    ] = None,
+    compare_plain: Annotated[
+        bool, typer.Option("--compare-plain", help="Also run plain decoding and print both accuracy tables.")
+    ] = False,
+    confirm_run_unsafe_code: Annotated[
+        bool, typer.Option("--confirm-run-unsafe-code", help="Allow code tasks (humaneval, mbpp) to execute model code.")
+    ] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="With --compare-plain: exit 1 when an accuracy or a generation differs.")
+    ] = False,
+    attention: Annotated[str, typer.Option("--attention", help="Target attention backend.")] = "sdpa",
+    out: Annotated[Path | None, typer.Option("--out", help="Run folder. Default: results/eval-<time>.")] = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    data_dir: DataDirOpt = None,
+    threads: ThreadsOpt = None,
+    format: FormatOpt = OutputFormat.text,
+) -> None:
+    """Run lm-evaluation-harness tasks on the `jfbench` model (target + drafter, greedy).
+
+    jfbench suite names run jfbench's offline harness tasks (the suite's own prompts and answer
+    checks, data from --data-dir); the chat variant is chosen when the target has a chat template,
+    as jfbench's own runs do. Speculative greedy decoding is lossless, so --compare-plain must show
+    the same accuracy and the same generations; the table adds τ (tokens per verify step).
+
+    Examples:
+
+        jfbench eval --target T --drafter jetflow=HEAD --budget 64 --tasks gsm8k --limit 64 --compare-plain
+
+        jfbench eval --target T --drafter ngram --tasks humaneval,mbpp --confirm-run-unsafe-code
+    """
+    from jetflow_bench.integrations.lm_eval_run import (
+        EvalConfig,
+        check_data_dir,
+        default_out,
+        require_lm_eval,
+        run_eval,
+    )
+    from jetflow_bench.runtime import set_threads
+
+    require_lm_eval()
+    names = [t.strip() for t in tasks.split(",") if t.strip()]
+    if not names:
+        raise JfbenchError("--tasks is empty: name at least one, e.g. --tasks gsm8k")
+    if compare_plain and drafter.strip().lower() == "none":
+        raise JfbenchError("--compare-plain compares a drafter with plain decoding: pass --drafter, e.g. ngram")
+    check_data_dir(data_dir)
+    set_threads(threads)
+    spec = drafter.strip().lower() != "none"
+    config = EvalConfig(
+        target=target, drafter=drafter.strip(), budget=budget if budget is not None else (64 if spec else 1),
+        tasks=tuple(names), data_dir=data_dir, limit=limit, batch_size=batch_size, device=device, dtype=dtype,
+        attention=attention, max_gen_toks=max_gen_toks, confirm_run_unsafe_code=confirm_run_unsafe_code,
+        compare_plain=compare_plain,
+    )
+    folder = out or default_out()
+    summary = run_eval(config, folder, sys.argv)
+    if format is OutputFormat.json:
+        print(json.dumps(summary))
+    else:
+        _print_table(summary, folder, compare_plain)
+    differs = [r for r in summary["rows"] if "plain" in r and (r["plain"] != r["speculative"] or r["same_generations"] != r["generations"])]
+    if strict and differs:
+        raise typer.Exit(1)
+
+
+def _print_table(summary: dict, folder: Path, compare_plain: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    drafter = summary["config"]["drafter"]
+    table = Table(title=f"lm-eval accuracy — {drafter}, budget {summary['config']['budget']}")
+    columns = ["task", "metric", f"speculative ({drafter})", "τ"]
+    if compare_plain:
+        columns += ["plain", "same generations"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("task", "metric") else "right")
+    for row in summary["rows"]:
+        value = f"{row['speculative']:.4f}" + (f" ± {row['stderr']:.4f}" if isinstance(row["stderr"], float) else "")
+        cells = [row["task"], row["metric"], value, "—" if row["tau"] is None else f"{row['tau']:.2f}"]
+        if compare_plain:
+            cells += [f"{row['plain']:.4f}", f"{row['same_generations']}/{row['generations']}"]
+        table.add_row(*cells)
+    Console().print(table)
+    print(f"run folder: {folder} (harness results.json, samples, speculation.json per arm)", file=sys.stderr)

@@ -1,0 +1,201 @@
+"""`jfbench eval`: the harness's ``simple_evaluate`` on the ``jfbench`` model, into a run folder.
+
+A run folder holds one sub-folder per arm (``speculative``, and ``plain`` with ``--compare-plain``),
+each with the harness's own results JSON (``results.json``), its per-sample log
+(``samples_<task>.jsonl``) and the model's speculation side file (``speculation.json``), plus
+``eval.json``: the command, the settings and the side-by-side table that the CLI prints.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.integrations.lm_eval_tasks import SUITES as HARNESS_SUITES
+from jetflow_bench.integrations.lm_eval_tasks import TASK_DIR, task_name
+
+ARMS = ("speculative", "plain")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    target: str
+    drafter: str  # "jetflow=DIR", "ngram", ...
+    budget: int
+    tasks: tuple[str, ...]  # jfbench suite names (-> their harness tasks) or other harness task names
+    data_dir: Path
+    limit: int | None = None
+    batch_size: int = 8
+    device: str | None = None
+    dtype: str | None = None
+    attention: str = "sdpa"
+    max_gen_toks: int | None = None  # None: each task's own
+    confirm_run_unsafe_code: bool = False
+    compare_plain: bool = False
+
+
+def require_lm_eval() -> None:
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError as err:
+        raise JfbenchError(
+            "lm-eval is not installed: install the eval extra, pip install -e '.[eval]' "
+            "(or pip install 'jetflow-bench[eval]')"
+        ) from err
+
+
+def check_data_dir(data_dir: Path | None) -> Path:
+    if data_dir is None:
+        raise JfbenchError("no data folder: pass --data-dir DIR or set JFBENCH_DATA_DIR (the layout of shared/data)")
+    if not data_dir.is_dir():
+        raise JfbenchError(f"--data-dir {data_dir} does not exist: pass the folder with the benchmark data files")
+    return data_dir
+
+
+def uses_chat_template(target: str) -> bool:
+    """Whether jfbench's suites would prompt ``target`` through its chat template."""
+    from transformers import AutoTokenizer
+
+    from suites.base import has_chat_template
+
+    try:
+        return has_chat_template(AutoTokenizer.from_pretrained(target))
+    except (OSError, ValueError) as err:
+        raise JfbenchError(f"cannot load the tokenizer of target {target!r}: pass a local model folder or hub id") from err
+
+
+def harness_suite(name: str) -> str | None:
+    """The canonical jfbench suite ``name`` refers to, when that suite has a harness task."""
+    from suites import SUITES
+
+    return SUITES.canonical(name) if name in SUITES and SUITES.canonical(name) in HARNESS_SUITES else None
+
+
+def check_suite_tasks(names: Sequence[str], data_dir: Path) -> list[str]:
+    """Check the names that are jfbench suites (a harness task and its data file); return the others."""
+    from suites import SUITES, get_suite
+
+    others = []
+    for name in names:
+        suite = harness_suite(name)
+        if suite is not None:
+            local = get_suite(suite).data.local
+            if not (data_dir / local).is_file():
+                raise JfbenchError(f"--tasks {name}: {data_dir / local} does not exist; check --data-dir")
+        elif name in SUITES:
+            raise JfbenchError(
+                f"unknown task {name!r}: suite {SUITES.canonical(name)!r} has no harness task; "
+                f"use one of {', '.join(HARNESS_SUITES)}"
+            )
+        else:
+            others.append(name)
+    return others
+
+
+def check_harness_tasks(names: Sequence[str], known: Sequence[str]) -> None:
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, [*HARNESS_SUITES, *known], n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise JfbenchError(
+                f"unknown task {name!r}: {hint}use a jfbench suite with a harness task "
+                f"({', '.join(HARNESS_SUITES)}) or a task the harness knows"
+            )
+
+
+def harness_tasks(names: Sequence[str], chat: bool) -> list[str]:
+    """jfbench suite names -> their harness tasks (chat or plain variant); other names stay."""
+    tasks = [name if harness_suite(name) is None else task_name(harness_suite(name), chat) for name in names]
+    return list(dict.fromkeys(tasks))
+
+
+def run_eval(config: EvalConfig, out: Path, command: Sequence[str]) -> dict[str, Any]:
+    """Run the speculative arm (and plain decoding with ``compare_plain``); returns ``eval.json``."""
+    require_lm_eval()
+    from lm_eval.tasks import TaskManager
+
+    import jetflow_bench.integrations.lm_eval  # noqa: F401  (registers the `jfbench` model)
+
+    data_dir = check_data_dir(config.data_dir)
+    others = check_suite_tasks(config.tasks, data_dir)
+    # Index the harness's own tasks only when asked for one: that takes seconds.
+    manager = TaskManager(include_path=str(TASK_DIR), include_defaults=bool(others), metadata={"data_dir": str(data_dir)})
+    check_harness_tasks(others, manager.all_tasks)
+    chat = uses_chat_template(config.target)
+    tasks = harness_tasks(config.tasks, chat)
+    arms = {"speculative": (config.drafter, config.budget)}
+    if config.compare_plain:
+        arms["plain"] = ("none", 1)
+    results = {arm: _run_arm(config, out / arm, drafter, budget, tasks, chat, manager)
+               for arm, (drafter, budget) in arms.items()}
+    summary = {
+        "command": list(command), "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
+        "tasks": tasks, "chat_template": chat, "rows": comparison_rows(results),
+    }
+    (out / "eval.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def _run_arm(
+    config: EvalConfig, folder: Path, drafter: str, budget: int, tasks: list[str], chat: bool, manager
+) -> dict[str, Any]:
+    from lm_eval import simple_evaluate
+    from lm_eval.utils import handle_non_serializable
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model_args = {
+        "target": config.target, "drafter": drafter, "budget": budget, "batch_size": config.batch_size,
+        "device": config.device, "dtype": config.dtype, "attention": config.attention,
+        "stats_path": str(folder / "speculation.json"),
+    }
+    results = simple_evaluate(
+        model="jfbench", model_args={k: v for k, v in model_args.items() if v is not None}, tasks=tasks,
+        task_manager=manager, limit=config.limit, log_samples=True, apply_chat_template=chat,
+        gen_kwargs=None if config.max_gen_toks is None else {"max_gen_toks": config.max_gen_toks},
+        confirm_run_unsafe_code=config.confirm_run_unsafe_code, bootstrap_iters=1000,
+    )
+    samples = results.pop("samples", {})
+    (folder / "results.json").write_text(json.dumps(results, indent=1, default=handle_non_serializable) + "\n")
+    for task, rows in samples.items():
+        with open(folder / f"samples_{task}.jsonl", "w") as f:
+            for row in rows:
+                f.write(json.dumps(row, default=handle_non_serializable) + "\n")
+    stats_file = folder / "speculation.json"  # written by the model after its generate_until
+    stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {"tasks": []}
+    return {"results": results["results"], "samples": samples, "stats": stats}
+
+
+def comparison_rows(arms: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (task, metric): each arm's value, τ, and how many generations equal plain's."""
+    rows = []
+    spec = arms["speculative"]
+    tau = {t["task"]: t["tau"] for t in spec["stats"]["tasks"]}
+    for task, metrics in spec["results"].items():
+        for key, value in metrics.items():
+            if not isinstance(value, int | float) or "_stderr" in key or key == "sample_len":
+                continue
+            metric = key.split(",")[0]
+            row = {"task": task, "metric": metric, "speculative": value,
+                   "stderr": metrics.get(key.replace(",", "_stderr,", 1)), "tau": tau.get(task)}
+            if "plain" in arms:
+                row["plain"] = arms["plain"]["results"][task][key]
+                same, total = _same_generations(spec["samples"].get(task, []), arms["plain"]["samples"].get(task, []))
+                row["same_generations"], row["generations"] = same, total
+            rows.append(row)
+    return rows
+
+
+def _same_generations(a: list[dict], b: list[dict]) -> tuple[int, int]:
+    by_doc = {row["doc_id"]: row["resps"] for row in b}
+    return sum(by_doc.get(row["doc_id"]) == row["resps"] for row in a), len(a)
+
+
+def default_out() -> Path:
+    return Path("results") / f"eval-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"

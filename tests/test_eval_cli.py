@@ -1,0 +1,41 @@
+"""`jfbench eval` usage errors: one line on stderr, exit code 2, before any model runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import shared_data_dir
+
+
+def assert_usage_error(result: tuple[int, str, str], *words: str) -> None:
+    code, _, err = result
+    assert code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1, err  # one line, no traceback
+    for word in words:
+        assert word in err
+
+
+def test_lm_eval_not_installed(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Bug: an ImportError traceback instead of the install hint.
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # `import lm_eval` now raises ImportError
+    assert_usage_error(cli("eval", "--target", "t", "--data-dir", str(tmp_path)), "lm-eval is not installed", "[eval]")
+
+
+def test_missing_data_dir(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("lm_eval")
+    monkeypatch.delenv("JFBENCH_DATA_DIR", raising=False)
+    assert_usage_error(cli("eval", "--target", "t"), "JFBENCH_DATA_DIR")
+    assert_usage_error(cli("eval", "--target", "t", "--data-dir", str(tmp_path / "nope")), "does not exist")
+
+
+def test_unknown_task(cli) -> None:
+    pytest.importorskip("lm_eval")
+    data = shared_data_dir()
+    if data is None:
+        pytest.skip("benchmark data not found; set JFBENCH_DATA_DIR")
+    args = ("eval", "--target", "t", "--data-dir", str(data), "--limit", "1")  # fails before any model loads
+    assert_usage_error(cli(*args, "--tasks", "gsm8kk"), "unknown task 'gsm8kk'", "did you mean 'gsm8k'")
+    assert_usage_error(cli(*args, "--tasks", "mt_bench"), "has no harness task")  # a suite without one
