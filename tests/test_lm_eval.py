@@ -54,6 +54,37 @@ def test_registering_jfbench_keeps_the_harness_models() -> None:
     assert out.stdout.strip() == "['dummy', 'hf', 'jfbench', 'vllm']"
 
 
+def test_installed_pth_registers_jfbench_lazily_with_the_harness() -> None:
+    # Bug: `python -m lm_eval --model jfbench` fails on lm-eval 0.4.13 (no plug-in discovery)
+    # because the wheel lost its .pth hook — or the hook imports torch into every Python process.
+    code = (
+        "import sys\n"
+        "from lm_eval.api.registry import model_registry\n"
+        "print('jfbench' in model_registry, 'hf' in model_registry, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "False"], "reinstall: pip install -e '.[dev,eval]'"
+
+
+@pytest.mark.slow
+@needs_data
+def test_python_m_lm_eval_runs_the_jfbench_model(micro_target: Path, tmp_path: Path) -> None:
+    # Bug: the documented harness command line does not reach the model (registration, model args).
+    stats = tmp_path / "speculation.json"
+    command = [
+        sys.executable, "-m", "lm_eval", "--model", "jfbench",
+        "--model_args", f"target={micro_target},drafter=ngram,budget=16,stats_path={stats}", "--batch_size", "4",
+        "--include_path", str(TASK_DIR), "--metadata", json.dumps({"data_dir": str(DATA)}),
+        "--tasks", "jfbench_gsm8k_chat", "--apply_chat_template", "--limit", "2", "--gen_kwargs", "max_gen_toks=24",
+        "--output_path", str(tmp_path / "harness"),
+    ]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert list((tmp_path / "harness").rglob("results_*.json"))
+    assert json.loads(stats.read_text())["tasks"][0]["tau"] > 1.0
+
+
 @needs_data
 def test_task_configs_carry_each_suites_stop_rule_and_length() -> None:
     # Bug: a YAML drifts from its suite (other stop strings or length than jfbench's own runs use).

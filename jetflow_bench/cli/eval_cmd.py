@@ -76,7 +76,7 @@ def eval_(
         require_lm_eval,
         run_eval,
     )
-    from jetflow_bench.runtime import set_threads
+    from jetflow_bench.runtime import resolve_device, set_threads
 
     require_lm_eval()
     names = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -85,6 +85,7 @@ def eval_(
     if compare_plain and drafter.strip().lower() == "none":
         raise JfbenchError("--compare-plain compares a drafter with plain decoding: pass --drafter, e.g. ngram")
     check_data_dir(data_dir)
+    resolve_device(device)  # a GPU asked for where there is none is an error here (the model would fall back)
     set_threads(threads)
     spec = drafter.strip().lower() != "none"
     config = EvalConfig(

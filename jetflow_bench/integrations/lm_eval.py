@@ -69,6 +69,10 @@ class JfbenchLM(LM):
         **ignored: Any,  # the harness also passes max_batch_size and the like
     ) -> None:
         super().__init__()
+        if device and str(device).startswith("cuda") and not torch.cuda.is_available():
+            # The harness CLI passes --device cuda:0 unless told otherwise; its own models fall back too.
+            logger.warning("device=%s but no GPU is available: using cpu", device)
+            device = "cpu"
         self.target = TargetRunner.load(target, device=device, dtype=dtype, attention=attention)
         self.tokenizer = self.target.tokenizer
         self.drafter_spec = "none" if drafter is None or str(drafter).lower() in NO_DRAFTER else str(drafter)
