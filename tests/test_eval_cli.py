@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -39,3 +40,30 @@ def test_unknown_task(cli) -> None:
     args = ("eval", "--target", "t", "--data-dir", str(data), "--limit", "1")  # fails before any model loads
     assert_usage_error(cli(*args, "--tasks", "gsm8kk"), "unknown task 'gsm8kk'", "did you mean 'gsm8k'")
     assert_usage_error(cli(*args, "--tasks", "mt_bench"), "has no harness task")  # a suite without one
+    # Code tasks run model output: the harness's opt-in is asked for up front, not as a traceback.
+    assert_usage_error(cli(*args, "--tasks", "gsm8k,mbpp"), "--confirm-run-unsafe-code")
+
+
+@pytest.mark.slow
+def test_compare_plain_writes_the_run_folder_and_prints_both_scores(cli, micro_target: Path, tmp_path: Path) -> None:
+    # Bug: the arms' outputs go missing or the comparison reads the wrong arm (identical by construction).
+    pytest.importorskip("lm_eval")
+    data = shared_data_dir()
+    if data is None:
+        pytest.skip("benchmark data not found; set JFBENCH_DATA_DIR")
+    out = tmp_path / "run"
+    code, stdout, err = cli(
+        "eval", "--target", str(micro_target), "--drafter", "ngram", "--budget", "16", "--tasks", "gsm8k",
+        "--limit", "3", "--max-gen-toks", "24", "--data-dir", str(data), "--device", "cpu", "--compare-plain",
+        "--strict", "--out", str(out),
+    )
+    assert code == 0, err
+    assert "plain decoding" in stdout and "same generations" in stdout
+    for arm in ("speculative", "plain"):
+        assert (out / arm / "results.json").is_file() and (out / arm / "samples_jfbench_gsm8k_chat.jsonl").is_file()
+    (row,) = json.loads((out / "eval.json").read_text())["rows"]
+    assert row["task"] == "jfbench_gsm8k_chat" and row["arm"] == "speculative"
+    assert row["score"] == row["plain_score"] and (row["same_generations"], row["generations"]) == (3, 3)
+    assert row["tau"] > 1.0
+    plain = json.loads((out / "plain" / "speculation.json").read_text())
+    assert plain["model"]["drafter"] == "none" and plain["tasks"][0]["tau"] == 1.0

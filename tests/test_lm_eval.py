@@ -44,6 +44,8 @@ def evaluate(target: Path, tasks: list[str], chat: bool, limit: int, gen_kwargs:
 def test_registering_jfbench_keeps_the_harness_models() -> None:
     # Bug: the harness loads its built-ins only into an empty registry, so registering first hid `hf`.
     code = (
+        "import sys\n"  # first take out the installed .pth hook: this checks the module's own registration
+        "sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != '_Watcher']\n"
         "import jetflow_bench.integrations.lm_eval as m\n"
         "from lm_eval.api.registry import get_model, model_registry\n"
         "assert get_model('jfbench') is m.JfbenchLM\n"

@@ -87,9 +87,8 @@ def eval_(
     check_data_dir(data_dir)
     resolve_device(device)  # a GPU asked for where there is none is an error here (the model would fall back)
     set_threads(threads)
-    spec = drafter.strip().lower() != "none"
     config = EvalConfig(
-        target=target, drafter=drafter.strip(), budget=budget if budget is not None else (64 if spec else 1),
+        target=target, drafter="none" if drafter.strip().lower() == "none" else drafter.strip(), budget=budget,
         tasks=tuple(names), data_dir=data_dir, limit=limit, batch_size=batch_size, device=device, dtype=dtype,
         attention=attention, max_gen_toks=max_gen_toks, confirm_run_unsafe_code=confirm_run_unsafe_code,
         compare_plain=compare_plain,
@@ -100,7 +99,10 @@ def eval_(
         print(json.dumps(summary))
     else:
         _print_table(summary, folder, compare_plain)
-    differs = [r for r in summary["rows"] if "plain" in r and (r["plain"] != r["speculative"] or r["same_generations"] != r["generations"])]
+    differs = [
+        r for r in summary["rows"]
+        if "plain_score" in r and (r["plain_score"] != r["score"] or r["same_generations"] != r["generations"])
+    ]
     if strict and differs:
         raise typer.Exit(1)
 
@@ -109,18 +111,18 @@ def _print_table(summary: dict, folder: Path, compare_plain: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    drafter = summary["config"]["drafter"]
-    table = Table(title=f"lm-eval accuracy — {drafter}, budget {summary['config']['budget']}")
-    columns = ["task", "metric", f"speculative ({drafter})", "τ"]
+    drafter, budget = summary["config"]["drafter"], summary["budget"]
+    table = Table(title=f"lm-eval accuracy — drafter {drafter}, budget {budget}")
+    columns = ["task", "metric", "score" if drafter == "none" else f"score ({drafter})", "τ"]
     if compare_plain:
-        columns += ["plain", "same generations"]
+        columns += ["plain decoding", "same generations"]
     for column in columns:
-        table.add_column(column, justify="left" if column in ("task", "metric") else "right")
+        table.add_column(column, justify="left" if column in ("task", "metric") else "right", overflow="fold")
     for row in summary["rows"]:
-        value = f"{row['speculative']:.4f}" + (f" ± {row['stderr']:.4f}" if isinstance(row["stderr"], float) else "")
-        cells = [row["task"], row["metric"], value, "—" if row["tau"] is None else f"{row['tau']:.2f}"]
+        stderr = f" ± {row['stderr']:.4f}" if isinstance(row["stderr"], float) else ""
+        cells = [row["task"], row["metric"], f"{row['score']:.4f}{stderr}", "—" if row["tau"] is None else f"{row['tau']:.2f}"]
         if compare_plain:
-            cells += [f"{row['plain']:.4f}", f"{row['same_generations']}/{row['generations']}"]
+            cells += [f"{row['plain_score']:.4f}", f"{row['same_generations']}/{row['generations']}"]
         table.add_row(*cells)
     Console().print(table)
-    print(f"run folder: {folder} (harness results.json, samples, speculation.json per arm)", file=sys.stderr)
+    print(f"run folder: {folder} (per arm: harness results.json, samples_*.jsonl, speculation.json)", file=sys.stderr)

@@ -48,7 +48,6 @@ logger = logging.getLogger(__name__)
 MODEL_NAME = "jfbench"
 DEFAULT_BUDGET = 64  # nodes per verify step with a drafter (root included); plain decoding uses 1
 DEFAULT_MAX_GEN_TOKS = 256  # when a task names no max_gen_toks (the harness's own default)
-NO_DRAFTER = ("", "none", "ar", "plain")
 
 
 @register_model(MODEL_NAME)
@@ -75,7 +74,7 @@ class JfbenchLM(LM):
             device = "cpu"
         self.target = TargetRunner.load(target, device=device, dtype=dtype, attention=attention)
         self.tokenizer = self.target.tokenizer
-        self.drafter_spec = "none" if drafter is None or str(drafter).lower() in NO_DRAFTER else str(drafter)
+        self.drafter_spec = "none" if drafter is None or str(drafter).lower() in ("", "none") else str(drafter)
         self.drafter = self._build_drafter(self.drafter_spec)
         self.budget = int(budget) if budget is not None else (DEFAULT_BUDGET if self.drafter else 1)
         engine.check_budget(self.budget)

@@ -1,6 +1,7 @@
 """`jfbench eval`: the harness's ``simple_evaluate`` on the ``jfbench`` model, into a run folder.
 
-A run folder holds one sub-folder per arm (``speculative``, and ``plain`` with ``--compare-plain``),
+A run folder holds one sub-folder per arm (``speculative`` for the drafter, ``plain`` for plain
+decoding: with ``--compare-plain`` or ``--drafter none``),
 each with the harness's own results JSON (``results.json``), its per-sample log
 (``samples_<task>.jsonl``) and the model's speculation side file (``speculation.json``), plus
 ``eval.json``: the command, the settings and the side-by-side table that the CLI prints.
@@ -18,17 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.integrations.lm_eval_tasks import CODE_SUITES, TASK_DIR, task_name
 from jetflow_bench.integrations.lm_eval_tasks import SUITES as HARNESS_SUITES
-from jetflow_bench.integrations.lm_eval_tasks import TASK_DIR, task_name
 
-ARMS = ("speculative", "plain")
+PLAIN = ("none", 1)  # (drafter, budget) of plain decoding
 
 
 @dataclass(frozen=True)
 class EvalConfig:
     target: str
     drafter: str  # "jetflow=DIR", "ngram", ...
-    budget: int
+    budget: int | None  # None: the model's default (64 with a drafter)
     tasks: tuple[str, ...]  # jfbench suite names (-> their harness tasks) or other harness task names
     data_dir: Path
     limit: int | None = None
@@ -78,13 +79,18 @@ def harness_suite(name: str) -> str | None:
     return SUITES.canonical(name) if name in SUITES and SUITES.canonical(name) in HARNESS_SUITES else None
 
 
-def check_suite_tasks(names: Sequence[str], data_dir: Path) -> list[str]:
+def check_suite_tasks(names: Sequence[str], data_dir: Path, unsafe_ok: bool) -> list[str]:
     """Check the names that are jfbench suites (a harness task and its data file); return the others."""
     from suites import SUITES, get_suite
 
     others = []
     for name in names:
         suite = harness_suite(name)
+        if suite in CODE_SUITES and not unsafe_ok:
+            raise JfbenchError(
+                f"--tasks {name}: this task executes model-written code (in jfbench's sandbox); "
+                "pass --confirm-run-unsafe-code to allow it"
+            )
         if suite is not None:
             local = get_suite(suite).data.local
             if not (data_dir / local).is_file():
@@ -124,20 +130,21 @@ def run_eval(config: EvalConfig, out: Path, command: Sequence[str]) -> dict[str,
     import jetflow_bench.integrations.lm_eval  # noqa: F401  (registers the `jfbench` model)
 
     data_dir = check_data_dir(config.data_dir)
-    others = check_suite_tasks(config.tasks, data_dir)
+    others = check_suite_tasks(config.tasks, data_dir, config.confirm_run_unsafe_code)
     # Index the harness's own tasks only when asked for one: that takes seconds.
     manager = TaskManager(include_path=str(TASK_DIR), include_defaults=bool(others), metadata={"data_dir": str(data_dir)})
     check_harness_tasks(others, manager.all_tasks)
     chat = uses_chat_template(config.target)
     tasks = harness_tasks(config.tasks, chat)
-    arms = {"speculative": (config.drafter, config.budget)}
-    if config.compare_plain:
-        arms["plain"] = ("none", 1)
+    arms = {"speculative": (config.drafter, config.budget)} if config.drafter != PLAIN[0] else {}
+    if config.compare_plain or not arms:
+        arms["plain"] = PLAIN
     results = {arm: _run_arm(config, out / arm, drafter, budget, tasks, chat, manager)
                for arm, (drafter, budget) in arms.items()}
     summary = {
         "command": list(command), "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
-        "tasks": tasks, "chat_template": chat, "rows": comparison_rows(results),
+        "tasks": tasks, "chat_template": chat, "budget": next(iter(results.values()))["stats"]["model"]["budget"],
+        "rows": comparison_rows(results),
     }
     (out / "eval.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
@@ -168,25 +175,26 @@ def _run_arm(
             for row in rows:
                 f.write(json.dumps(row, default=handle_non_serializable) + "\n")
     stats_file = folder / "speculation.json"  # written by the model after its generate_until
-    stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {"tasks": []}
+    stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {"tasks": [], "model": {"budget": budget}}
     return {"results": results["results"], "samples": samples, "stats": stats}
 
 
 def comparison_rows(arms: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (task, metric): each arm's value, τ, and how many generations equal plain's."""
+    """One row per (task, metric): the first arm's score and τ; with a plain arm beside it, plain's
+    score and how many generations are identical."""
     rows = []
-    spec = arms["speculative"]
-    tau = {t["task"]: t["tau"] for t in spec["stats"]["tasks"]}
-    for task, metrics in spec["results"].items():
+    name, first = next(iter(arms.items()))
+    plain = arms.get("plain") if name != "plain" else None
+    tau = {t["task"]: t["tau"] for t in first["stats"]["tasks"]}
+    for task, metrics in first["results"].items():
         for key, value in metrics.items():
             if not isinstance(value, int | float) or "_stderr" in key or key == "sample_len":
                 continue
-            metric = key.split(",")[0]
-            row = {"task": task, "metric": metric, "speculative": value,
+            row = {"task": task, "metric": key.split(",")[0], "arm": name, "score": value,
                    "stderr": metrics.get(key.replace(",", "_stderr,", 1)), "tau": tau.get(task)}
-            if "plain" in arms:
-                row["plain"] = arms["plain"]["results"][task][key]
-                same, total = _same_generations(spec["samples"].get(task, []), arms["plain"]["samples"].get(task, []))
+            if plain is not None:
+                row["plain_score"] = plain["results"][task][key]
+                same, total = _same_generations(first["samples"].get(task, []), plain["samples"].get(task, []))
                 row["same_generations"], row["generations"] = same, total
             rows.append(row)
     return rows
