@@ -113,7 +113,7 @@ def _print_table(summary: dict, folder: Path, compare_plain: bool) -> None:
 
     drafter, budget = summary["config"]["drafter"], summary["budget"]
     table = Table(title=f"lm-eval accuracy — drafter {drafter}, budget {budget}")
-    columns = ["task", "metric", "score" if drafter == "none" else f"score ({drafter})", "τ"]
+    columns = ["task", "metric", "score", "τ"]
     if compare_plain:
         columns += ["plain decoding", "same generations"]
     for column in columns:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +183,8 @@ class JfbenchLM(LM):
                     "task": row.task, "requests": int(new_tokens.loc[row.task, "size"]),
                     "new_tokens": int(new_tokens.loc[row.task, "sum"]), "steps": int(row.n_steps),
                     "drafted": int(row.drafted), "accepted": int(row.accepted), "tau": float(row.tau),
-                    "tau_minus_1": float(row.tau) - 1, "alpha": _float(row.alpha),
+                    "accepted_per_step": float(row.accepted_per_step), "tau_per_draft": _float(row.tau_per_draft),
+                    "alpha": _float(row.alpha),
                 })
             per_request = acceptance_stats(steps, ["task", "doc_id"], max_depth=0).set_index(["task", "doc_id"])
             for row in requests:
@@ -246,7 +248,7 @@ class JfbenchLM(LM):
         for start in tqdm(range(0, len(pairs), self.batch_size), disable=disable_tqdm, desc="jfbench loglikelihood"):
             chunk = pairs[start : start + self.batch_size]
             chains = [(ctx + cont)[-(window + 1) :][:-1] for ctx, cont in chunk]  # left-truncated to the window
-            out = self.target.prefill(chains, capacity=max(len(c) for c in chains))
+            out = self.target.score(chains)  # one forward, no cache kept
             for row, ((_, cont), chain) in enumerate(zip(chunk, chains, strict=True)):
                 logits = out.logits[row, len(chain) - len(cont) : len(chain)]  # (n_cont, V): predicts cont
                 logprobs = torch.log_softmax(logits.float(), dim=-1)
@@ -259,10 +261,7 @@ class JfbenchLM(LM):
         """Keep raw per-step counters; τ and the rest are derived in `speculation_stats`."""
         for step in result.steps:
             request = requests[chunk[step.request]]
-            self._step_rows.append({
-                "task": str(request.task_name), "doc_id": request.doc_id, "budget": step.budget,
-                "drafted": step.drafted, "accepted": step.accepted,
-            })
+            self._step_rows.append({"task": str(request.task_name), "doc_id": request.doc_id, **asdict(step)})
         for res in result.requests:
             request = requests[chunk[res.request]]
             mine = [r for r in result.steps if r.request == res.request]
