@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -10,15 +9,8 @@ from typing import Annotated
 import typer
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import (
-    DataDirOpt,
-    DeviceOpt,
-    DtypeOpt,
-    FormatOpt,
-    OutputFormat,
-    TargetOpt,
-    ThreadsOpt,
-)
+from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
+from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit
 from jetflow_bench.errors import JfbenchError
 
 
@@ -54,7 +46,7 @@ def eval_(
     dtype: DtypeOpt = None,
     data_dir: DataDirOpt = None,
     threads: ThreadsOpt = None,
-    format: FormatOpt = OutputFormat.text,
+    fmt: TableFormatOpt = TableFormat.table,
 ) -> None:
     """Run lm-evaluation-harness tasks on the `jfbench` model (target + drafter, greedy).
 
@@ -95,10 +87,10 @@ def eval_(
     )
     folder = out or default_out()
     summary = run_eval(config, folder, sys.argv)
-    if format is OutputFormat.json:
-        print(json.dumps(summary))
-    else:
-        _print_table(summary, folder, compare_plain)
+    title = f"lm-eval accuracy — drafter {summary['config']['drafter']}, budget {summary['budget']}"
+    emit(display_rows(summary["rows"]), fmt, title=title, left=("task", "metric"))
+    print(f"run folder: {folder} (per arm: harness results.json, samples_*.jsonl, speculation.json; eval.json)",
+          file=sys.stderr)
     differs = [
         r for r in summary["rows"]
         if "plain_score" in r and (r["plain_score"] != r["score"] or r["same_generations"] != r["generations"])
@@ -107,22 +99,15 @@ def eval_(
         raise typer.Exit(1)
 
 
-def _print_table(summary: dict, folder: Path, compare_plain: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    drafter, budget = summary["config"]["drafter"], summary["budget"]
-    table = Table(title=f"lm-eval accuracy — drafter {drafter}, budget {budget}")
-    columns = ["task", "metric", "score", "τ"]
-    if compare_plain:
-        columns += ["plain decoding", "same generations"]
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("task", "metric") else "right", overflow="fold")
-    for row in summary["rows"]:
-        stderr = f" ± {row['stderr']:.4f}" if isinstance(row["stderr"], float) else ""
-        cells = [row["task"], row["metric"], f"{row['score']:.4f}{stderr}", "—" if row["tau"] is None else f"{row['tau']:.2f}"]
-        if compare_plain:
-            cells += [f"{row['plain_score']:.4f}", f"{row['same_generations']}/{row['generations']}"]
-        table.add_row(*cells)
-    Console().print(table)
-    print(f"run folder: {folder} (per arm: harness results.json, samples_*.jsonl, speculation.json)", file=sys.stderr)
+def display_rows(rows: list[dict]) -> list[dict]:
+    """The comparison rows as printed: scores with the harness's standard error, τ, plain's score."""
+    out = []
+    for row in rows:
+        shown = {"task": row["task"], "metric": row["metric"], "score": f"{row['score']:.4f}",
+                 "stderr": "" if row["stderr"] is None else f"{row['stderr']:.4f}",
+                 "τ": "" if row["tau"] is None else f"{row['tau']:.2f}"}
+        if "plain_score" in row:
+            shown["plain decoding"] = f"{row['plain_score']:.4f}"
+            shown["same generations"] = f"{row['same_generations']}/{row['generations']}"
+        out.append(shown)
+    return out
