@@ -123,7 +123,7 @@ class JfbenchLM(LM):
 
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
         """Greedy continuations, each cut before its first ``until`` string."""
-        parsed = [self._generation_request(i, r) for i, r in enumerate(requests)]
+        parsed = [self._generation_request(r) for r in requests]
         groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
         for i, request in enumerate(parsed):
             groups.setdefault((request.max_new_tokens, request.stop), []).append(i)
@@ -209,7 +209,7 @@ class JfbenchLM(LM):
         return {"jfbench": self.describe()}
 
     # ------------------------------------------------------------------------- internals
-    def _generation_request(self, index: int, request) -> Request:
+    def _generation_request(self, request) -> Request:
         context, gen_kwargs = request.args
         kwargs = dict(gen_kwargs or {})
         if kwargs.pop("do_sample", False) or float(kwargs.pop("temperature", 0.0) or 0.0) > 0:
