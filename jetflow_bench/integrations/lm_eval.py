@@ -94,8 +94,12 @@ class JfbenchLM(LM):
     def _build_drafter(self, spec: str) -> Drafter | None:
         if spec == "none":
             return None
-        ((name, checkpoint),) = parse_drafters(spec)  # "ngram" or "jetflow=DIR"
-        return DRAFTERS.get(name).build(self.target, checkpoint=checkpoint)
+        # The sweep's arm syntax: "ngram", "jetflow=DIR", "eagle[depth=8]=DIR" (one arm).
+        arms = parse_drafters(spec, "drafter")
+        if len(arms) != 1:
+            raise JfbenchError(f"drafter={spec!r} names {len(arms)} drafters: the jfbench model runs one")
+        ((name, options, checkpoint),) = arms
+        return DRAFTERS.get(name).build(self.target, checkpoint=checkpoint, **options)
 
     # ------------------------------------------------------------------------- harness contract
     @property
