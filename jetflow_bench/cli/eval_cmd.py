@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
+from jetflow_bench.cli.options import AttentionOpt, DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit
 from jetflow_bench.errors import JfbenchError
 
@@ -21,7 +21,7 @@ def eval_(
         str, typer.Option("--drafter", help="Drafter of the speculative arm: ngram, NAME=HEAD_DIR, or none.")
     ] = "none",
     budget: Annotated[
-        int | None, typer.Option("--budget", help="Tree nodes per verify step, root included. Default: 64 (1 without a drafter).")
+        int | None, typer.Option("--budget", min=1, help="Tree nodes per verify step, root included. Default: 64 (1 without a drafter).")
     ] = None,
     tasks: Annotated[
         str, typer.Option("--tasks", help="jfbench suites (gsm8k, math500, aime25, humaneval, mbpp) or harness task names.")
@@ -40,7 +40,7 @@ def eval_(
     strict: Annotated[
         bool, typer.Option("--strict", help="With --compare-plain: exit 1 when an accuracy or a generation differs.")
     ] = False,
-    attention: Annotated[str, typer.Option("--attention", help="Target attention backend.")] = "sdpa",
+    attention: AttentionOpt = "sdpa",
     out: Annotated[Path | None, typer.Option("--out", help="Run folder. Default: results/eval-<time>.")] = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -61,6 +61,7 @@ def eval_(
 
         jfbench eval --target T --drafter ngram --tasks humaneval,mbpp --confirm-run-unsafe-code
     """
+    from jetflow_bench.attention import get_attention
     from jetflow_bench.integrations.lm_eval_run import (
         EvalConfig,
         check_data_dir,
@@ -77,7 +78,9 @@ def eval_(
     if compare_plain and drafter.strip().lower() == "none":
         raise JfbenchError("--compare-plain compares a drafter with plain decoding: pass --drafter, e.g. ngram")
     check_data_dir(data_dir)
-    resolve_device(device)  # a GPU asked for where there is none is an error here (the model would fall back)
+    # A GPU asked for where there is none is an error here (the harness model would fall back to the CPU);
+    # an unknown or unavailable attention backend fails before any model loads.
+    get_attention(attention, resolve_device(device))
     set_threads(threads)
     config = EvalConfig(
         target=target, drafter="none" if drafter.strip().lower() == "none" else drafter.strip(), budget=budget,

@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from drafters import DRAFTERS, Drafter
 from jetflow_bench import engine
+from jetflow_bench.attention import DEFAULT_ATTENTION
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.metrics import acceptance_stats
 from jetflow_bench.prompts import encode
@@ -63,7 +64,7 @@ class JfbenchLM(LM):
         batch_size: int | str | None = 8,
         device: str | None = None,
         dtype: str | None = None,
-        attention: str = "sdpa",
+        attention: str = DEFAULT_ATTENTION,
         max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
         stats_path: str | None = None,
         **ignored: Any,  # the harness also passes max_batch_size and the like
