@@ -5,7 +5,7 @@
 
 What it runs: the `micro` toy target (seed 0) and the quick-recipe eagle / dflash / jetflow heads
 (seed 0; `jetflow_bench.training.QUICK_RECIPE`), trained here or reused from the cache, then a
-sweep of those heads and `ngram` on GSM8K and HumanEval (first 4 prompts each), budgets 16 and
+sweep of those heads (the jetflow head also as `jetflow-refine`) and `ngram` on GSM8K and HumanEval (first 4 prompts each), budgets 16 and
 64, batch 1, 64 new tokens, greedy, fp32 on the CPU with torch's default threads, --strict.
 τ and per-depth acceptance are deterministic for this setup, so the check gates on them.
 `jfbench check --update-baseline --run OUT` rewrites the reference deliberately.
@@ -26,10 +26,9 @@ LEARNED = ("eagle", "dflash", "jetflow")
 def main(out: str) -> int:
     data = data_dir()
     target = ensure_toy_target("micro", data, show_progress=False)
-    heads = [
-        f"{name}={ensure_head(target, name, data_dir=data, device='cpu', show_progress=False, **QUICK_RECIPE)}"
-        for name in LEARNED
-    ]
+    paths = {name: ensure_head(target, name, data_dir=data, device="cpu", show_progress=False, **QUICK_RECIPE)
+             for name in LEARNED}
+    heads = [f"{name}={path}" for name, path in paths.items()] + [f"jetflow-refine={paths['jetflow']}"]
     command = [
         "jfbench", "sweep", "--target", str(target), "--drafters", ",".join(["ngram", *heads]),
         "--suites", "gsm8k,humaneval", "--budgets", "16,64", "--batch-sizes", "1", "--repeats", "1",
