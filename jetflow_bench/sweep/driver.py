@@ -8,6 +8,7 @@ same config are skipped, and their AR outputs still serve as references.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import socket
@@ -132,17 +133,21 @@ def run_sweep(
     show_progress: bool = True,
     derived: Derived | None = None,
     max_memory: int | None = None,
+    engine_options: Any = None,
 ) -> SweepOutcome:
     """Run (or finish) the grid of ``config`` in the run folder ``out``.
 
     ``derived`` adds tables computed from the requests rows (the ablation), rebuilt with the rest.
     ``max_memory`` (bytes) replaces the available memory the grid's KV caches are checked against.
+    ``engine_options`` go to the engine factory (e.g. where a vLLM server runs; not hashed). The
+    engine is closed (its servers stopped) however the run ends.
     """
     chash, shash = config_hash(config), settings_hash(config)
     store = RunStore(out)
-    with store.locked():
+    with store.locked(), contextlib.ExitStack() as stack:
         previous = store.prepare(chash, force, shash)
-        engine = ENGINES.get(config.engine)(config.target, config.device, config.dtype, attention=config.attention)
+        engine = ENGINES.get(config.engine)(config, out, engine_options)
+        stack.callback(engine.close)
         workloads = {name: load_workload(name, engine, config, data_dir) for name in config.suites}
         check_memory(engine, config, {name: w.prompts for name, w in workloads.items()}, max_memory)
         grid = list(cells(config))
@@ -248,7 +253,8 @@ class _CellLoop:
         else:
             correct = dict.fromkeys(ids)
         labels = {i: (work.requests[i].record_id, work.requests[i].prompt, texts[i]) for i in ids}
-        steps, requests, row = cell_frames(self.run_id, cell, chash, config.engine, run, labels, verdicts, correct)
+        engine, baseline = self.engine.label(self.drafter(cell)), self.engine.baseline_arm(self.drafter(cell))
+        steps, requests, row = cell_frames(self.run_id, cell, chash, engine, run, labels, verdicts, correct, baseline)
         self.store.write_cell(cell.cell_id, steps, requests, row)
         bad = [v for v in verdicts.values() if not v.lossless and not v.excused]
         if bad:

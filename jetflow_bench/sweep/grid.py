@@ -47,6 +47,7 @@ class DrafterSpec:
     checkpoint: str | None = None  # absolute path, or None (no weights, or trained on demand)
     options: tuple[tuple[str, Any], ...] = ()  # sorted (key, value) pairs passed to build()
     train: tuple[tuple[str, Any], ...] = ()  # sorted (key, value) pairs passed to the trainer
+    budgets: tuple[int, ...] | None = None  # an arm that ignores B runs only at these (None: the grid's)
 
     @property
     def label(self) -> str:
@@ -152,7 +153,10 @@ def _identity(config: SweepConfig) -> dict[str, Any]:
 
 def _spec_identity(spec: DrafterSpec) -> dict[str, Any]:
     checkpoint = spec.checkpoint and model_fingerprint(spec.checkpoint)
-    return {**_plain(spec), "checkpoint": checkpoint}
+    identity = {**_plain(spec), "checkpoint": checkpoint}
+    if spec.budgets is None:  # the default leaves the hashes of runs made before the field existed
+        del identity["budgets"]
+    return identity
 
 
 def config_hash(config: SweepConfig) -> str:
@@ -194,7 +198,7 @@ def cells(config: SweepConfig) -> Iterator[Cell]:
             for batch_size in config.batch_sizes:
                 yield Cell(suite, AR_ARM, DEFAULT_VARIANT, 1, batch_size, repeat)
                 for spec in config.drafters:
-                    for budget in config.budgets:
+                    for budget in spec.budgets or config.budgets:
                         yield Cell(suite, spec.name, spec.variant, budget, batch_size, repeat)
 
 

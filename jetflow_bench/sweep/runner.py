@@ -2,8 +2,10 @@
 
 The engine is a seam (``--engine``): the sweep only needs `Engine` — load a target, greedy-decode a
 batch of token-id prompts with an optional drafter, give next-token logits for the losslessness
-tie check, and describe itself. ``hf`` is this package's own engine (`jetflow_bench.engine`); a
-vLLM engine can register next to it without changing the result schema, which is engine-neutral.
+tie check, and describe itself. ``hf`` is this package's own engine (`jetflow_bench.engine`);
+``vllm`` (`jetflow_bench.integrations.vllm_engine`) registers next to it without changing the
+result schema, which is engine-neutral. An engine factory takes the resolved config, the run
+folder (for logs) and engine-specific options that are not part of the config hash.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import torch
 
 from drafters import DRAFTERS, Drafter
 from jetflow_bench import engine as hf_engine
+from jetflow_bench.arms import AR_ARM
 from jetflow_bench.engine import BatchResult, RequestResult, StepRecord
 from jetflow_bench.kv_cache import KVCache
 from jetflow_bench.prompts import encode
 from jetflow_bench.registry import Registry
 from jetflow_bench.runtime import available_memory_bytes, synchronize
 from jetflow_bench.stopping import StopRule
-from jetflow_bench.sweep.grid import Cell, DrafterSpec
+from jetflow_bench.sweep.grid import Cell, DrafterSpec, SweepConfig
 from jetflow_bench.target import TargetRunner
 
 
@@ -54,6 +57,12 @@ class Engine(Protocol):
     def peak_memory_bytes(self) -> int: ...
 
     def describe(self) -> dict[str, Any]: ...
+
+    def label(self, drafter: Drafter | None) -> str: ...  # the `engine` column of a cell run with it
+
+    def baseline_arm(self, drafter: Drafter | None) -> str: ...  # the arm its speed-ups divide by
+
+    def close(self) -> None: ...  # release servers, processes (called once, at the end of a sweep)
 
     # Optional: `kv_cache_bytes(batch, capacity) -> int`, the target KV cache `generate` would
     # allocate, and `available_memory_bytes() -> int | None`; the sweep checks the grid against
@@ -120,6 +129,15 @@ class HFEngine:
             "attention": self.target.attention_backend, "target_class": type(self.target.model).__name__,
         }
 
+    def label(self, drafter: Drafter | None) -> str:
+        return self.name
+
+    def baseline_arm(self, drafter: Drafter | None) -> str:
+        return AR_ARM
+
+    def close(self) -> None:
+        pass
+
 
 def _cpu_name() -> str:
     try:
@@ -133,8 +151,11 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-ENGINES: Registry[Callable[..., Engine]] = Registry("engine")  # (target, device, dtype, attention=) -> Engine
-ENGINES.register("hf", HFEngine.load)
+EngineFactory = Callable[[SweepConfig, Path, Any], Engine]  # (config, run folder, engine options)
+ENGINES: Registry[EngineFactory] = Registry("engine")
+ENGINES.register("hf", lambda config, run_dir, options=None: HFEngine.load(config.target, config.device, config.dtype,
+                                                                           attention=config.attention))
+ENGINES.register("vllm", "jetflow_bench.integrations.vllm_engine:load_engine")
 
 
 @dataclass

@@ -14,7 +14,8 @@ from dataclasses import asdict
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.metrics import DRAFT_COST_COLUMNS, summarize
+from jetflow_bench.arms import AR_ARM
+from jetflow_bench.metrics import DRAFT_COST_COLUMNS, baseline_stats, summarize
 from jetflow_bench.sweep.grid import CELL_KEYS, PAIR_KEYS, Cell
 from jetflow_bench.sweep.lossless import Verdict
 from jetflow_bench.sweep.runner import CellRun
@@ -30,9 +31,9 @@ REQUEST_COLUMNS = [
 ]
 CELL_COLUMNS = [
     "run_id", *CELL_KEYS, "cell_id", "config_hash", "engine", "n_requests", "wall_s", "peak_mem_bytes",
-    "drafted_mean", "drafted_max", "budget_fill", "started", "finished",
+    "drafted_mean", "drafted_max", "budget_fill", "started", "finished", "baseline",
 ]
-CELL_EXTRAS = ["drafted_mean", "drafted_max", "budget_fill", "peak_mem_bytes", "engine", "config_hash"]
+CELL_EXTRAS = ["drafted_mean", "drafted_max", "budget_fill", "peak_mem_bytes", "engine", "baseline", "config_hash"]
 
 
 def prompt_hash(text: str) -> str:
@@ -48,10 +49,12 @@ def cell_frames(
     texts: dict[int, tuple[str, str, str]],
     verdicts: dict[int, Verdict],
     correct: dict[int, bool | None],
+    baseline: str = AR_ARM,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """(steps rows, requests rows, the cell's row) of one finished cell.
 
-    ``texts[request]`` = (record id, prompt text, decoded output text).
+    ``texts[request]`` = (record id, prompt text, decoded output text). ``baseline`` names the arm
+    its speed-ups divide by: the plain decoding of the same engine (`summary_table`).
     """
     keys = cell.keys
     steps = pd.DataFrame(
@@ -85,6 +88,7 @@ def cell_frames(
         "n_requests": len(requests), "n_steps": len(steps), "wall_s": run.wall_s, "peak_mem_bytes": run.peak_memory_bytes,
         "drafted_mean": drafted_mean, "drafted_max": int(steps["drafted"].max()) if len(steps) else 0,
         "budget_fill": drafted_mean / slots if slots else np.nan, "started": run.started, "finished": run.finished,
+        "baseline": baseline,
     }
     return steps, requests, row
 
@@ -105,11 +109,38 @@ def summary_table(
 ) -> pd.DataFrame:
     """One row per cell: `metrics.summarize` columns, then the cell's budget fill, memory, engine, hash.
 
-    Speed-ups pair every cell with the AR cell of the same suite, batch size and repeat.
+    Speed-ups pair every cell with its `baseline` arm's cell of the same suite, batch size and
+    repeat: the AR cell, or for another engine's arms that engine's plain decoding (vLLM arms
+    divide by ``vllm:none``, whose own speed-up is then vLLM's plain decoding over jfbench's AR).
+    A cell whose baseline arm is not in the run falls back to the AR cell.
     """
     if requests.empty:
         return pd.DataFrame(columns=[*CELL_KEYS])
     summary = summarize(
         steps, requests, CELL_KEYS, PAIR_KEYS, cells=cells[[*CELL_KEYS, "wall_s"]], n_boot=n_boot, seed=seed
     )
+    summary = _other_baselines(summary, requests, cells, n_boot, seed)
     return summary.merge(cells[[*CELL_KEYS, *CELL_EXTRAS]], on=CELL_KEYS, how="left")
+
+
+def _other_baselines(
+    summary: pd.DataFrame, requests: pd.DataFrame, cells: pd.DataFrame, n_boot: int, seed: int
+) -> pd.DataFrame:
+    """Re-pair the cells whose baseline arm is not AR (and is in the run) with that arm's cells."""
+    if "baseline" not in cells:  # cells written before the column existed
+        return summary
+    present = set(requests["drafter"])
+    for base, group in cells[(cells["baseline"].fillna(AR_ARM) != AR_ARM) & (cells["drafter"] != cells["baseline"])].groupby(
+        "baseline"
+    ):
+        if base not in present:
+            continue
+        keys = group[CELL_KEYS]
+        rows = pd.concat([requests.merge(keys, on=CELL_KEYS), requests[requests["drafter"] == base]])
+        stats = baseline_stats(rows, CELL_KEYS, PAIR_KEYS, lambda r, b=base: r["drafter"] == b, n_boot, seed)
+        stats = stats.merge(keys, on=CELL_KEYS)
+        columns = [c for c in stats.columns if c not in CELL_KEYS]
+        indexed = summary.set_index(CELL_KEYS)
+        indexed.loc[stats.set_index(CELL_KEYS).index, columns] = stats.set_index(CELL_KEYS)[columns]
+        summary = indexed.reset_index()
+    return summary

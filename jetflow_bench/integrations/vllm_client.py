@@ -1,0 +1,99 @@
+"""The client side of a vLLM cell: token-id prompts to `/v1/completions`, streamed, concurrently.
+
+One request per prompt, issued together from a thread each (concurrency = batch size), greedy,
+streamed so that the client sees the first token (TTFT) and the last. ``return_token_ids`` makes
+each streamed chunk carry its token ids, so outputs compare with jfbench's token for token. vLLM
+streams one chunk per engine step (prefill's first token, then 1 + accepted tokens per verify
+step), unless the server fell behind and merged steps; the engine checks for that.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+REQUEST_TIMEOUT_S = 600.0
+
+
+class RequestFailed(RuntimeError):
+    """A completion request got no complete answer (connection refused or reset, HTTP error)."""
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]
+    chunks: list[int]  # tokens per streamed chunk: the first is prefill's, then one per engine step
+    finish_reason: str | None  # vLLM's: stop | length | None (stream cut)
+    sent: float  # perf_counter when the request was sent
+    first: float  # ... when the first token arrived
+    last: float  # ... when the stream ended
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The request body's decoding fields (greedy; the suite's stop rule)."""
+
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+
+    def body(self, model: str, prompt: Sequence[int]) -> dict:
+        return {
+            "model": model, "prompt": list(prompt), "max_tokens": self.max_tokens, "temperature": 0.0,
+            "stop": list(self.stop), "stop_token_ids": list(self.stop_token_ids), "stream": True,
+            "return_token_ids": True, "skip_special_tokens": False,
+        }
+
+
+def complete(url: str, model: str, prompt: Sequence[int], sampling: Sampling,
+             timeout_s: float = REQUEST_TIMEOUT_S) -> Completion:  # fmt: skip
+    """Send one streamed completion and collect its token ids; RequestFailed on any transport error."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
+    body = json.dumps(sampling.body(model, prompt))
+    tokens: list[int] = []
+    chunks: list[int] = []
+    finish, first = None, None
+    try:
+        sent = time.perf_counter()
+        connection.request("POST", f"{parts.path.rstrip('/')}/v1/completions", body,
+                           {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        if response.status != 200:
+            raise RequestFailed(f"HTTP {response.status}: {response.read().decode(errors='replace')[:300]}")
+        for raw in response:
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[len("data:") :].strip()
+            if data == "[DONE]":
+                break
+            chunk = json.loads(data)
+            for choice in chunk.get("choices", []):
+                new = choice.get("token_ids") or []
+                if new and first is None:
+                    first = time.perf_counter()
+                tokens.extend(new)
+                if new:
+                    chunks.append(len(new))
+                finish = choice.get("finish_reason") or finish
+        last = time.perf_counter()
+    except (OSError, http.client.HTTPException, json.JSONDecodeError) as err:
+        raise RequestFailed(f"{type(err).__name__}: {err}") from err
+    finally:
+        connection.close()
+    if finish is None:
+        raise RequestFailed("the stream ended without a finish reason (server gone?)")
+    return Completion(tokens, chunks, finish, sent, first if first is not None else last, last)
+
+
+def complete_all(url: str, model: str, prompts: Sequence[Sequence[int]], sampling: Sampling) -> list[Completion]:
+    """All prompts at once, one thread each (concurrency = len(prompts)); results in prompt order."""
+    with ThreadPoolExecutor(max_workers=max(1, len(prompts))) as pool:
+        futures = [pool.submit(complete, url, model, p, sampling) for p in prompts]
+        return [f.result() for f in futures]

@@ -1,0 +1,71 @@
+"""The vLLM engine's failure paths through `jfbench sweep`, on a scripted stand-in server (fake_vllm.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from jetflow_bench.integrations import vllm_engine
+from jetflow_bench.integrations.vllm_arms import VLLMInstall
+from tests.conftest import shared_data_dir
+
+FAKE = Path(__file__).parent / "fake_vllm.py"
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A `vllm` that runs the stand-in server; the installed-vLLM query answers for it."""
+    script = tmp_path / "bin" / "vllm"
+    script.parent.mkdir()
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(vllm_engine, "discover", lambda _bin: VLLMInstall("0.0-fake", ("ngram",)))
+    return str(script)
+
+
+def _sweep(cli, target: Path, out: Path, vllm_bin: str, *extra: str):
+    return cli("sweep", "--engine", "vllm", "--vllm-bin", vllm_bin, "--target", str(target), "--drafters",
+               "vllm:ngram", "--suites", "gsm8k", "--budgets", "3", "--limit", "2", "--max-new-tokens", "4",
+               "--repeats", "2", "--no-progress", "--out", str(out), "--data-dir", str(shared_data_dir()), *extra)
+
+
+def test_server_dying_mid_run_keeps_finished_cells_and_the_rerun_resumes(
+    cli, micro_target, fake_bin, tmp_path, monkeypatch
+):
+    # Bugs: a dead server hangs the sweep or ends it with a traceback; its cells are lost; the
+    # re-run redoes finished cells; the server is left running.
+    out = tmp_path / "run"
+    # Each vLLM cell sends 3 requests (warm-up + 2 prompts): the 4th, repeat 1's warm-up, kills it.
+    monkeypatch.setenv("FAKE_VLLM_DIE_AFTER", "3")
+    monkeypatch.setenv("FAKE_VLLM_DIE_MARKER", str(tmp_path / "died"))
+    code, _, err = _sweep(cli, micro_target, out, fake_bin)
+    assert code == 2, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "died" in line and "fake engine core died" in line
+    log = next((out / "vllm").glob("*.log"))
+    assert str(log) in line
+    done = sorted(p.stem for p in (out / "cells").glob("*.json"))
+    assert done == ["gsm8k__ar__default__B1__bs1__r0", "gsm8k__ar__default__B1__bs1__r1",
+                    "gsm8k__vllm-ngram__default__B3__bs1__r0"]
+    code, _, err = _sweep(cli, micro_target, out, fake_bin)
+    assert code == 0, err
+    assert "1 cell(s) run, 3 already done" in err
+    assert len(list((out / "vllm").glob("*.log"))) == 2  # one log per server start
+
+
+def test_vllm_arm_without_the_vllm_engine_says_so(cli, micro_target, tmp_path):
+    code, _, err = cli("sweep", "--target", str(micro_target), "--drafters", "vllm:ngram", "--out", str(tmp_path / "o"))
+    assert code == 2 and "add --engine vllm" in err
+
+
+def test_engine_vllm_without_vllm_says_how_to_install(cli, micro_target, tmp_path, monkeypatch):
+    # Bug: a missing vLLM surfaces as a traceback (FileNotFoundError) instead of the install command.
+    from jetflow_bench.integrations import vllm_setup
+
+    monkeypatch.setattr(vllm_setup, "default_bin", lambda: None)
+    code, _, err = cli("sweep", "--engine", "vllm", "--target", str(micro_target), "--drafters", "vllm:none",
+                       "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert "vLLM is not installed" in err and "jfbench vllm setup" in err and len(err.strip().splitlines()) == 1
