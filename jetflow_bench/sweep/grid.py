@@ -236,8 +236,16 @@ _DRAFTER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
 
 
 def check_drafter_name(name: str, item: str, option: str) -> None:
-    """A malformed arm (``ngram:max_ngram=3``) is a syntax error, not a checkpoint that is missing."""
+    """A malformed arm (``ngram:max_ngram=3``) is a syntax error, not a checkpoint that is missing.
+
+    ``ENGINE:METHOD`` names another engine's arm (``vllm:ngram``, `--engine vllm`).
+    """
     if _DRAFTER_NAME.fullmatch(name):
+        return
+    from jetflow_bench.sweep.runner import ENGINES  # runner imports this module
+
+    engine, colon, method = name.partition(":")
+    if colon and engine.lower() in ENGINES.names() and _DRAFTER_NAME.fullmatch(method):
         return
     base, colon, rest = item.partition(":")
     hint = f"; did you mean {base.strip()}[{rest.strip()}]?" if colon and base.strip() and rest.strip() else ""
