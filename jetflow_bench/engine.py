@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from drafters.base import DraftCost, Drafter, SequenceView
-from jetflow_bench.acceptance import greedy_accept
+from jetflow_bench.acceptance import accept_tree
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import synchronize
@@ -187,7 +187,7 @@ def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter:
     ver = target.forward(prepared, drafter.taps if drafter else ())
     t3 = clock()
     target_argmax = ver.logits.argmax(-1)  # (B, N)
-    acc = greedy_accept(
+    acc = accept_tree(
         prepared.tokens, prepared.parents, prepared.depths, prepared.valid, prepared.ancestors, target_argmax
     )
     target.commit(acc.paths)
