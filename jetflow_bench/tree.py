@@ -34,6 +34,10 @@ class DraftTree:
     tokens: list[int]  # (N,) token id per node; tokens[0] is the root
     parents: list[int]  # (N,) parent index, -1 for the root; parents[i] < i
     scores: list[float] = field(default_factory=list)  # (N,) drafter score (e.g. cumulative log-prob)
+    # (N,) log q(token | parent's path): the draft probability of each proposed child, 0.0 (log 1)
+    # for the root and for children a drafter lists without a distribution (n-gram). Children are
+    # verified as a deterministic list, so these do not enter acceptance (speculative_sampling).
+    draft_logps: list[float] = field(default_factory=list)
     depths: list[int] = field(init=False)  # (N,) root = 0
 
     def __post_init__(self) -> None:
@@ -43,6 +47,10 @@ class DraftTree:
             raise ValueError("tokens and parents must have the same length")
         if not self.scores:
             self.scores = [0.0] * len(self.tokens)
+        if not self.draft_logps:
+            self.draft_logps = [0.0] * len(self.tokens)
+        if len(self.scores) != len(self.tokens) or len(self.draft_logps) != len(self.tokens):
+            raise ValueError("scores and draft_logps need one value per node")
         depths = [0] * len(self.tokens)
         for i in range(1, len(self.tokens)):
             p = self.parents[i]

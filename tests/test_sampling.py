@@ -190,3 +190,14 @@ def test_greedy_rule_is_unchanged_at_temperature_zero():
     u = torch.rand(8, 12, generator=gen, dtype=torch.float64)
     got = sample_accept(tokens, parents, depths, valid, anc, logits, u, GREEDY)
     assert got == accept_tree(tokens, parents, depths, valid, anc, logits.argmax(-1))
+
+
+def test_trees_carry_the_draft_probability_of_each_child():
+    # Bug caught: a drafter's tree losing q(child), which sampled-children rules would need.
+    from drafters.tree_builder import ChildDist, TreeOptions, build_tree, marginal_lookup
+
+    marginals = [ChildDist((1, 2), (math.log(0.6), math.log(0.3))), ChildDist((3, 4), (math.log(0.9), math.log(0.05)))]
+    tree = build_tree(0, marginal_lookup(marginals), 4, TreeOptions(fanout=2))
+    assert tree.tokens == [0, 1, 3, 2]  # the module's worked example
+    assert tree.draft_logps == pytest.approx([0.0, math.log(0.6), math.log(0.9), math.log(0.3)])
+    assert DraftTree.chain([5, 6, 7]).draft_logps == [0.0, 0.0, 0.0]  # listed without a distribution
