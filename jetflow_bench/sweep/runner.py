@@ -25,6 +25,7 @@ from jetflow_bench.kv_cache import KVCache
 from jetflow_bench.prompts import encode
 from jetflow_bench.registry import Registry
 from jetflow_bench.runtime import available_memory_bytes, synchronize
+from jetflow_bench.sampling import GREEDY, SamplingParams
 from jetflow_bench.stopping import StopRule
 from jetflow_bench.sweep.grid import Cell, DrafterSpec
 from jetflow_bench.target import TargetRunner
@@ -42,8 +43,9 @@ class Engine(Protocol):
     def build_drafter(self, spec: DrafterSpec, checkpoint: Path | None) -> Drafter: ...
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None
-    ) -> BatchResult: ...
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None,
+        sampling: SamplingParams = GREEDY, request_ids: Sequence[int] | None = None,
+    ) -> BatchResult: ...  # sampling: draw token t of request r with the uniform U[(seed, r), t] (`sampling`)
 
     def next_token_logits(self, context: list[int]) -> torch.Tensor: ...  # (V,) float32
 
@@ -81,9 +83,11 @@ class HFEngine:
         return DRAFTERS.get(spec.name).build(self.target, checkpoint=checkpoint, **dict(spec.options))
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None,
+        sampling: SamplingParams = GREEDY, request_ids: Sequence[int] | None = None,
     ) -> BatchResult:
-        return hf_engine.generate(self.target, prompts, stop, budget=budget, drafter=drafter)
+        return hf_engine.generate(self.target, prompts, stop, budget=budget, drafter=drafter, sampling=sampling,
+                                  request_ids=request_ids)
 
     def next_token_logits(self, context: list[int]) -> torch.Tensor:
         """One target forward over ``context`` (a chain); logits of the token after it."""
@@ -180,17 +184,20 @@ def run_cell(
     drafter: Drafter | None,
     warmup_tokens: int,
     progress: ProgressFn | None = None,
+    sampling: SamplingParams = GREEDY,
 ) -> CellRun:
     """Decode all ``prompts`` for ``cell``; the first batch is first run once untimed (warm-up).
 
-    The engine resets the drafter's per-request state at every batch (``Drafter.reset``). Step
+    Each prompt samples (at temperature > 0) with the stream of its suite-wide request id, so every
+    arm, batch size and repeat draws the same numbers for it. The engine resets the drafter's per-request state at every batch (``Drafter.reset``). Step
     rows get cell-wide ``batch_step`` indices, so that rows of one batched forward — and only
     those — share an index (metrics sum each forward's time once).
     """
     chunks = batches(prompts, cell.batch_size)
     warm_stop = _stop_of(chunks[0])
     warm_stop = StopRule(min(warmup_tokens, warm_stop.max_new_tokens), warm_stop.eos_token_ids)
-    engine.generate([p.tokens for p in chunks[0]], warm_stop, cell.budget, drafter)
+    engine.generate([p.tokens for p in chunks[0]], warm_stop, cell.budget, drafter, sampling,
+                    [p.request for p in chunks[0]])
     engine.reset_peak_memory()
     steps: list[tuple[int, StepRecord]] = []
     outputs: dict[int, RequestResult] = {}
@@ -199,7 +206,8 @@ def run_cell(
     t0 = time.perf_counter()
     offset = 0  # cell-wide batch_step of the current chunk's first forward
     for chunk in chunks:
-        result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), cell.budget, drafter)
+        result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), cell.budget, drafter, sampling,
+                                 [p.request for p in chunk])
         for record in result.steps:
             steps.append((chunk[record.request].request, replace(record, batch_step=record.batch_step + offset)))
         offset += 1 + max((r.batch_step for r in result.steps), default=-1)
