@@ -131,12 +131,10 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     import torch
 
     from jetflow_bench.attention import get_attention
-    from jetflow_bench.sampling import SamplingParams
     from jetflow_bench.sweep.grid import SweepConfig, parse_budgets, parse_ints, parse_names
     from jetflow_bench.sweep.runner import ENGINES
 
-    temperatures = grid_temperatures(grid.temperature, grid.temperatures)
-    SamplingParams(max(temperatures), grid.top_p, grid.top_k, grid.seed)  # range checks before any model loads
+    temperatures = grid_temperatures(grid)
     budgets = parse_budgets(grid.budgets)
     sizes = parse_ints(grid.batch_sizes, "--batch-sizes")
     suites = tuple(dict.fromkeys(SUITES.canonical(n) for n in parse_names(grid.suites, "--suites")))
@@ -157,15 +155,19 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     )
 
 
-def grid_temperatures(temperature: float, temperatures: str | None) -> tuple[float, ...]:
-    """--temperatures wins; --temperature T is the one-value shorthand; giving both is an error."""
+def grid_temperatures(grid: GridFlags) -> tuple[float, ...]:
+    """The temperature axis, with every sampling flag range-checked (before any model loads).
+
+    --temperatures wins; --temperature T is the one-value shorthand; giving both is an error.
+    """
+    from jetflow_bench.sampling import SamplingParams
     from jetflow_bench.sweep.grid import parse_temperatures
 
-    if temperatures is None:
-        return parse_temperatures(str(temperature))
-    if temperature != 0:
-        raise JfbenchError(f"--temperature {temperature} and --temperatures {temperatures!r}: give one of them")
-    return parse_temperatures(temperatures)
+    if grid.temperatures is not None and grid.temperature != 0:
+        raise JfbenchError(f"--temperature {grid.temperature} and --temperatures {grid.temperatures!r}: give one of them")
+    temperatures = parse_temperatures(grid.temperatures if grid.temperatures is not None else str(grid.temperature))
+    SamplingParams(max(temperatures), grid.top_p, grid.top_k, grid.seed)
+    return temperatures
 
 
 def run_and_report(config: SweepConfig, out: Path, grid: GridFlags, kind: str = "sweep", derived=None) -> None:
