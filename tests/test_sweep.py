@@ -140,11 +140,11 @@ def test_resume_after_crashes_between_and_inside_cells(target, tmp_path, monkeyp
     real_run_cell, calls = driver.run_cell, []
 
     def counting(crash_at: int | None):
-        def run_cell(engine, cell, prompts, drafter, warmup_tokens, progress=None):
+        def run_cell(engine, cell, prompts, drafter, warmup_tokens, progress=None, **kwargs):
             calls.append(cell.cell_id)
             if len(calls) == crash_at:
                 raise KeyboardInterrupt  # dies between cells: the earlier ones are stored
-            return real_run_cell(engine, cell, prompts, drafter, warmup_tokens, progress)
+            return real_run_cell(engine, cell, prompts, drafter, warmup_tokens, progress, **kwargs)
 
         return run_cell
 
@@ -152,11 +152,11 @@ def test_resume_after_crashes_between_and_inside_cells(target, tmp_path, monkeyp
     assert jfbench(*sweep_args(target, out))[0] == 130  # Ctrl-C
     assert len(list((out / "cells").glob("*.json"))) == 2
 
-    def dies_mid_cell(engine, cell, prompts, drafter, warmup_tokens, progress=None):
+    def dies_mid_cell(engine, cell, prompts, drafter, warmup_tokens, progress=None, **kwargs):
         def crash(requests, tokens):
             raise RuntimeError("killed inside the cell, after its first prompt batch")
 
-        return real_run_cell(engine, cell, prompts, drafter, warmup_tokens, crash)
+        return real_run_cell(engine, cell, prompts, drafter, warmup_tokens, crash, **kwargs)
 
     monkeypatch.setattr(driver, "run_cell", dies_mid_cell)
     with pytest.raises(RuntimeError, match="inside the cell"):

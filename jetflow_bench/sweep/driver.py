@@ -238,7 +238,7 @@ class _CellLoop:
         work, config = self.workloads[cell.suite], self.config
         torch.manual_seed(config.seed)
         run = run_cell(self.engine, cell, work.prompts, self.drafter(cell), config.warmup_tokens, progress.advance,
-                       sampling_for(config, cell))
+                       sampling=sampling_for(config, cell))
         ids = sorted(run.outputs)
         outputs = {i: run.outputs[i].output_tokens for i in ids}
         verdicts = self.verdicts(cell, work, outputs)
