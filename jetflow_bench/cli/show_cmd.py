@@ -69,7 +69,8 @@ def compact_ablation(ablation: pd.DataFrame) -> pd.DataFrame:
 
     return pd.DataFrame([{
         "arm": f"{r.drafter}[{r.variant}]", "vs": getattr(r, "compared_with", "default"),
-        "suite": r.suite, "B": r.budget, "bs": r.batch_size, "n": r.n_prompts,
+        "suite": r.suite, "B": r.budget, "bs": r.batch_size,
+        "T": f"{getattr(r, 'temperature', 0.0):g}", "n": r.n_prompts,
         "tau": _f(r.tau, 2), "d tau": f"{_f(r.tau_delta, 2, sign=True)} [{_f(r.tau_delta_lo, 2)}, {_f(r.tau_delta_hi, 2)}]",
         "decode x": _f(r.speedup_decode_micro, 2),
         "d x": f"{_f(r.speedup_delta, 2, sign=True)} [{_f(r.speedup_delta_lo, 2)}, {_f(r.speedup_delta_hi, 2)}]",
