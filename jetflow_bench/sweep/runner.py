@@ -1,7 +1,7 @@
 """Running one cell: warm up, decode every prompt batch, and return raw, tidy rows.
 
-The engine is a seam (``--engine``): the sweep only needs `Engine` — load a target, greedy-decode a
-batch of token-id prompts with an optional drafter, give next-token logits for the losslessness
+The engine is a seam (``--engine``): the sweep only needs `Engine` — load a target, decode a
+batch of token-id prompts (greedy or sampled) with an optional drafter, give next-token logits for the losslessness
 tie check, and describe itself. ``hf`` is this package's own engine (`jetflow_bench.engine`); a
 vLLM engine can register next to it without changing the result schema, which is engine-neutral.
 """
@@ -196,8 +196,8 @@ def run_cell(
     chunks = batches(prompts, cell.batch_size)
     warm_stop = _stop_of(chunks[0])
     warm_stop = StopRule(min(warmup_tokens, warm_stop.max_new_tokens), warm_stop.eos_token_ids)
-    engine.generate([p.tokens for p in chunks[0]], warm_stop, cell.budget, drafter, sampling,
-                    [p.request for p in chunks[0]])
+    engine.generate([p.tokens for p in chunks[0]], warm_stop, cell.budget, drafter, sampling=sampling,
+                    request_ids=[p.request for p in chunks[0]])
     engine.reset_peak_memory()
     steps: list[tuple[int, StepRecord]] = []
     outputs: dict[int, RequestResult] = {}
@@ -206,8 +206,8 @@ def run_cell(
     t0 = time.perf_counter()
     offset = 0  # cell-wide batch_step of the current chunk's first forward
     for chunk in chunks:
-        result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), cell.budget, drafter, sampling,
-                                 [p.request for p in chunk])
+        result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), cell.budget, drafter,
+                                 sampling=sampling, request_ids=[p.request for p in chunk])
         for record in result.steps:
             steps.append((chunk[record.request].request, replace(record, batch_step=record.batch_step + offset)))
         offset += 1 + max((r.batch_step for r in result.steps), default=-1)
