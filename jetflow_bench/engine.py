@@ -3,8 +3,8 @@
 The AR baseline is this engine with no drafter (every tree is just its root); a speculative arm
 passes a drafter. Batches of prompts decode together with ragged acceptance; finished rows leave
 the batch. Greedy by default; with `SamplingParams` (temperature > 0) every token is a sample of
-the target, drawn with its request's random stream (`jetflow_bench.sampling`). Every verify step leaves raw counters and timings; all rates are derived later
-(`jetflow_bench.metrics`).
+the target, drawn with its request's random stream (`jetflow_bench.sampling`). Every verify step
+leaves raw counters and timings; all rates are derived later (`jetflow_bench.metrics`).
 """
 
 from __future__ import annotations
@@ -114,8 +114,9 @@ class _Batch:
         The token after a node at depth d is generated token ``len(generated) + d`` of its request.
         """
         generated = [len(self.seqs[i].tokens) - self.seqs[i].prompt_len for i in self.active]
-        rows, base = torch.tensor(self.active), torch.tensor(generated)
-        return self.streams.at(rows, base[:, None] + depths.cpu())
+        device = self.streams.u.device
+        rows, base = torch.tensor(self.active, device=device), torch.tensor(generated, device=device)
+        return self.streams.at(rows, base[:, None] + depths.to(device))
 
     def retire_finished(self) -> list[int]:
         """Apply the stop rule to new tokens; truncate and record finished requests.
@@ -166,7 +167,7 @@ def generate(
     if len(ids) != len(prompts):
         raise ValueError(f"{len(ids)} request ids for {len(prompts)} prompts")
     clock = _Clock(target.device)
-    streams = RandomStreams(sampling.seed, ids, stop.max_new_tokens + budget)
+    streams = RandomStreams(sampling.seed, ids, stop.max_new_tokens + budget, device=target.device)
     batch = _Batch(prompts, stop, clock, sampling, streams)
     capacity = cache_capacity(max(len(p) for p in prompts), stop.max_new_tokens, budget)
     taps = drafter.taps if drafter else ()

@@ -120,9 +120,9 @@ class RandomStreams:
         for request in requests:
             gen = torch.Generator().manual_seed(stream_seed(seed, request))
             rows.append(torch.rand(length, generator=gen, dtype=torch.float64))
-        self.u = torch.stack(rows).to(device) if rows else torch.zeros(0, length, dtype=torch.float64)  # (R, L)
+        self.u = (torch.stack(rows) if rows else torch.zeros(0, length, dtype=torch.float64)).to(device)  # (R, L)
 
     def at(self, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """U[rows[i], positions[i, ...]]: ``rows`` (B,) batch rows, ``positions`` (B, ...) token indices."""
         flat = positions.reshape(positions.shape[0], -1)  # (B, M)
-        return self.u[rows[:, None].to(self.u.device), flat.to(self.u.device)].reshape(positions.shape)
+        return self.u[rows[:, None], flat].reshape(positions.shape)
