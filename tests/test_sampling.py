@@ -197,7 +197,10 @@ def test_trees_carry_the_draft_probability_of_each_child():
     from drafters.tree_builder import ChildDist, TreeOptions, build_tree, marginal_lookup
 
     marginals = [ChildDist((1, 2), (math.log(0.6), math.log(0.3))), ChildDist((3, 4), (math.log(0.9), math.log(0.05)))]
-    tree = build_tree(0, marginal_lookup(marginals), 4, TreeOptions(fanout=2))
-    assert tree.tokens == [0, 1, 3, 2]  # the module's worked example
-    assert tree.draft_logps == pytest.approx([0.0, math.log(0.6), math.log(0.9), math.log(0.3)])
+    lazy = build_tree(0, marginal_lookup(marginals), 4, TreeOptions(construction="best-first", fanout=2))
+    assert lazy.tokens == [0, 1, 3, 2]  # the module's worked example
+    assert lazy.draft_logps == pytest.approx([0.0, math.log(0.6), math.log(0.9), math.log(0.3)])
+    accum = build_tree(0, marginal_lookup(marginals), 4, TreeOptions(construction="accum", fanout=2))
+    assert accum.tokens == [0, 1, 2, 3]  # the root's two children, then the best one's best child
+    assert accum.draft_logps == pytest.approx([0.0, math.log(0.6), math.log(0.3), math.log(0.9)])
     assert DraftTree.chain([5, 6, 7]).draft_logps == [0.0, 0.0, 0.0]  # listed without a distribution
