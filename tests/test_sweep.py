@@ -81,7 +81,7 @@ def _tables(run: Path) -> dict[str, pd.DataFrame]:
         (["--suites", "gsm9k"], "unknown suite 'gsm9k'"),
         (["--top-p", "0"], "--top-p 0.0: use 0 < top-p <= 1"),
         (["--temperature", "-1"], "--temperature -1.0: use a finite temperature >= 0"),
-        (["--top-k", "-1"], "--top-k -1: use top-k >= 0"),
+        (["--top-k", "-1"], "--top-k -1: input should be greater than or equal to 0"),
         (["--temperatures", "0,hot"], "--temperatures '0,hot': 'hot' is not a number"),
         (["--temperature", "1", "--temperatures", "0,1"], "give one of them"),
         (["--batch-sizes", "0"], "--batch-sizes 0 is too small"),
