@@ -129,7 +129,7 @@ def build_tree(
     """Grow a tree of at most ``budget`` nodes (root included) from ``children``; see module docstring."""
     if options.construction == "accum":
         return _accum_tree(root, children, budget, options)
-    tokens, parents, scores, paths = [root], [-1], [0.0], [()]
+    tokens, parents, scores, logps, paths = [root], [-1], [0.0], [0.0], [()]
     heap: list[tuple[float, int, int, int, ChildDist]] = []  # (-score, tie, parent node, rank, dist)
     tie = 0
     fanout = options.fanout
@@ -151,6 +151,7 @@ def build_tree(
         tokens.append(dist.tokens[rank])
         parents.append(parent)
         scores.append(score(parent, dist, rank))
+        logps.append(dist.logps[rank])
         paths.append((*paths[parent], dist.tokens[rank]))
         push(parent, dist, rank + 1)  # next-best sibling becomes a candidate
         return node
@@ -167,7 +168,7 @@ def build_tree(
         _, _, parent, rank, dist = heapq.heappop(heap)
         node = add(parent, dist, rank)
         push(node, dist_of(node), 0)
-    return DraftTree(tokens, parents, scores)
+    return DraftTree(tokens, parents, scores, logps)
 
 
 def _accum_tree(
@@ -179,7 +180,7 @@ def _accum_tree(
     the earlier-added node first. Children are added whatever their log-prob (a -inf child is
     still a token the target may pick), exactly as the authors' builder does.
     """
-    tokens, parents, scores, paths = [root], [-1], [0.0], [()]
+    tokens, parents, scores, logps, paths = [root], [-1], [0.0], [0.0], [()]
     heap: list[tuple[float, int]] = [(0.0, 0)]  # (-score, node)
     while heap and len(tokens) < budget:
         _, node = heapq.heappop(heap)
@@ -193,9 +194,10 @@ def _accum_tree(
             tokens.append(dist.tokens[rank])
             parents.append(node)
             scores.append(child_score(scores[node], dist, rank, options))
+            logps.append(dist.logps[rank])
             paths.append((*paths[node], dist.tokens[rank]))
             heapq.heappush(heap, (-scores[child], child))
-    return DraftTree(tokens, parents, scores)
+    return DraftTree(tokens, parents, scores, logps)
 
 
 def tree_paths(tree: DraftTree) -> list[Path]:

@@ -1,12 +1,13 @@
-"""Greedy tree acceptance (vectorised over a padded batch of trees).
+"""Tree acceptance given the target's token at every node (vectorised over a padded batch of trees).
 
-Rule: a drafted node is correct when its token equals the target's argmax at its parent; a node
+Rule: a drafted node is correct when its token equals the target's token at its parent; a node
 is accepted when it and all its ancestors are correct. The deepest accepted node wins (lowest
-index on ties), and the target's argmax at that node is the bonus token, so every verify step
-emits accepted + 1 tokens and the output equals plain greedy decoding token for token.
+index on ties), and the target's token at that node is the bonus token, so every verify step
+emits accepted + 1 tokens.
 
-Sampling (temperature > 0) will add a second acceptance function taking draft and target
-probabilities; the engine only needs ``Acceptance``.
+"The target's token" at a node is its argmax when greedy — the output then equals plain greedy
+decoding token for token — and its sampled token at temperature > 0, which makes this the
+lossless rejection rule for deterministic draft trees (derivation in `speculative_sampling`).
 """
 
 from __future__ import annotations
@@ -20,19 +21,19 @@ import torch
 class Acceptance:
     best: list[int]  # (B,) node index of the deepest accepted node per row
     accepted: list[int]  # (B,) accepted drafted tokens per row (= depth of best)
-    bonus: list[int]  # (B,) target argmax at the best node
+    bonus: list[int]  # (B,) the target's token at the best node
     paths: list[list[int]]  # per row: node indices root .. best
 
 
-def greedy_accept(
+def accept_tree(
     tokens: torch.Tensor,  # (B, N) node tokens
     parents: torch.Tensor,  # (B, N) parent index, -1 for root/padding
     depths: torch.Tensor,  # (B, N)
     valid: torch.Tensor,  # (B, N) bool
     ancestors: torch.Tensor,  # (B, N, N) bool, [b, i, j] = j is i or an ancestor of i
-    target_argmax: torch.Tensor,  # (B, N) target's greedy token after each node
+    target_tokens: torch.Tensor,  # (B, N) the target's token after each node (argmax, or its sample)
 ) -> Acceptance:
-    parent_choice = target_argmax.gather(1, parents.clamp(min=0))  # (B, N) target's pick at the parent
+    parent_choice = target_tokens.gather(1, parents.clamp(min=0))  # (B, N) target's pick at the parent
     correct = (tokens == parent_choice) & valid
     correct[:, 0] = True  # the root is committed already
     # A node is accepted iff no node on its root path is incorrect.
@@ -40,7 +41,7 @@ def greedy_accept(
     score = torch.where(accepted_mask, depths, torch.full_like(depths, -1))
     best = score.argmax(1)  # (B,) first maximum = lowest index on ties
     rows = torch.arange(tokens.shape[0], device=tokens.device)
-    bonus = target_argmax[rows, best]
+    bonus = target_tokens[rows, best]
     path_mask = ancestors[rows, best]  # (B, N) nodes on the root..best path
     # Parents precede children, so the path is its nodes in index order: sort them to the front.
     n = tokens.shape[1]

@@ -2,8 +2,9 @@
 
 The AR baseline is this engine with no drafter (every tree is just its root); a speculative arm
 passes a drafter. Batches of prompts decode together with ragged acceptance; finished rows leave
-the batch. Every verify step leaves raw counters and timings; all rates are derived later
-(`jetflow_bench.metrics`).
+the batch. Greedy by default; with `SamplingParams` (temperature > 0) every token is a sample of
+the target, drawn with its request's random stream (`jetflow_bench.sampling`). Every verify step
+leaves raw counters and timings; all rates are derived later (`jetflow_bench.metrics`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from dataclasses import dataclass, field
 import torch
 
 from drafters.base import DraftCost, Drafter, SequenceView
-from jetflow_bench.acceptance import greedy_accept
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import synchronize
+from jetflow_bench.sampling import GREEDY, RandomStreams, SamplingParams, draw
+from jetflow_bench.speculative_sampling import sample_accept
 from jetflow_bench.stopping import StopRule
 from jetflow_bench.target import TargetRunner
 from jetflow_bench.tree import DraftTree
@@ -86,8 +88,13 @@ class _Clock:
 class _Batch:
     """Book-keeping for one batch: committed tokens, stop checks, finished results."""
 
-    def __init__(self, prompts: Sequence[Sequence[int]], stop: StopRule, clock: _Clock) -> None:
+    def __init__(
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, clock: _Clock, sampling: SamplingParams,
+        streams: RandomStreams,
+    ) -> None:
         self.seqs = [SequenceView(i, list(p), len(p)) for i, p in enumerate(prompts)]
+        self.sampling = sampling
+        self.streams = streams  # row i of the batch draws with its request's stream
         self.results: list[RequestResult | None] = [None] * len(prompts)
         self.checked = [0] * len(prompts)  # generated tokens already run through the stop rule
         self.steps_done = [0] * len(prompts)  # verify steps per request
@@ -100,6 +107,16 @@ class _Batch:
 
     def views(self) -> list[SequenceView]:
         return [self.seqs[i] for i in self.active]
+
+    def uniforms(self, depths: torch.Tensor) -> torch.Tensor:
+        """(B, N) uniforms for the token after each tree node of the active rows (``depths`` (B, N)).
+
+        The token after a node at depth d is generated token ``len(generated) + d`` of its request.
+        """
+        generated = [len(self.seqs[i].tokens) - self.seqs[i].prompt_len for i in self.active]
+        device = self.streams.u.device
+        rows, base = torch.tensor(self.active, device=device), torch.tensor(generated, device=device)
+        return self.streams.at(rows, base[:, None] + depths.to(device))
 
     def retire_finished(self) -> list[int]:
         """Apply the stop rule to new tokens; truncate and record finished requests.
@@ -137,19 +154,29 @@ def generate(
     stop: StopRule,
     budget: int = 1,
     drafter: Drafter | None = None,
+    sampling: SamplingParams = GREEDY,
+    request_ids: Sequence[int] | None = None,
 ) -> BatchResult:
-    """Greedy-decode a batch of tokenised prompts; speculative when a drafter is given."""
+    """Decode a batch of tokenised prompts (greedy, or sampled per ``sampling``); speculative when a
+    drafter is given. ``request_ids`` name the prompts' random streams (default 0..B-1): give each
+    prompt the same id in every arm and batch so that reruns and arms draw the same numbers."""
     check_budget(budget)
     if drafter is None and budget != 1:
         raise JfbenchError(f"budget {budget} needs a drafter: plain decoding verifies the root only (budget 1)")
+    ids = list(range(len(prompts))) if request_ids is None else list(request_ids)
+    if len(ids) != len(prompts):
+        raise ValueError(f"{len(ids)} request ids for {len(prompts)} prompts")
     clock = _Clock(target.device)
-    batch = _Batch(prompts, stop, clock)
+    streams = RandomStreams(sampling.seed, ids, stop.max_new_tokens + budget, device=target.device)
+    batch = _Batch(prompts, stop, clock, sampling, streams)
     capacity = cache_capacity(max(len(p) for p in prompts), stop.max_new_tokens, budget)
     taps = drafter.taps if drafter else ()
     try:
         out = target.prefill(prompts, capacity, taps=taps)
         last = torch.tensor([len(p) - 1 for p in prompts], device=out.logits.device)
-        first = out.logits[torch.arange(len(prompts), device=last.device), last].argmax(-1).tolist()
+        first_logits = out.logits[torch.arange(len(prompts), device=last.device), last]  # (B, V)
+        first_u = batch.uniforms(torch.zeros(len(prompts), 1, dtype=torch.long))[:, 0]  # (B,) generated token 0
+        first = draw(first_logits, first_u, sampling).tolist()
         batch.first_token_at = clock()
         for seq, token in zip(batch.seqs, first, strict=True):
             seq.tokens.append(token)
@@ -172,8 +199,10 @@ def generate(
 def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter: Drafter | None) -> list[StepRecord]:
     """Draft -> verify -> accept -> commit for every active row.
 
-    Acceptance (greedy): keep the deepest tree node whose whole root path matches the target's
-    argmax at each parent, then append the target's argmax at that node (the bonus token).
+    Acceptance: the target's token after every node is drawn (its argmax when greedy); keep the
+    deepest node whose whole root path matches the target's token at each parent, then append the
+    target's token at that node (the bonus). At temperature > 0 this is rejection sampling with
+    point-mass drafts, which keeps the target's distribution (`jetflow_bench.speculative_sampling`).
     Counting: a row's `accepted` is what survives the stop rule — when EOS, a stop string or
     max_new_tokens cuts the final step, the accepted tokens past the cut were never emitted.
     """
@@ -186,9 +215,9 @@ def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter:
     t2 = clock()
     ver = target.forward(prepared, drafter.taps if drafter else ())
     t3 = clock()
-    target_argmax = ver.logits.argmax(-1)  # (B, N)
-    acc = greedy_accept(
-        prepared.tokens, prepared.parents, prepared.depths, prepared.valid, prepared.ancestors, target_argmax
+    acc = sample_accept(
+        prepared.tokens, prepared.parents, prepared.depths, prepared.valid, prepared.ancestors, ver.logits,
+        batch.uniforms(prepared.depths), batch.sampling,
     )
     target.commit(acc.paths)
     rows = list(batch.active)

@@ -34,6 +34,11 @@ class DraftTree:
     tokens: list[int]  # (N,) token id per node; tokens[0] is the root
     parents: list[int]  # (N,) parent index, -1 for the root; parents[i] < i
     scores: list[float] = field(default_factory=list)  # (N,) drafter score (e.g. cumulative log-prob)
+    # (N,) log q(token | parent's path): the draft probability of each proposed child, 0.0 (log 1)
+    # for the root and for children a drafter lists without a distribution (n-gram); None when the
+    # builder did not record them (`trusted`). Children are verified as a deterministic list, so
+    # these do not enter acceptance (speculative_sampling).
+    draft_logps: list[float] | None = field(default_factory=list)
     depths: list[int] = field(init=False)  # (N,) root = 0
 
     def __post_init__(self) -> None:
@@ -43,6 +48,10 @@ class DraftTree:
             raise ValueError("tokens and parents must have the same length")
         if not self.scores:
             self.scores = [0.0] * len(self.tokens)
+        if self.draft_logps is not None and not self.draft_logps:
+            self.draft_logps = [0.0] * len(self.tokens)
+        if len(self.scores) != len(self.tokens) or len(self.draft_logps or self.tokens) != len(self.tokens):
+            raise ValueError("scores and draft_logps need one value per node")
         depths = [0] * len(self.tokens)
         for i in range(1, len(self.tokens)):
             p = self.parents[i]
@@ -56,6 +65,7 @@ class DraftTree:
         """A tree built on the device with its depths already known: no O(N) Python pass over it."""
         tree = cls.__new__(cls)
         tree.tokens, tree.parents, tree.scores, tree.depths = tokens, parents, scores, depths
+        tree.draft_logps = None  # the device builder does not record them
         return tree
 
     @classmethod

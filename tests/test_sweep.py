@@ -79,7 +79,11 @@ def _tables(run: Path) -> dict[str, pd.DataFrame]:
         (["--budgets", "0"], "budget 0 is out of range"),
         (["--budgets", "16,2000"], "budget 2000 is out of range"),
         (["--suites", "gsm9k"], "unknown suite 'gsm9k'"),
-        (["--temperature", "0.7"], "sampling is not supported yet"),
+        (["--top-p", "0"], "--top-p 0.0: use 0 < top-p <= 1"),
+        (["--temperature", "-1"], "--temperature -1.0: use a finite temperature >= 0"),
+        (["--top-k", "-1"], "--top-k -1: input should be greater than or equal to 0"),
+        (["--temperatures", "0,hot"], "--temperatures '0,hot': 'hot' is not a number"),
+        (["--temperature", "1", "--temperatures", "0,1"], "give one of them"),
         (["--batch-sizes", "0"], "--batch-sizes 0 is too small"),
         (["--drafters", "ngram[maxngram=2]"], "has no option 'maxngram': did you mean 'max_ngram'?"),
         (["--drafters", "ngram[max_ngram=2],ngram[max_ngram=2]"], "names the arm 'ngram[max_ngram=2]' twice"),
@@ -138,11 +142,11 @@ def test_resume_after_crashes_between_and_inside_cells(target, tmp_path, monkeyp
     real_run_cell, calls = driver.run_cell, []
 
     def counting(crash_at: int | None):
-        def run_cell(engine, cell, prompts, drafter, warmup_tokens, progress=None):
+        def run_cell(engine, cell, prompts, drafter, warmup_tokens, progress=None, **kwargs):
             calls.append(cell.cell_id)
             if len(calls) == crash_at:
                 raise KeyboardInterrupt  # dies between cells: the earlier ones are stored
-            return real_run_cell(engine, cell, prompts, drafter, warmup_tokens, progress)
+            return real_run_cell(engine, cell, prompts, drafter, warmup_tokens, progress, **kwargs)
 
         return run_cell
 
@@ -150,11 +154,11 @@ def test_resume_after_crashes_between_and_inside_cells(target, tmp_path, monkeyp
     assert jfbench(*sweep_args(target, out))[0] == 130  # Ctrl-C
     assert len(list((out / "cells").glob("*.json"))) == 2
 
-    def dies_mid_cell(engine, cell, prompts, drafter, warmup_tokens, progress=None):
+    def dies_mid_cell(engine, cell, prompts, drafter, warmup_tokens, progress=None, **kwargs):
         def crash(requests, tokens):
             raise RuntimeError("killed inside the cell, after its first prompt batch")
 
-        return real_run_cell(engine, cell, prompts, drafter, warmup_tokens, crash)
+        return real_run_cell(engine, cell, prompts, drafter, warmup_tokens, crash, **kwargs)
 
     monkeypatch.setattr(driver, "run_cell", dies_mid_cell)
     with pytest.raises(RuntimeError, match="inside the cell"):
@@ -270,6 +274,32 @@ def test_a_grown_grid_keeps_the_finished_cells(target, tmp_path):
     kept = grown[grown["budget"].isin([1, 4])].reset_index(drop=True)
     pd.testing.assert_frame_equal(kept, first.reset_index(drop=True))  # the same measurements, not re-runs
     assert set(grown["budget"]) == {1, 4, 16} and json.loads((out / "manifest.json").read_text())["n_cells"] == 3
+
+
+def test_temperature_axis_adds_sampled_cells_to_a_greedy_run(target, base_run, tmp_path):
+    # Bugs caught: sampled cells paired with the greedy baseline, the temperature missing from rows,
+    # a greedy run's finished cells re-run (or changed) when the axis grows, streams tied to batch rows.
+    out = tmp_path / "run"
+    assert jfbench(*sweep_args(target, out))[0] == 0
+    code, stdout, err = jfbench(*sweep_args(target, out, "--temperatures", "0,1"))
+    assert code == 0 and "6 cell(s) run, 6 already done" in err, err
+    t = _tables(out)
+    assert all(set(t[n]["temperature"]) == {0.0, 1.0} for n in t)
+    greedy = _tables(base_run)["requests"].set_index(["budget", "batch_size", "request"])["output_ids"]
+    requests = t["requests"].set_index(["temperature", "budget", "batch_size", "request"])
+    for key, ids in greedy.items():
+        assert list(requests.loc[(0.0, *key), "output_ids"]) == list(ids)  # T = 0 is unchanged greedy
+    sampled = t["requests"][t["requests"]["temperature"] == 1.0]
+    assert sampled["lossless"].all() and t["summary"]["lossless_unexcused"].eq(0).all()
+    assert (sampled.set_index(["drafter", "budget", "batch_size", "request"])["output_ids"].map(tuple)
+            != t["requests"][t["requests"]["temperature"] == 0].set_index(
+                ["drafter", "budget", "batch_size", "request"])["output_ids"].map(tuple)).any()  # it samples
+    by_batch = sampled.groupby(["drafter", "budget", "request"])["output_ids"].agg(lambda s: len({tuple(x) for x in s}))
+    assert (by_batch == 1).all()  # a request draws the same tokens at batch size 1 and 2
+    assert sampled["first_divergence"].isna().mean() > 0.9  # arms share the streams: text = AR sampling's
+    assert sorted(p.name for p in (out / "cells").glob("*__T1.json"))
+    code, stdout, _ = jfbench("show", out)
+    assert code == 0 and "distribution-preserving" in stdout
 
 
 def test_strict_fails_after_writing_results_on_unexcused_divergence(target, tmp_path, monkeypatch):

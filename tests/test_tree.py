@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from jetflow_bench.acceptance import greedy_accept
+from jetflow_bench.acceptance import accept_tree
 from jetflow_bench.tree import DraftTree, ancestor_mask, pad_trees
 
 # root "The"=10, children cat=11 / dog=12, cat -> sat=13   (the module docstring's example)
@@ -50,7 +50,7 @@ def _accept(trees, argmax_rows):
     anc = ancestor_mask(parents, depths)
     n = tokens.shape[1]
     argmax = torch.tensor([row + [0] * (n - len(row)) for row in argmax_rows])
-    return greedy_accept(tokens, parents, depths, valid, anc, argmax)
+    return accept_tree(tokens, parents, depths, valid, anc, argmax)
 
 
 def test_accepts_deepest_matching_path_and_bonus():

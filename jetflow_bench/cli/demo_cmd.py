@@ -6,15 +6,27 @@ AR baseline, `ngram` and the learned drafters on GSM8K -> the summary table.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import AttentionOpt, DataDirOpt, DeviceOpt, DtypeOpt, ThreadsOpt
+from jetflow_bench.cli.options import (
+    AttentionOpt,
+    DataDirOpt,
+    DeviceOpt,
+    DtypeOpt,
+    SamplingSeedOpt,
+    TemperatureOpt,
+    TemperaturesOpt,
+    ThreadsOpt,
+    TopKOpt,
+    TopPOpt,
+)
 from jetflow_bench.cli.show_cmd import show
-from jetflow_bench.cli.sweep_cmd import GridFlags, grid_config, run_and_report
+from jetflow_bench.cli.sweep_cmd import GridFlags, grid_config, grid_temperatures, run_and_report
 from jetflow_bench.runtime import data_dir as resolve_data_dir
 from jetflow_bench.runtime import set_threads
 
@@ -39,6 +51,11 @@ def demo(
     attention: AttentionOpt = "sdpa",
     data_dir: DataDirOpt = None,
     threads: ThreadsOpt = None,
+    temperature: TemperatureOpt = 0.0,
+    temperatures: TemperaturesOpt = None,
+    top_p: TopPOpt = 1.0,
+    top_k: TopKOpt = 0,
+    seed: SamplingSeedOpt = 0,
 ) -> None:
     """Train or reuse the toy target and its draft heads, then sweep them on a few GSM8K prompts.
 
@@ -51,6 +68,8 @@ def demo(
         jfbench demo --no-heads --budgets 16 --limit 4
 
         jfbench demo --preset tiny --budgets 16,64,256 --out results/demo-tiny
+
+        jfbench demo --temperatures 0,1 --out results/demo-sampled
     """
     from jetflow_bench.attention import get_attention
     from jetflow_bench.runtime import resolve_device
@@ -58,6 +77,12 @@ def demo(
     from jetflow_bench.toy import ensure_toy_target
     from jetflow_bench.training import ensure_head
 
+    grid = GridFlags(
+        suites="gsm8k", budgets=budgets, batch_sizes="1", repeats=1, limit=limit, max_new_tokens=max_new_tokens,
+        temperature=temperature, temperatures=temperatures, top_p=top_p, top_k=top_k, seed=seed,
+        device=device, dtype=dtype, attention=attention, data_dir=data_dir, threads=threads,
+    )
+    grid_temperatures(grid)  # bad sampling flags fail before anything trains
     get_attention(attention, resolve_device(device))  # an unavailable backend fails before any training
     set_threads(threads)
     data = resolve_data_dir(data_dir)
@@ -68,10 +93,7 @@ def demo(
         for name in LEARNED:
             checkpoint = ensure_head(target, name, data_dir=data, device=device, dtype=dtype, threads=threads, **recipe)
             drafters.append(DrafterSpec(name, checkpoint=str(checkpoint)))
-    grid = GridFlags(
-        suites="gsm8k", budgets=budgets, batch_sizes="1", repeats=1, limit=limit, max_new_tokens=max_new_tokens,
-        device=device, dtype=dtype, attention=attention, data_dir=data, threads=threads,
-    )
+    grid = replace(grid, data_dir=data)
     run_and_report(grid_config(str(target), drafters, grid), out, grid, kind="demo")
     show(out)
     _projected_column(out)

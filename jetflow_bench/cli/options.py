@@ -43,6 +43,25 @@ ThreadsOpt = Annotated[
 ]
 
 
+# Sampling (sweep, ablate, demo; `jfbench eval` takes the same): temperature 0 is greedy, which
+# ignores top-p and top-k. Build `jetflow_bench.sampling.SamplingParams` from them inside the command:
+# it range-checks them with one-line errors.
+TemperatureOpt = Annotated[
+    float, typer.Option("--temperature", help="Sampling temperature; 0 = greedy (default).")
+]
+TemperaturesOpt = Annotated[
+    str | None,
+    typer.Option("--temperatures", help="Comma-separated temperatures, a grid axis, e.g. 0,1 (AR baseline at each)."),
+]
+TopPOpt = Annotated[
+    float, typer.Option("--top-p", help="At temperature > 0: keep the most likely tokens up to this mass (0 < p <= 1).")
+]
+TopKOpt = Annotated[int, typer.Option("--top-k", min=0, help="At temperature > 0: keep the k most likely tokens (0 = all).")]
+SamplingSeedOpt = Annotated[
+    int, typer.Option("--seed", min=0, help="Request r samples with the stream seeded by (seed, r): the same in every arm and rerun.")
+]
+
+
 class OutputFormat(str, Enum):
     """Result format on stdout: rich text for people, JSON for scripts."""
 

@@ -26,7 +26,7 @@ class ShowTable(str, Enum):
     cells = "cells"
 
 
-ARM_KEYS = ["suite", "drafter", "variant", "budget", "batch_size"]
+ARM_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "temperature"]
 
 
 def compact(summary: pd.DataFrame) -> pd.DataFrame:
@@ -37,13 +37,16 @@ def compact(summary: pd.DataFrame) -> pd.DataFrame:
     """
     import pandas as pd
 
+    from jetflow_bench.report.loading import SAMPLED_LOSSLESS
+
     rows = []
     for keys, g in summary.groupby(ARM_KEYS, sort=True, dropna=False):
         arm = dict(zip(ARM_KEYS, keys, strict=True))
         name = arm["drafter"] if arm["variant"] == "default" else f"{arm['drafter']}[{arm['variant']}]"
         sd = g["speedup_decode_micro"].std() if len(g) > 1 else math.nan
         rows.append({
-            "suite": arm["suite"], "arm": name, "B": arm["budget"], "bs": arm["batch_size"], "n": len(g),
+            "suite": arm["suite"], "arm": name, "B": arm["budget"], "bs": arm["batch_size"],
+            "T": f"{arm['temperature']:g}", "n": len(g),
             "tau": _f(g["tau"].mean(), 2), "acc/step": _f(g["accepted_per_step"].mean(), 2),
             "raw acc/step": _f((g["accepted_raw"] / g["n_steps"]).mean(), 2),
             "tau/draft": _f(g["tau_per_draft"].mean(), 2), "alpha": _f(g["alpha"].mean(), 2),
@@ -54,7 +57,8 @@ def compact(summary: pd.DataFrame) -> pd.DataFrame:
                                f", {_f(g['speedup_decode_micro_hi'].mean(), 2)}]",
             "sd": _f(sd, 2), "e2e x": _f(g["speedup_e2e_micro"].mean(), 2),
             "acc": f"{_f(g['accuracy'].mean(), 2)}/{_f(g['baseline_accuracy'].mean(), 2)}",
-            "diverged": f"{int(g['lossless_unexcused'].sum())}+{int(g['lossless_excused'].sum())}",
+            "diverged": SAMPLED_LOSSLESS if arm["temperature"] else
+                        f"{int(g['lossless_unexcused'].sum())}+{int(g['lossless_excused'].sum())}",
             "other": _f(g["other_share"].mean(), 3),
         })
     return pd.DataFrame(rows)
@@ -65,7 +69,8 @@ def compact_ablation(ablation: pd.DataFrame) -> pd.DataFrame:
 
     return pd.DataFrame([{
         "arm": f"{r.drafter}[{r.variant}]", "vs": getattr(r, "compared_with", "default"),
-        "suite": r.suite, "B": r.budget, "bs": r.batch_size, "n": r.n_prompts,
+        "suite": r.suite, "B": r.budget, "bs": r.batch_size,
+        "T": f"{getattr(r, 'temperature', 0.0):g}", "n": r.n_prompts,
         "tau": _f(r.tau, 2), "d tau": f"{_f(r.tau_delta, 2, sign=True)} [{_f(r.tau_delta_lo, 2)}, {_f(r.tau_delta_hi, 2)}]",
         "decode x": _f(r.speedup_decode_micro, 2),
         "d x": f"{_f(r.speedup_delta, 2, sign=True)} [{_f(r.speedup_delta_lo, 2)}, {_f(r.speedup_delta_hi, 2)}]",
@@ -89,15 +94,15 @@ def _read(run: Path, name: str) -> pd.DataFrame:
     import pandas as pd
 
     from jetflow_bench.integrity import READ_ERRORS, reason, warn
-    from jetflow_bench.report.loading import CELL_KEYS, REBUILD
+    from jetflow_bench.report.loading import CELL_KEYS, REBUILD, with_cell_keys
 
     try:
-        return pd.read_parquet(path)
+        return with_cell_keys(pd.read_parquet(path))
     except READ_ERRORS as err:
         problem = f"{path} is unreadable ({reason(err)})"
     twin = path.with_suffix(".csv")
     try:
-        frame = pd.read_csv(twin)
+        frame = with_cell_keys(pd.read_csv(twin))
     except (*READ_ERRORS, FileNotFoundError):
         raise JfbenchError(f"{problem}, and {twin.name} cannot stand in for it: {REBUILD}") from None
     missing = [c for c in (*CELL_KEYS, "tau") if c not in frame.columns] if name == "summary" else []

@@ -16,7 +16,18 @@ import typer
 
 from jetflow_bench.arms import ARM_SYNTAX
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import AttentionOpt, DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
+from jetflow_bench.cli.options import (
+    AttentionOpt,
+    DataDirOpt,
+    DeviceOpt,
+    DtypeOpt,
+    TargetOpt,
+    TemperatureOpt,
+    TemperaturesOpt,
+    ThreadsOpt,
+    TopKOpt,
+    TopPOpt,
+)
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import resolve_device, resolve_dtype, set_threads
 from suites import SUITES
@@ -37,12 +48,12 @@ LimitOpt = Annotated[int | None, typer.Option("--limit", min=1, help="Prompts pe
 MaxNewOpt = Annotated[
     int | None, typer.Option("--max-new-tokens", min=1, help="New tokens per prompt. Default: each suite's own.")
 ]
-TemperatureOpt = Annotated[float, typer.Option("--temperature", help="Sampling temperature; only 0 (greedy) for now.")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Run folder; an interrupted run resumes when re-run.")]
 SampleSeedOpt = Annotated[
     int | None, typer.Option("--sample-seed", min=0, help="Sample --limit prompts at random with this seed. Default: first N.")
 ]
-SeedOpt = Annotated[int, typer.Option("--seed", min=0, help="torch seed set before every cell; also seeds the bootstrap.")]
+SeedOpt = Annotated[int, typer.Option(
+    "--seed", min=0, help="torch seed set before every cell; seeds the bootstrap and, with each request's id, its sampling stream.")]
 EngineOpt = Annotated[
     str, typer.Option("--engine", help="Decoding engine: hf (this package's) or vllm (vllm:* arms; see `sweep --help`).")
 ]
@@ -72,6 +83,9 @@ class GridFlags:
     limit: LimitOpt = None
     max_new_tokens: MaxNewOpt = None
     temperature: TemperatureOpt = 0.0
+    temperatures: TemperaturesOpt = None
+    top_p: TopPOpt = 1.0
+    top_k: TopKOpt = 0
     device: DeviceOpt = None
     dtype: DtypeOpt = None
     attention: AttentionOpt = "sdpa"
@@ -123,10 +137,7 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     from jetflow_bench.sweep.grid import SweepConfig, parse_budgets, parse_ints, parse_names
     from jetflow_bench.sweep.runner import ENGINES
 
-    if grid.temperature != 0:
-        raise JfbenchError(
-            f"--temperature {grid.temperature}: sampling is not supported yet; use --temperature 0 (greedy)"
-        )
+    temperatures = grid_temperatures(grid)
     budgets = parse_budgets(grid.budgets)
     sizes = parse_ints(grid.batch_sizes, "--batch-sizes")
     suites = tuple(dict.fromkeys(SUITES.canonical(n) for n in parse_names(grid.suites, "--suites")))
@@ -140,10 +151,26 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
         target=resolve_target(target), drafters=tuple(drafters), suites=suites, budgets=budgets,
         batch_sizes=sizes, repeats=grid.repeats, device=str(dev),
         dtype=str(resolve_dtype(grid.dtype, dev)).removeprefix("torch."), threads=torch.get_num_threads(),
-        limit=grid.limit, max_new_tokens=grid.max_new_tokens, temperature=grid.temperature,
+        limit=grid.limit, max_new_tokens=grid.max_new_tokens, temperatures=temperatures,
+        top_p=grid.top_p, top_k=grid.top_k,
         sample_seed=grid.sample_seed, seed=grid.seed, engine=engine, tie_eps=grid.tie_eps, attention=grid.attention,
         extra=extra,
     )
+
+
+def grid_temperatures(grid: GridFlags) -> tuple[float, ...]:
+    """The temperature axis, with every sampling flag range-checked (before any model loads).
+
+    --temperatures wins; --temperature T is the one-value shorthand; giving both is an error.
+    """
+    from jetflow_bench.sampling import SamplingParams
+    from jetflow_bench.sweep.grid import parse_temperatures
+
+    if grid.temperatures is not None and grid.temperature != 0:
+        raise JfbenchError(f"--temperature {grid.temperature} and --temperatures {grid.temperatures!r}: give one of them")
+    temperatures = parse_temperatures(grid.temperatures if grid.temperatures is not None else str(grid.temperature))
+    SamplingParams(max(temperatures), grid.top_p, grid.top_k, grid.seed)
+    return temperatures
 
 
 def run_and_report(
@@ -248,6 +275,9 @@ def sweep(
     engine = ENGINES.canonical(grid.engine)
     options = None
     if engine == "vllm":
+        if max(grid_temperatures(grid)) > 0:
+            raise JfbenchError("--engine vllm decodes greedily so far: drop --temperature/--temperatures "
+                               "(sampling runs on the default engine, --engine hf)")
         options = _vllm_options(vllm_bin, vllm_url, vllm_port, vllm_args, tensor_parallel_size, pipeline_parallel_size)
     specs = [_arm(name, arm_options, ckpt, engine) for name, arm_options, ckpt in parse_drafters(drafters)]
     labels = [s.label for s in specs]

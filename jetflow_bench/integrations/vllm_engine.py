@@ -36,6 +36,7 @@ from jetflow_bench.integrations.vllm_client import RequestFailed, Sampling, comp
 from jetflow_bench.integrations.vllm_metrics import SpecCounters, spec_counters
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, group_peak_rss, http_get
 from jetflow_bench.integrations.vllm_steps import batch_result
+from jetflow_bench.sampling import GREEDY, SamplingParams
 from jetflow_bench.stopping import StopRule
 from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
 from jetflow_bench.sweep.runner import HFEngine
@@ -89,11 +90,14 @@ class VLLMEngine:
         return arm  # type: ignore[return-value]
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None,
+        sampling: SamplingParams = GREEDY, request_ids: Sequence[int] | None = None,
     ) -> BatchResult:
         self.serving_cell = isinstance(drafter, VLLMArm)
         if not self.serving_cell:
-            return self.hf.generate(prompts, stop, budget, drafter)
+            return self.hf.generate(prompts, stop, budget, drafter, sampling=sampling, request_ids=request_ids)
+        if sampling.temperature > 0:
+            raise JfbenchError("--engine vllm decodes greedily so far: vLLM arms run at temperature 0 only")
         url = self._serve(drafter, budget)
         sampling = Sampling(stop.max_new_tokens, stop.stop_strings, tuple(sorted(stop.eos_token_ids)))
         before = self._counters(url)

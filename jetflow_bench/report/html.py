@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 
 from jetflow_bench import __version__
-from jetflow_bench.report.loading import Run, load_run
+from jetflow_bench.report.loading import SAMPLED_LOSSLESS, Run, load_run
 from jetflow_bench.report.plots import CPU_NOTE, ReportFigure, ablation_deltas, make_figures
 from jetflow_bench.report.tables import (
     Table,
@@ -51,6 +51,7 @@ class RunSection:
     divergences: Table | None  # the divergent requests with their positions, when requests.parquet has them
     n_unexcused: int
     n_excused: int
+    sampled: bool  # some cells decode at temperature > 0 (losslessness there: SAMPLED_LOSSLESS)
     ablation: Table | None
     ablation_figure: str | None  # base64 PNG
     manifest: list[tuple[str, str]]
@@ -78,6 +79,7 @@ def _section(run: Run, first: Run | None) -> RunSection:
         divergences=None if divergences is None or divergences.empty else frame_table(divergences.head(50)),
         n_unexcused=_total(run, "lossless_unexcused"),
         n_excused=_total(run, "lossless_excused"),
+        sampled=bool((run.summary["temperature"] > 0).any()),
         ablation=None if run.ablation is None else frame_table(run.ablation),
         ablation_figure=None if ablation_fig is None else ablation_fig.png_base64(),
         manifest=manifest_items(run),
@@ -115,6 +117,7 @@ def render_report(runs: Sequence[Run], title: str | None = None) -> str:
         cpu_note=CPU_NOTE,
         on_cpu=on_cpu,
         methodology_url=methodology_url(),
+        sampled_lossless=SAMPLED_LOSSLESS,
         version=__version__,
     )
 

@@ -23,7 +23,11 @@ from jetflow_bench.integrity import READ_ERRORS, reason, warn, warn_damaged_cell
 
 # The columns that identify one cell; the AR baseline has drafter AR_ARM, budget 1, variant "default".
 # Equal to `jetflow_bench.sweep.grid.CELL_KEYS` (tested); repeated so reading results never imports torch.
-CELL_KEYS: tuple[str, ...] = ("suite", "drafter", "variant", "budget", "batch_size", "repeat")
+CELL_KEYS: tuple[str, ...] = ("suite", "drafter", "variant", "budget", "batch_size", "repeat", "temperature")
+ADDED_KEYS = {"temperature": 0.0}  # cell keys newer than some recorded runs, with the value they implied
+# What reports say about losslessness at temperature > 0, where it is a distributional property
+# checked by the test suite rather than a per-request token comparison.
+SAMPLED_LOSSLESS = "distribution-preserving (tested)"
 DEFAULT_VARIANT = "default"
 SPEEDUP = "speedup_decode_micro"  # the headline speed-up: decode-only, time-weighted (docs/methodology.md)
 
@@ -42,6 +46,18 @@ def _read_table(folder: Path, stem: str) -> tuple[pd.DataFrame | None, list[str]
                 problems.append(f"{path} is unreadable ({reason(err)})")
                 warn(f"{problems[-1]}; going on without it")
     return None, problems
+
+
+def with_cell_keys(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the `ADDED_KEYS` a run recorded before they existed (greedy runs: temperature 0)."""
+    missing = {k: v for k, v in ADDED_KEYS.items() if k not in frame.columns}
+    return frame.assign(**missing) if missing else frame
+
+
+def _columns(path: Path, wanted: list[str]) -> list[str]:
+    """The ``wanted`` columns that the Parquet file at ``path`` has (added keys may be absent)."""
+    present = set(pq.read_schema(path).names)
+    return [c for c in wanted if c in present]
 
 
 @dataclass(frozen=True)
@@ -73,7 +89,8 @@ class Run:
         keys = list(CELL_KEYS)
         if (self.path / "steps.parquet").is_file():
             try:
-                steps = pd.read_parquet(self.path / "steps.parquet", columns=[*keys, "batch_step"])
+                path = self.path / "steps.parquet"
+                steps = with_cell_keys(pd.read_parquet(path, columns=_columns(path, [*keys, "batch_step"])))
                 return steps.groupby(keys, dropna=False)["batch_step"].nunique().rename("batch_steps")
             except READ_ERRORS as err:
                 warn(f"{self.path / 'steps.parquet'} is unreadable ({reason(err)}); counting steps from the summary")
@@ -87,11 +104,11 @@ class Run:
         if not path.is_file():
             return None
         try:
-            present = set(pq.read_schema(path).names)  # read only these columns: outputs can be large
+            present = set(pq.read_schema(path).names) | set(ADDED_KEYS)  # read only these: outputs can be large
             if not {"lossless", "excused", *CELL_KEYS, "request"} <= present:
                 return None
             columns = [*CELL_KEYS, "request", *(["first_divergence"] if "first_divergence" in present else [])]
-            requests = pd.read_parquet(path, columns=[*columns, "lossless", "excused"])
+            requests = with_cell_keys(pd.read_parquet(path, columns=_columns(path, [*columns, "lossless", "excused"])))
         except READ_ERRORS as err:
             warn(f"{path} is unreadable ({reason(err)}); going on without the divergent requests")
             return None
@@ -117,6 +134,7 @@ def load_run(path: str | Path) -> Run:
         raise JfbenchError(f"{str(folder)!r} has no usable summary ({'; '.join(problems)}): {REBUILD}")
     if summary is None:
         raise JfbenchError(f"{str(folder)!r} is not a run folder (no summary.parquet or summary.csv): {fix}")
+    summary = with_cell_keys(summary)
     missing = [key for key in (*CELL_KEYS, "tau") if key not in summary.columns]
     if missing:
         raise JfbenchError(

@@ -37,6 +37,7 @@ import pandas as pd
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.metrics import _div
+from jetflow_bench.report.loading import with_cell_keys
 from jetflow_bench.sweep.grid import DEFAULT_VARIANT, DrafterSpec
 
 # Ablation flag -> (stage, drafter option). "train" options need their own weights.
@@ -257,15 +258,17 @@ def ablation_table(
     """
     comparisons = dict(comparisons or {})
     references = {c.reference for c in comparisons.values()} - set(comparisons)
-    group_keys = ["suite", "budget", "batch_size"]
+    requests = with_cell_keys(requests)
+    group_keys = ["suite", "budget", "batch_size", "temperature"]
     arms = requests[requests["drafter"] != AR_ARM]
     arms = arms.assign(logical=[split_seed(v)[0] for v in arms["variant"]])
     rows = []
-    for (drafter, variant, suite, budget, batch_size), arm in arms.groupby(["drafter", "logical", *group_keys]):
+    for (drafter, variant, suite, budget, batch_size, temperature), arm in arms.groupby(["drafter", "logical", *group_keys]):
         if variant == DEFAULT_VARIANT or variant in references:
             continue
         comparison = comparisons.get(variant, Comparison(variant, variant))
-        same = (requests["suite"] == suite) & (requests["batch_size"] == batch_size)
+        same = ((requests["suite"] == suite) & (requests["batch_size"] == batch_size)
+                & (requests["temperature"] == temperature))
         ar = requests[same & (requests["drafter"] == AR_ARM)]
         mine = requests[same & (requests["drafter"] == drafter) & (requests["budget"] == budget)]
         seeds = list(dict.fromkeys(split_seed(v)[1] for v in arm["variant"]))
@@ -293,7 +296,8 @@ def ablation_table(
         per_seed_v = [_stats(var, ar_s, k, all_prompts)["tau"][0] for k in one]
         per_seed_d = [_stats(ref, ar_s, k, all_prompts)["tau"][0] for k in one]
         row = {"drafter": drafter, "variant": variant, "suite": suite, "budget": budget, "batch_size": batch_size,
-               "n_prompts": n, "seeds": n_seeds, "repeats": arm["repeat"].nunique(), "factor": comparison.factor,
+               "temperature": temperature, "n_prompts": n, "seeds": n_seeds, "repeats": arm["repeat"].nunique(),
+               "factor": comparison.factor,
                "compared_with": comparison.reference, "held_fixed": comparison.held or "the default's settings"}
         for k, name in (("tau", "tau"), ("speedup", "speedup_decode_micro")):
             row[name], row[f"{k}_default"] = float(v_point[k][0]), float(d_point[k][0])

@@ -1,20 +1,26 @@
 """The sweep's configuration, its grid of cells, and the hashes that identify both.
 
 A *cell* is one measured combination of the cell keys ``suite, drafter, variant, budget,
-batch_size, repeat``. The AR baseline is a cell like any other (drafter `AR_ARM`, variant "default",
-budget 1) and is run for every (suite, batch_size, repeat) before the drafters that pair with it,
-so that losslessness can be checked against it as soon as a drafter cell finishes.
+batch_size, repeat, temperature``. The AR baseline is a cell like any other (drafter `AR_ARM`,
+variant "default", budget 1) and is run for every (suite, batch_size, repeat, temperature) before
+the drafters that pair with it, so that losslessness can be checked against it as soon as a
+drafter cell finishes.
 
 Hashes: `config_hash` covers the whole resolved config (a run folder holds exactly one), with
 the target and checkpoints named by their weights' fingerprint rather than their path;
 `cell_hash` covers what determines one cell's numbers (the config without the grid lists, plus
-the cell and its drafter spec), so every result row says precisely what produced it.
+the cell and its drafter spec), so every result row says precisely what produced it. Hashes see a
+sampling field only when it differs from greedy decoding's value, next to the fixed key
+``temperature: 0.0`` that configs had before sampling existed: a greedy config hashes as it always
+did (earlier run folders resume, committed reference runs stay comparable), and adding
+``--temperatures 0,1`` to a greedy run is a grid change that keeps its finished T = 0 cells.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -26,11 +32,13 @@ from jetflow_bench.arms import AR_ARM, ARM_SYNTAX
 from jetflow_bench.engine import check_budget
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
+from jetflow_bench.sampling import SamplingParams
 
-CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat"]
-PAIR_KEYS = ["suite", "batch_size", "repeat"]  # a drafter cell's AR baseline shares these
+CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat", "temperature"]
+PAIR_KEYS = ["suite", "batch_size", "repeat", "temperature"]  # a drafter cell's AR baseline shares these
 DEFAULT_VARIANT = "default"
-GRID_FIELDS = ("drafters", "suites", "budgets", "batch_sizes", "repeats")  # not part of a cell's hash
+GRID_FIELDS = ("drafters", "suites", "budgets", "batch_sizes", "repeats", "temperatures")  # not in a cell's hash
+SAMPLING_DEFAULTS = {"temperatures": [0.0], "top_p": 1.0, "top_k": 0}  # a greedy config's sampling fields
 
 
 @dataclass(frozen=True)
@@ -72,9 +80,11 @@ class SweepConfig:
     threads: int  # torch CPU threads in effect
     limit: int | None = None  # prompts per suite (None: all)
     max_new_tokens: int | None = None  # None: each suite's own default
-    temperature: float = 0.0  # only greedy (0) is supported so far
+    temperatures: tuple[float, ...] = (0.0,)  # sampling temperatures, a grid axis (0 = greedy)
+    top_p: float = 1.0  # nucleus mass kept at temperature > 0 (1 = all tokens)
+    top_k: int = 0  # most likely tokens kept at temperature > 0 (0 = all)
     sample_seed: int = 0  # which `limit` prompts a suite samples
-    seed: int = 0  # torch seed set before every cell
+    seed: int = 0  # torch seed set before every cell; with the request id, seeds its sampling stream
     engine: str = "hf"
     tie_eps: float = 1e-4  # logit gap (fp32) under which a divergence is an excused near-tie
     warmup_tokens: int = 8  # new tokens of the untimed warm-up generate before each cell
@@ -91,6 +101,7 @@ class Cell:
     budget: int
     batch_size: int
     repeat: int
+    temperature: float = 0.0  # 0 = greedy
 
     @property
     def is_baseline(self) -> bool:
@@ -101,19 +112,26 @@ class Cell:
         return dataclasses.asdict(self)
 
     @property
-    def pair(self) -> tuple[str, int, int]:
-        """The (suite, batch_size, repeat) its AR baseline shares."""
-        return self.suite, self.batch_size, self.repeat
+    def pair(self) -> tuple[str, int, int, float]:
+        """The (suite, batch_size, repeat, temperature) its AR baseline shares."""
+        return self.suite, self.batch_size, self.repeat, self.temperature
+
+    @property
+    def baseline(self) -> Cell:
+        """The AR cell this cell is paired with."""
+        return Cell(self.suite, AR_ARM, DEFAULT_VARIANT, 1, self.batch_size, self.repeat, self.temperature)
 
     @property
     def cell_id(self) -> str:
-        """File-name-safe, readable and unique: gsm8k__ngram__default__B64__bs4__r0."""
+        """File-name-safe, readable and unique: gsm8k__ngram__default__B64__bs4__r0 (+ __T1 when sampled)."""
         safe = [re.sub(r"[^A-Za-z0-9_.-]+", "-", s) for s in (self.suite, self.drafter, self.variant)]
-        return "__".join([*safe, f"B{self.budget}", f"bs{self.batch_size}", f"r{self.repeat}"])
+        sampled = [f"T{self.temperature:g}"] if self.temperature else []
+        return "__".join([*safe, f"B{self.budget}", f"bs{self.batch_size}", f"r{self.repeat}", *sampled])
 
     def label(self) -> str:
         arm = self.drafter if self.variant == DEFAULT_VARIANT else f"{self.drafter}[{self.variant}]"
-        return f"{self.suite} {arm} B={self.budget} bs={self.batch_size} r{self.repeat}"
+        sampled = f" T={self.temperature:g}" if self.temperature else ""
+        return f"{self.suite} {arm} B={self.budget} bs={self.batch_size} r{self.repeat}{sampled}"
 
 
 def stable_hash(obj: Any, length: int = 12) -> str:
@@ -142,9 +160,12 @@ def config_dict(config: SweepConfig) -> dict[str, Any]:
 def _identity(config: SweepConfig) -> dict[str, Any]:
     """The config with the target and checkpoints named by their weights, not their paths.
 
-    The default attention backend is left out, so runs made before ``--attention`` existed keep their hashes.
+    The default attention backend is left out, so runs made before ``--attention`` existed keep their
+    hashes; so are sampling fields at greedy decoding's values (module docstring).
     """
-    identity = {**config_dict(config), "target": model_fingerprint(config.target),
+    plain = {k: v for k, v in config_dict(config).items() if SAMPLING_DEFAULTS.get(k, ...) != v}
+    plain["temperature"] = 0.0
+    identity = {**plain, "target": model_fingerprint(config.target),
                 "drafters": [_spec_identity(s) for s in config.drafters]}
     if identity["attention"] == "sdpa":
         del identity["attention"]
@@ -175,7 +196,13 @@ def settings_hash(config: SweepConfig) -> str:
 
 def cell_hash(config: SweepConfig, cell: Cell, spec: DrafterSpec) -> str:
     """Hash of what determines one cell: shared settings, the cell keys and its drafter spec."""
-    return stable_hash({"config": _settings(config), "cell": cell.keys, "drafter": _spec_identity(spec)})
+    keys = cell.keys if cell.temperature else {k: v for k, v in cell.keys.items() if k != "temperature"}
+    return stable_hash({"config": _settings(config), "cell": keys, "drafter": _spec_identity(spec)})
+
+
+def sampling_for(config: SweepConfig, cell: Cell) -> SamplingParams:
+    """How the cell's tokens are chosen: its temperature, the run's top-p / top-k, the run's seed."""
+    return SamplingParams(cell.temperature, config.top_p, config.top_k, config.seed)
 
 
 def spec_for(config: SweepConfig, cell: Cell) -> DrafterSpec:
@@ -188,18 +215,18 @@ def spec_for(config: SweepConfig, cell: Cell) -> DrafterSpec:
 
 
 def cells(config: SweepConfig) -> Iterator[Cell]:
-    """The grid in run order: repeat → suite → batch size → [AR, drafter × budget].
+    """The grid in run order: repeat → suite → temperature → batch size → [AR, drafter × budget].
 
     Repeats are outermost so that the spread across repeats also covers slow drift of the
     machine (thermal, other load); each baseline runs right before the arms it is paired with.
     """
-    for repeat in range(config.repeats):
-        for suite in config.suites:
-            for batch_size in config.batch_sizes:
-                yield Cell(suite, AR_ARM, DEFAULT_VARIANT, 1, batch_size, repeat)
-                for spec in config.drafters:
-                    for budget in spec.budgets or config.budgets:
-                        yield Cell(suite, spec.name, spec.variant, budget, batch_size, repeat)
+    for repeat, suite, temperature, batch_size in itertools.product(
+        range(config.repeats), config.suites, config.temperatures, config.batch_sizes
+    ):
+        yield Cell(suite, AR_ARM, DEFAULT_VARIANT, 1, batch_size, repeat, temperature)
+        for spec in config.drafters:
+            for budget in spec.budgets or config.budgets:
+                yield Cell(suite, spec.name, spec.variant, budget, batch_size, repeat, temperature)
 
 
 # ------------------------------------------------------------------ parsing user input
@@ -213,6 +240,20 @@ def parse_ints(text: str, option: str, minimum: int | None = 1) -> tuple[int, ..
             raise JfbenchError(f"{option} {text!r}: {part!r} is not an integer; use e.g. {option} 1,4") from None
         if minimum is not None and value < minimum:
             raise JfbenchError(f"{option} {value} is too small: use values >= {minimum}")
+        if value not in values:
+            values.append(value)
+    return tuple(values)
+
+
+def parse_temperatures(text: str) -> tuple[float, ...]:
+    """'0,1' -> (0.0, 1.0); order kept, duplicates dropped; each must be a valid temperature."""
+    values: list[float] = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            value = float(part)
+        except ValueError:
+            raise JfbenchError(f"--temperatures {text!r}: {part!r} is not a number; use e.g. --temperatures 0,1") from None
+        SamplingParams(temperature=value)  # range check, one message for every entry point
         if value not in values:
             values.append(value)
     return tuple(values)

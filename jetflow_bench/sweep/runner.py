@@ -1,11 +1,11 @@
 """Running one cell: warm up, decode every prompt batch, and return raw, tidy rows.
 
-The engine is a seam (``--engine``): the sweep only needs `Engine` — load a target, greedy-decode a
-batch of token-id prompts with an optional drafter, give next-token logits for the losslessness
-tie check, and describe itself. ``hf`` is this package's own engine (`jetflow_bench.engine`);
-``vllm`` (`jetflow_bench.integrations.vllm_engine`) registers next to it without changing the
-result schema, which is engine-neutral. An engine factory takes the resolved config, the run
-folder (for logs) and engine-specific options that are not part of the config hash.
+The engine is a seam (``--engine``): the sweep only needs `Engine` — load a target, decode a
+batch of token-id prompts (greedy or sampled) with an optional drafter, give next-token logits
+for the losslessness tie check, and describe itself. ``hf`` is this package's own engine
+(`jetflow_bench.engine`); ``vllm`` (`jetflow_bench.integrations.vllm_engine`) registers next to it
+without changing the result schema, which is engine-neutral. An engine factory takes the resolved
+config, the run folder (for logs) and engine-specific options that are not part of the config hash.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from jetflow_bench.kv_cache import KVCache
 from jetflow_bench.prompts import encode
 from jetflow_bench.registry import Registry
 from jetflow_bench.runtime import available_memory_bytes, synchronize
+from jetflow_bench.sampling import GREEDY, SamplingParams
 from jetflow_bench.stopping import StopRule
 from jetflow_bench.sweep.grid import Cell, DrafterSpec, SweepConfig
 from jetflow_bench.target import TargetRunner
@@ -45,8 +46,9 @@ class Engine(Protocol):
     def build_drafter(self, spec: DrafterSpec, checkpoint: Path | None) -> Drafter: ...
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None
-    ) -> BatchResult: ...
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None,
+        sampling: SamplingParams = GREEDY, request_ids: Sequence[int] | None = None,
+    ) -> BatchResult: ...  # sampling: draw token t of request r with the uniform U[(seed, r), t] (`sampling`)
 
     def next_token_logits(self, context: list[int]) -> torch.Tensor: ...  # (V,) float32
 
@@ -90,9 +92,11 @@ class HFEngine:
         return DRAFTERS.get(spec.name).build(self.target, checkpoint=checkpoint, **dict(spec.options))
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None,
+        sampling: SamplingParams = GREEDY, request_ids: Sequence[int] | None = None,
     ) -> BatchResult:
-        return hf_engine.generate(self.target, prompts, stop, budget=budget, drafter=drafter)
+        return hf_engine.generate(self.target, prompts, stop, budget=budget, drafter=drafter, sampling=sampling,
+                                  request_ids=request_ids)
 
     def next_token_logits(self, context: list[int]) -> torch.Tensor:
         """One target forward over ``context`` (a chain); logits of the token after it."""
@@ -201,17 +205,20 @@ def run_cell(
     drafter: Drafter | None,
     warmup_tokens: int,
     progress: ProgressFn | None = None,
+    sampling: SamplingParams = GREEDY,
 ) -> CellRun:
     """Decode all ``prompts`` for ``cell``; the first batch is first run once untimed (warm-up).
 
-    The engine resets the drafter's per-request state at every batch (``Drafter.reset``). Step
+    Each prompt samples (at temperature > 0) with the stream of its suite-wide request id, so every
+    arm, batch size and repeat draws the same numbers for it. The engine resets the drafter's per-request state at every batch (``Drafter.reset``). Step
     rows get cell-wide ``batch_step`` indices, so that rows of one batched forward — and only
     those — share an index (metrics sum each forward's time once).
     """
     chunks = batches(prompts, cell.batch_size)
     warm_stop = _stop_of(chunks[0])
     warm_stop = StopRule(min(warmup_tokens, warm_stop.max_new_tokens), warm_stop.eos_token_ids)
-    engine.generate([p.tokens for p in chunks[0]], warm_stop, cell.budget, drafter)
+    engine.generate([p.tokens for p in chunks[0]], warm_stop, cell.budget, drafter, sampling=sampling,
+                    request_ids=[p.request for p in chunks[0]])
     engine.reset_peak_memory()
     steps: list[tuple[int, StepRecord]] = []
     outputs: dict[int, RequestResult] = {}
@@ -220,7 +227,8 @@ def run_cell(
     t0 = time.perf_counter()
     offset = 0  # cell-wide batch_step of the current chunk's first forward
     for chunk in chunks:
-        result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), cell.budget, drafter)
+        result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), cell.budget, drafter,
+                                 sampling=sampling, request_ids=[p.request for p in chunk])
         for record in result.steps:
             steps.append((chunk[record.request].request, replace(record, batch_step=record.batch_step + offset)))
         offset += 1 + max((r.batch_step for r in result.steps), default=-1)

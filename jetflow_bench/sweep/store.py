@@ -30,6 +30,7 @@ import pandas as pd
 
 from jetflow_bench.errors import JfbenchError, writable_folder
 from jetflow_bench.integrity import READ_ERRORS, cell_problems, reason
+from jetflow_bench.report.loading import ADDED_KEYS, with_cell_keys
 from jetflow_bench.sweep.tables import CELL_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, concat, summary_table
 
 MANIFEST = "manifest.json"
@@ -232,10 +233,11 @@ class RunStore:
 
     def _part(self, cell_id: str) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None]:
         if cell_id not in self._parts:
-            self._parts[cell_id] = (
-                pd.read_parquet(self.cells_dir / f"{cell_id}.steps.parquet"),
-                pd.read_parquet(self.cells_dir / f"{cell_id}.requests.parquet"),
-                read_json(self.cells_dir / f"{cell_id}.json"),
+            record = read_json(self.cells_dir / f"{cell_id}.json")
+            self._parts[cell_id] = (  # cells recorded before a cell key existed get its implied value
+                with_cell_keys(pd.read_parquet(self.cells_dir / f"{cell_id}.steps.parquet")),
+                with_cell_keys(pd.read_parquet(self.cells_dir / f"{cell_id}.requests.parquet")),
+                None if record is None else {**ADDED_KEYS, **record},
             )
         return self._parts[cell_id]
 
