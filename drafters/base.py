@@ -18,6 +18,7 @@ from jetflow_bench.tree import DraftTree
 
 if TYPE_CHECKING:
     from jetflow_bench.target import TargetRunner
+    from jetflow_bench.training.objective import TrainingObjective
 
 
 @dataclass
@@ -54,6 +55,9 @@ class Drafter(ABC):
     name: ClassVar[str] = "drafter"
     taps: tuple[int, ...] = ()  # target layer indices whose hidden states `observe` receives
     cli_refusal: ClassVar[str | None] = None  # why a sweep cannot build it from the CLI (test doubles)
+    # How `jfbench train --drafter NAME` trains this family's weights: a `TrainingObjective`, or a
+    # lazy "module:attr" naming one; None = nothing to train (the command refuses).
+    training: ClassVar[TrainingObjective | str | None] = None
 
     @classmethod
     def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> Drafter:

@@ -25,6 +25,7 @@ from jetflow_bench.tree import DraftTree
 
 class DFlashDrafter(LearnedDrafter):
     name = "dflash"
+    training = "drafters.block_training:DFLASH_TRAINING"
 
     @torch.inference_mode()
     def marginals(self, seqs: Sequence[SequenceView], cache: ContextCache) -> Dists:

@@ -36,6 +36,7 @@ class EagleDrafter(LearnedDrafter):
 
     name = "eagle"
     default_construction = "best-first"  # EAGLE-2 keeps the global best budget - 1 explored nodes
+    training = "drafters.eagle_training:EAGLE_TRAINING"
 
     def __init__(
         self, head: DraftHead, info: HeadInfo, tree: TreeOptions, depth: int | None = None, top_k: int = 8

@@ -26,7 +26,7 @@ Worked example of the refinement entries for the tree root -> a -> b (D = 15):
 
 Training matches this (``jfbench train --drafter jetflow``, packed layout): the true continuation
 is laid out as a chain with one MASK query below every node, so each block teaches every
-branch-conditioned child distribution at once (see jetflow_bench/training/train_block.py).
+branch-conditioned child distribution at once (see drafters/block_training.py).
 
 Cost: 1 + r head forwards whatever the depth, each over at most 2 x budget entries. A head trained
 bidirectionally (``--head diffusion``) runs the same pipeline; it was never trained to read a
@@ -131,6 +131,7 @@ class JetFlowDrafter(DFlashDrafter):
     """JetFlow as released: r = 0, ``accum`` (the defaults of `DFlashDrafter`'s tree)."""
 
     name = "jetflow"
+    training = "drafters.block_training:JETFLOW_TRAINING"
     default_refine_passes: ClassVar[int] = 0
 
     def __init__(self, head, info, tree: TreeOptions, refine_passes: int | None = None) -> None:

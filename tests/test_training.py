@@ -14,12 +14,12 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
+from drafters.block_training import DFLASH_TRAINING, JETFLOW_TRAINING
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.target import TargetRunner
 from jetflow_bench.training import TrainConfig, ensure_head, head_path, train_drafter
 from jetflow_bench.training import data as training_data
 from jetflow_bench.training.losses import depth_weights, distill_loss
-from jetflow_bench.training.train_block import block_groups, prefix_lengths
 from tests.conftest import shared_data_dir
 from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
 from tests.random_models import save_random_model
@@ -44,7 +44,7 @@ def private_cache(tmp_path_factory, monkeypatch):
 def test_config_validation_names_the_option():
     with pytest.raises(JfbenchError, match="--loss 'kl'"):
         TrainConfig(drafter="jetflow", loss="kl")
-    with pytest.raises(JfbenchError, match="--head diffusion applies to block drafters"):
+    with pytest.raises(JfbenchError, match="--head diffusion: eagle trains causal heads only"):
         TrainConfig(drafter="eagle", head="diffusion")
     with pytest.raises(JfbenchError, match="--corpus"):
         TrainConfig(drafter="dflash", corpus=("wikipedia",))
@@ -70,10 +70,10 @@ def test_losses_vanish_when_draft_equals_target_and_order_as_expected():
 
 def test_jetflow_blocks_mix_all_mask_and_real_prefix():
     gen = torch.Generator().manual_seed(0)
-    k = prefix_lengths(TrainConfig(drafter="jetflow"), (64, 16), gen)
+    k = JETFLOW_TRAINING.prefix_lengths(TrainConfig(drafter="jetflow"), (64, 16), gen)
     assert k.min() == 0 and k.max() <= 14
     assert 0.35 < (k == 0).float().mean() < 0.65
-    assert prefix_lengths(TrainConfig(drafter="dflash"), (4, 4), gen).eq(0).all()
+    assert DFLASH_TRAINING.prefix_lengths(TrainConfig(drafter="dflash"), (4, 4), gen).eq(0).all()
 
 
 @pytest.mark.parametrize(("drafter", "head", "layout"), [
@@ -82,7 +82,7 @@ def test_jetflow_blocks_mix_all_mask_and_real_prefix():
 def test_no_training_query_sees_the_token_it_predicts(drafter, head, layout):
     """A MASK at offset o predicts x_{p+o}: no entry it attends to may hold a real token at offset >= o."""
     config = TrainConfig(drafter=drafter, head=head, layout=layout if drafter == "jetflow" else None, block_size=6)
-    groups = block_groups(config, config.mode, 2, torch.Generator().manual_seed(0), torch.device("cpu"))
+    groups = config.objective.block_groups(config, config.mode, 2, torch.Generator().manual_seed(0), torch.device("cpu"))
     assert sum(g.count for g in groups) == config.anchors
     for g in groups:
         for mask_row, depth_row in zip(g.is_mask.flatten(0, 1), g.depth.flatten(0, 1), strict=True):

@@ -348,14 +348,11 @@ def _head_trainer(data_dir: Path | None, config: SweepConfig) -> HeadTrainer:
     def train(drafter: str, recipe: dict) -> Path | None:
         from drafters import DRAFTERS
         from jetflow_bench.training import ensure_head
-        from jetflow_bench.training.config import DRAFTERS as TRAINABLE
 
-        plugin = DRAFTERS.get(drafter)
-        trained = plugin.train_name() if hasattr(plugin, "train_name") else drafter  # jetflow-refine -> jetflow
-        if trained not in TRAINABLE:
+        if DRAFTERS.get(drafter).training is None:
             return None
-        return ensure_head(config.target, trained, data_dir=data_dir, device=config.device, dtype=config.dtype,
-                           threads=config.threads, **recipe)
+        return ensure_head(config.target, drafter, data_dir=data_dir, device=config.device, dtype=config.dtype,
+                           threads=config.threads, **recipe)  # jetflow-refine trains (and caches) a jetflow head
 
     return train
 
@@ -365,16 +362,14 @@ def _base_settings(base: DrafterSpec, recipe: dict[str, Any]) -> dict[str, Any]:
     from drafters import DRAFTERS
     from jetflow_bench.sweep.ablation import trained_recipe
     from jetflow_bench.sweep.arms import option_defaults
-    from jetflow_bench.training.config import DRAFTERS as TRAINABLE
     from jetflow_bench.training.config import TrainConfig
 
     plugin = DRAFTERS.get(base.name)
-    trained = plugin.train_name() if hasattr(plugin, "train_name") else base.name
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     recorded = {k: v for k, v in trained_recipe(base.checkpoint).items() if k in fields}  # older heads: extra keys
     layout = None
-    if trained in TRAINABLE and (recorded or base.checkpoint is None):
-        layout = TrainConfig(**{**recorded, **recipe, **dict(base.train), "drafter": trained}).resolved_layout
+    if plugin.training is not None and (recorded or base.checkpoint is None):
+        layout = TrainConfig(**{**recorded, **recipe, **dict(base.train), "drafter": base.name}).resolved_layout
     refine = dict(base.options).get("refine_passes", option_defaults(plugin).get("refine_passes"))
     return {"layout": layout, "refine_passes": refine}
 

@@ -1,4 +1,4 @@
-"""`jfbench train`: train a draft head (eagle, dflash, jetflow) for a target."""
+"""`jfbench train`: train a draft head for a target (any drafter family that declares a training objective)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated
 
 import typer
@@ -15,12 +16,13 @@ from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt
 from jetflow_bench.errors import JfbenchError, writable_folder
 from jetflow_bench.training.config import SOURCES, TrainConfig
 
-_DEFAULTS = TrainConfig(drafter="jetflow")
+_DEFAULTS = SimpleNamespace(**{f.name: f.default for f in dataclasses.fields(TrainConfig)})  # no drafter lookup: --help stays light
 
 
 @app.command("train")
 def train(
-    drafter: Annotated[str, typer.Option("--drafter", help="eagle, dflash (DFlash-T) or jetflow.")],
+    drafter: Annotated[str, typer.Option("--drafter", help="A drafter with a training objective: eagle, dflash (DFlash-T), "
+                                   "jetflow, or a plug-in's.")],
     target: TargetOpt,
     out: Annotated[Path, typer.Option("--out", help="Head folder to write (config.json + model.safetensors).")],
     head: Annotated[

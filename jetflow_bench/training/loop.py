@@ -32,14 +32,13 @@ from jetflow_bench.toy.progress import TrainProgress
 from jetflow_bench.training.config import TrainConfig
 from jetflow_bench.training.data import SequenceBatcher, training_sequences
 from jetflow_bench.training.teacher import teacher_batch
-from jetflow_bench.training.train_block import block_loss
-from jetflow_bench.training.train_eagle import eagle_loss
 
 PARTIAL = ".partial"
 
 
 def new_head(target: TargetRunner, config: TrainConfig) -> DraftHead:
-    """A freshly initialised head shaped like the target's own decoder layers (fp32 master weights)."""
+    """A freshly initialised head shaped like the target's own decoder layers (fp32 master weights);
+    the family's objective sets its depth and any wiring of its own."""
     c = target.config
     tok = target.tokenizer
     mask_id = next((i for i in (tok.mask_token_id, tok.pad_token_id, *target.eos_token_ids) if i is not None), 0)
@@ -48,8 +47,9 @@ def new_head(target: TargetRunner, config: TrainConfig) -> DraftHead:
         hidden_size=c.hidden_size, intermediate_size=c.intermediate_size, num_layers=config.num_layers(len(target.layers)),
         num_heads=target.q_heads, num_kv_heads=target.kv_heads, head_dim=target.head_dim,
         taps=tuple(default_taps(len(target.layers), min(config.num_taps, len(target.layers)))),
-        block_size=config.block_size, mode=config.mode, mask_token_id=mask_id, eagle_input=config.drafter == "eagle",
+        block_size=config.block_size, mode=config.mode, mask_token_id=mask_id,
         rms_norm_eps=c.rms_norm_eps, rope_theta=rope.get("rope_theta") or getattr(c, "rope_theta", 1_000_000.0),
+        **config.objective.head_options(config),
     )
     head = DraftHead(cfg, target.embed, target.lm_head).to(target.device)
     head.init_weights(config.seed)
@@ -142,7 +142,7 @@ def train_drafter(
     head = new_head(runner, config)
     optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
     start, losses = _resume(out, head, optimizer)
-    objective = eagle_loss if config.drafter == "eagle" else block_loss
+    objective = config.objective
     label = f"{config.drafter} head" + (f" (resumed at {start})" if start else "")
     agree = float("nan")
     done = start
@@ -154,7 +154,7 @@ def train_drafter(
             tokens, lengths = batcher.batch(config.batch_size, generator)  # (B, T), (B,)
             teacher = teacher_batch(runner, tokens, lengths, head.cfg.taps)
             with _autocast(runner):
-                loss, agreement = objective(head, teacher, config, generator)
+                loss, agreement = objective.loss(head, teacher, config, generator)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), config.grad_clip)
             optimizer.step()

@@ -1,0 +1,140 @@
+"""Training objective of block heads (dflash, jetflow): `BlockTraining`.
+
+Per sequence, ``anchors`` random anchor positions p each open a block of entries at positions
+p + offset that sees the fused context features of positions < p (the anchor is the root at
+inference: not yet in the target's cache). A MASK entry at offset o predicts its own token
+x_{p+o} in place, against the target's distribution at position p+o-1. Block layouts:
+
+* all-mask ``[x_p, M x D]`` (offsets 0..D): pass 1. dflash trains only these (bidirectional head).
+* prefix (``--layout prefix``, jetflow): a random-length prefix x_{p+1..p+k} stays real and the
+  rest is masked, causal in-block attention; k = 0 is the all-mask block, and for k > 0 the first
+  mask learns the branch-conditioned child distribution that refinement queries after a real path.
+* packed (``--layout packed``, jetflow, causal head only): the real chain x_p..x_{p+D-1} plus one
+  MASK query per chain node, attending tree-causally (the query sees its node's ancestors and
+  itself) — exactly the entries a refinement pass builds over a tree, laid on the true path.
+  Every prefix length is trained at once, so each block gives D branch-conditioned targets
+  instead of one. A ``prefix_zero`` share of anchors stays all-mask for pass 1.
+Loss positions are the masks; depth weights count from the nearest real ancestor.
+
+Worked example, prefix, D = 4, k = 1, block at p = 10: entries x10 x11 M M M at positions
+10..14; loss at entries 2, 3, 4 (tokens x12, x13, x14), teacher rows 11, 12, 13, depths 1, 2, 3.
+Packed, D = 3, p = 10: entries x10 x11 x12 M M M at positions 10 11 12 11 12 13 with parents
+-1 0 1 0 1 2; the masks predict x11, x12, x13 (teacher rows 10, 11, 12), each at depth 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from drafters.head import DraftHead
+from drafters.masks import block_allowed, context_allowed, join, tree_allowed
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.training.losses import depth_weights, distill_loss
+from jetflow_bench.training.objective import TrainingObjective
+
+if TYPE_CHECKING:
+    from jetflow_bench.training.config import TrainConfig
+    from jetflow_bench.training.teacher import TeacherBatch
+
+LAYOUTS = ("prefix", "packed")  # --layout choices (module docstring)
+
+
+@dataclass
+class BlockGroup:
+    """``count`` blocks per sequence sharing one entry layout."""
+
+    count: int
+    offsets: torch.Tensor  # (E,) position of each entry after its anchor
+    allowed: torch.Tensor  # (E, E) bool in-block attention of one block
+    is_mask: torch.Tensor  # (B, count, E) bool; offset-0 anchors are always real
+    depth: torch.Tensor  # (B, count, E) offset below the nearest real ancestor (masks)
+
+
+def prefix_group(mode: str, k: torch.Tensor, n: int, device: torch.device) -> BlockGroup:
+    """Blocks [x_p, x_{p+1..p+k}, M ...] of n entries, one prefix length k per block (B, A)."""
+    offsets = torch.arange(n, device=device)
+    k = k.to(device)[..., None]  # (B, A, 1)
+    return BlockGroup(k.shape[1], offsets, block_allowed(mode, 1, n, device), offsets > k, offsets - k)
+
+
+def packed_group(count: int, batch: int, n: int, device: torch.device) -> BlockGroup:
+    """Blocks of the real chain x_p..x_{p+D-1} plus a MASK query below each chain node (D = n - 1)."""
+    d = n - 1
+    chain = torch.arange(d, device=device)
+    parents = torch.cat([chain - 1, chain])[None]  # (1, 2D): chain, then one query per chain node
+    depths = torch.cat([chain, chain + 1])[None]
+    is_mask = torch.arange(2 * d, device=device) >= d
+    return BlockGroup(count, depths[0], tree_allowed(parents, depths)[0], is_mask.expand(batch, count, -1),
+                      torch.ones(batch, count, 2 * d, dtype=torch.long, device=device))
+
+
+class BlockTraining(TrainingObjective):
+    """A block head's objective; ``real_prefix`` families (jetflow) also train branch-conditioned
+    children: blocks keep a real prefix (layout prefix) or lay out the true path (layout packed)."""
+
+    def __init__(self, default_head: str, real_prefix: bool) -> None:
+        self.default_head = default_head  # in-block attention of its heads unless the recipe names one
+        self.real_prefix = real_prefix  # blocks may keep real tokens after the anchor (prefix / packed layouts)
+
+    def validate(self, config: TrainConfig) -> None:
+        if config.layout is not None and config.layout not in LAYOUTS:
+            raise JfbenchError(f"--layout {config.layout!r} is unknown: choose one of {', '.join(LAYOUTS)}")
+        if config.layout == "packed" and (not self.real_prefix or config.mode != "causal"):
+            raise JfbenchError("--layout packed needs --drafter jetflow with a causal head (a bidirectional "
+                               "block would let each query see the token it predicts)")
+
+    def settings(self, config: TrainConfig) -> dict[str, Any]:
+        """The training-block layout: packed for a causal real-prefix head unless ``--layout`` says otherwise."""
+        if config.layout:
+            return {"layout": config.layout}
+        return {"layout": "packed" if self.real_prefix and config.mode == "causal" else "prefix"}
+
+    def prefix_lengths(self, config: TrainConfig, shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
+        """Real tokens kept after each anchor: 0 without ``real_prefix``; else 0 with prob ``prefix_zero``, else 1..D-1."""
+        if not self.real_prefix or config.block_size <= 2:
+            return torch.zeros(shape, dtype=torch.long)
+        uniform = torch.randint(1, config.block_size - 1, shape, generator=generator)
+        return torch.where(torch.rand(shape, generator=generator) < config.prefix_zero, 0, uniform)
+
+    def block_groups(
+        self, config: TrainConfig, mode: str, batch: int, generator: torch.Generator, device
+    ) -> list[BlockGroup]:
+        """The step's block layouts (see the module docstring)."""
+        a, n = config.anchors, config.block_size
+        if self.settings(config)["layout"] == "packed":
+            all_mask = round(a * config.prefix_zero)
+            groups = [prefix_group(mode, torch.zeros(batch, all_mask, dtype=torch.long), n, device)] if all_mask else []
+            return [*groups, packed_group(a - all_mask, batch, n, device)] if a > all_mask else groups
+        return [prefix_group(mode, self.prefix_lengths(config, (batch, a), generator), n, device)]
+
+    def loss(
+        self, head: DraftHead, batch: TeacherBatch, config: TrainConfig, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, top-1 agreement) of one batch; see the module docstring."""
+        tokens, lengths = batch.tokens, batch.lengths
+        b, t = tokens.shape
+        anchors = batch.random_positions(config.anchors, 1, generator)  # (B, A): a token follows each
+        groups = self.block_groups(config, head.cfg.mode, b, generator, tokens.device)
+        per_group = anchors.split([g.count for g in groups], dim=1)
+        pos = torch.cat([(a[..., None] + g.offsets).flatten(1) for a, g in zip(per_group, groups, strict=True)], 1)
+        starts = torch.cat([a.repeat_interleave(len(g.offsets), dim=1) for a, g in zip(per_group, groups, strict=True)], 1)
+        is_mask = torch.cat([g.is_mask.flatten(1) for g in groups], 1)  # (B, E)
+        depth = torch.cat([g.depth.flatten(1) for g in groups], 1)  # (B, E)
+        inner = torch.block_diag(*[g.allowed for g in groups for _ in range(g.count)])  # (E, E)
+
+        _, store = batch.context(head)
+        x = head.block_inputs(tokens.gather(1, pos.clamp(max=t - 1)), is_mask)  # (B, E, H)
+        mask = join(context_allowed(starts, t), inner, x.dtype)  # entries see positions < their anchor
+        hidden = head(x, pos, mask, store)  # (B, E, H)
+
+        rows, entries = (is_mask & (pos < lengths[:, None])).nonzero(as_tuple=True)  # (M,), (M,)
+        teacher = batch.logits[rows, pos[rows, entries] - 1]  # (M, V)
+        weights = depth_weights(depth[rows, entries], config.decay)
+        return distill_loss(head.logits(hidden[rows, entries]), teacher, weights, config.loss)
+
+
+DFLASH_TRAINING = BlockTraining(default_head="bidirectional", real_prefix=False)
+JETFLOW_TRAINING = BlockTraining(default_head="causal", real_prefix=True)

@@ -1,0 +1,100 @@
+"""The contract between the training loop and a drafter family: `TrainingObjective`.
+
+A drafter class declares how its heads train in its ``training`` class attribute (an objective,
+or a lazy ``"module:attr"`` string naming one); `objective_for` finds it through the drafter
+registry. The loop (`training.loop`) draws batches, runs the frozen target and steps the
+optimiser; everything that varies with the family — the head it builds, the batch layout, the
+loss, its own option checks — comes from the objective. This package names no drafter.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from drafters.masks import BLOCK_MODES
+from jetflow_bench.errors import JfbenchError
+
+if TYPE_CHECKING:
+    import torch
+
+    from drafters.head import DraftHead
+    from jetflow_bench.training.config import TrainConfig
+    from jetflow_bench.training.teacher import TeacherBatch
+
+HEAD_DEPTH_RATIO = 7  # the paper drafts for a 36-layer target with a 5-layer head: ~1/7 of its depth
+
+
+class TrainingObjective(ABC):
+    """How one drafter family trains its head against the frozen target.
+
+    Per optimiser step the loop builds a `TeacherBatch` (the target's next-token logits and the
+    outputs of the head's tapped layers, ``head.cfg.taps``, for a batch of token sequences) and
+    calls `loss`; the head it trains is a `drafters.head.DraftHead` shaped by `head_layers` and
+    `head_options`.
+    """
+
+    default_head: str = "causal"  # in-block attention when the recipe names none (drafters.masks.BLOCK_MODES)
+    head_modes: ClassVar[tuple[str, ...]] = BLOCK_MODES  # the modes this family can train
+
+    def validate(self, config: TrainConfig) -> None:  # noqa: B027 - optional hook
+        """Refuse recipe settings this family cannot train (raise `JfbenchError` naming the option)."""
+
+    def settings(self, config: TrainConfig) -> dict[str, Any]:
+        """Effective values of the recipe fields whose None means "the family decides" (e.g.
+        ``layout``); fields absent here are not read by the family."""
+        return {}
+
+    def head_layers(self, target_layers: int) -> int:
+        """Draft layers of a new head when the recipe sets none: ~1/7 of the target's depth, at
+        least 2 (the shallow toy targets get 2: micro 2 of 3, tiny 2 of 6; Qwen3-8B's 36 give 5)."""
+        return max(2, round(target_layers / HEAD_DEPTH_RATIO))
+
+    def head_options(self, config: TrainConfig) -> dict[str, Any]:
+        """`drafters.head.HeadConfig` fields this family sets beyond the shared ones (e.g. its input wiring)."""
+        return {}
+
+    @abstractmethod
+    def loss(
+        self, head: DraftHead, batch: TeacherBatch, config: TrainConfig, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss to minimise, top-1 agreement share with the target) of one batch; draw every
+        random choice from ``generator`` (seeded per step, so a resumed run sees the same batches)."""
+
+
+def _family_of(drafter_cls: type) -> str:
+    """The name its heads are trained under (a drafter reading another family's heads says so: ``train_name``)."""
+    train_name = getattr(drafter_cls, "train_name", None)
+    return train_name() if train_name is not None else drafter_cls.name
+
+
+def objective_for(drafter: str) -> tuple[str, TrainingObjective]:
+    """(family name, objective) of the registered drafter ``drafter`` (or an alias of it).
+
+    A drafter without a ``training`` objective is a usage error naming the ones that have one.
+    """
+    from drafters import DRAFTERS
+
+    drafter_cls = DRAFTERS.get(drafter)
+    hook = getattr(drafter_cls, "training", None)
+    if hook is None:
+        raise JfbenchError(
+            f"--drafter {drafter!r} declares no training objective: train one of {', '.join(trainable_drafters())}"
+        )
+    if isinstance(hook, str):
+        module_name, _, attr = hook.partition(":")
+        hook = getattr(importlib.import_module(module_name), attr)
+    return _family_of(drafter_cls), hook
+
+
+def trainable_drafters() -> list[str]:
+    """Registered drafter families that declare a training objective (arms reading another family's heads left out)."""
+    from drafters import DRAFTERS
+
+    out = []
+    for name in DRAFTERS.names():
+        drafter_cls = DRAFTERS.get(name)
+        if getattr(drafter_cls, "training", None) is not None and _family_of(drafter_cls) == name:
+            out.append(name)
+    return out
