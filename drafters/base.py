@@ -78,7 +78,8 @@ class Drafter(ABC):
 
     @abstractmethod
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
-        """One tree per sequence, root = ``seq.tokens[-1]``, at most ``budget`` nodes."""
+        """One tree per sequence, root = ``seq.tokens[-1]``, at most ``budget`` nodes; ``budget`` >= 2
+        (at budget 1 the engine verifies the root alone without asking)."""
 
     def take_cost(self, rows: int) -> DraftCost:
         """The drafting cost since the last call, for the ``rows`` sequences of the step just drafted.
@@ -87,7 +88,3 @@ class Drafter(ABC):
         ``observe``, whose cost belongs to prefill). Drafters that run a model override this.
         """
         return DraftCost.free(rows)
-
-    def describe(self) -> dict[str, Any]:
-        """Settings that identify this drafter's configuration (goes into config hashes)."""
-        return {"name": self.name}

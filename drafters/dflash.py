@@ -46,8 +46,6 @@ class DFlashDrafter(LearnedDrafter):
         return torch.tensor([s.tokens[-1] for s in seqs], device=cache.last_feature.device)
 
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
-        if budget == 1:
-            return [DraftTree.root_only(s.tokens[-1]) for s in seqs]
         cache = self.require_cache(seqs)
         marginals = self.marginals(seqs, cache)
         with span("tree"):

@@ -14,14 +14,13 @@ Cost grows linearly with depth — the price of path-conditioned drafts.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
 from drafters.base import SequenceView
 from drafters.checkpoint import HeadInfo
 from drafters.head import DraftHead
-from drafters.learned import LearnedDrafter, head_depth
+from drafters.learned import LearnedDrafter
 from drafters.masks import join
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
@@ -31,21 +30,19 @@ from jetflow_bench.tree import DraftTree
 
 
 class EagleDrafter(LearnedDrafter):
-    """EAGLE-2 dynamic tree; ``depth`` defaults to the head's depth (block_size - 1 of its recipe,
-    the depth the block heads draft), so the cap is the same for every learned arm."""
+    """EAGLE-2 dynamic tree; its depth cap (option ``depth``: head forwards per proposal) defaults to
+    the head's depth (block_size - 1 of its recipe, the depth the block heads draft), so the cap is
+    the same for every learned arm."""
 
     name = "eagle"
     default_construction = "best-first"  # EAGLE-2 keeps the global best budget - 1 explored nodes
     training = "drafters.eagle_training:EAGLE_TRAINING"
+    depth_option = "depth"  # EAGLE's name for the tree's max_depth
 
-    def __init__(
-        self, head: DraftHead, info: HeadInfo, tree: TreeOptions, depth: int | None = None, top_k: int = 8
-    ) -> None:
+    def __init__(self, head: DraftHead, info: HeadInfo, tree: TreeOptions, top_k: int = 8) -> None:
         super().__init__(head, info, tree)
-        depth = head_depth(head) if depth is None else depth
-        if depth < 1 or top_k < 1:
-            raise JfbenchError(f"eagle depth ({depth}) and top-k ({top_k}) must be at least 1")
-        self.depth = depth  # head forwards per proposal = deepest drafted level
+        if top_k < 1:
+            raise JfbenchError(f"eagle top-k ({top_k}) must be at least 1")
         self.top_k = top_k  # frontier nodes expanded per depth
 
     @classmethod
@@ -55,15 +52,9 @@ class EagleDrafter(LearnedDrafter):
                 f"{info.path} is a block head: the eagle drafter needs a head trained with `jfbench train --drafter eagle`"
             )
 
-    @classmethod
-    def max_depth_for(cls, head: DraftHead, options: dict[str, Any]) -> int:
-        return options.get("depth") or head_depth(head)
-
     @torch.inference_mode()
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
-        depth = min(self.depth, self.tree.max_depth, budget - 1)
-        if depth < 1:
-            return [DraftTree.root_only(s.tokens[-1]) for s in seqs]
+        depth = min(self.tree.max_depth, budget - 1)  # >= 1: budget >= 2, max_depth >= 1
         cache = self.require_cache(seqs)
         head, b = self.head, len(seqs)
         device = cache.last_feature.device
@@ -118,9 +109,6 @@ class EagleDrafter(LearnedDrafter):
         tokens = dists.tokens[..., :fanout].reshape(b, -1).gather(1, best)
         parent = own[best // fanout]
         return tokens, parent, child.reshape(b, -1).gather(1, best)
-
-    def describe(self) -> dict:
-        return {**super().describe(), "depth": self.depth, "top_k": self.top_k}
 
 
 class _Explored:

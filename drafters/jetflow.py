@@ -165,8 +165,6 @@ class JetFlowDrafter(DFlashDrafter):
         return asked, Dists(tok, lp, ent)
 
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
-        if budget == 1:
-            return [DraftTree.root_only(s.tokens[-1]) for s in seqs]
         cache = self.require_cache(seqs)
         roots, marginals = self.roots(seqs, cache), self.marginals(seqs, cache)
         with span("tree"):
@@ -183,9 +181,6 @@ class JetFlowDrafter(DFlashDrafter):
     @classmethod
     def option_defaults(cls) -> dict[str, Any]:
         return {**super().option_defaults(), "refine_passes": cls.default_refine_passes}
-
-    def describe(self) -> dict:
-        return {**super().describe(), "refine_passes": self.refine_passes}
 
 
 class JetFlowRefineDrafter(JetFlowDrafter):

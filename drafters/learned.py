@@ -7,7 +7,6 @@ tapped hidden states (``observe``), never through engine internals.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,12 +25,6 @@ if TYPE_CHECKING:
     from jetflow_bench.target import TargetRunner
 
 
-def head_id(path: Path) -> str:
-    """Short identity of a checkpoint's contents (config text + weight file sizes), for config hashes."""
-    blob = (path / "config.json").read_bytes() + repr(sorted((f.name, f.stat().st_size) for f in path.glob("*.safetensors"))).encode()
-    return hashlib.sha256(blob).hexdigest()[:12]
-
-
 def head_depth(head: DraftHead) -> int:
     """Drafted depth D of a head: block_size - 1 (one source of truth for every depth cap)."""
     return head.cfg.block_size - 1
@@ -42,6 +35,7 @@ class LearnedDrafter(Drafter):
 
     default_construction: ClassVar[str] = "accum"  # tree construction unless an option overrides it
     trained_as: ClassVar[str | None] = None  # `jfbench train --drafter` name of its heads; None = its own name
+    depth_option: ClassVar[str] = "max_depth"  # the option that sets its depth cap, `TreeOptions.max_depth`
 
     def __init__(self, head: DraftHead, info: HeadInfo, tree: TreeOptions) -> None:
         self.head = head
@@ -60,9 +54,10 @@ class LearnedDrafter(Drafter):
             )
         head, info = load_head(Path(checkpoint), target, options.pop("attention", target.attention_backend))  # the head follows the target
         cls.check_head(head, info)
-        tree_keys = ("scoring", "construction", "fanout", "max_depth", "entropy_weight")
+        tree_keys = ("scoring", "construction", "fanout", "entropy_weight")
         tree_opts = {k: options.pop(k) for k in tree_keys if k in options}
-        tree_opts.setdefault("max_depth", cls.max_depth_for(head, options))
+        depth = options.pop(cls.depth_option, None)
+        tree_opts["max_depth"] = head_depth(head) if depth is None else depth  # the one depth cap
         tree_opts.setdefault("construction", cls.default_construction)
         try:
             return cls(head, info, TreeOptions(**tree_opts), **options)
@@ -71,9 +66,9 @@ class LearnedDrafter(Drafter):
 
     @classmethod
     def option_defaults(cls) -> dict[str, Any]:
-        """Options ``build`` accepts -> defaults; None = from the head (depth caps: `head_depth`)."""
-        tree = {f.name: f.default for f in dataclasses.fields(TreeOptions)}
-        tree.update(construction=cls.default_construction, max_depth=None)
+        """Options ``build`` accepts -> defaults; None = from the head (the depth cap: `head_depth`)."""
+        tree = {f.name: f.default for f in dataclasses.fields(TreeOptions) if f.name != "max_depth"}
+        tree.update({"construction": cls.default_construction, cls.depth_option: None})
         params = list(inspect.signature(cls.__init__).parameters.values())[4:]  # after self, head, info, tree
         return {**tree, **{p.name: p.default for p in params}, "attention": "sdpa"}
 
@@ -85,11 +80,6 @@ class LearnedDrafter(Drafter):
     @classmethod
     def check_head(cls, head: DraftHead, info: HeadInfo) -> None:
         """Refuse heads of the wrong kind (e.g. a block head for EAGLE)."""
-
-    @classmethod
-    def max_depth_for(cls, head: DraftHead, options: dict[str, Any]) -> int:
-        """Deepest drafted level: the head's own depth (its block drafts block_size - 1 positions)."""
-        return head_depth(head)
 
     def reset(self, seqs: Sequence[SequenceView]) -> None:
         self.cache = None
@@ -110,11 +100,3 @@ class LearnedDrafter(Drafter):
             raise RuntimeError("propose() before observe(): the engine must report the prompt first")
         self.cache.align(seqs)
         return self.cache
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "checkpoint": str(self.info.path), "head_id": head_id(self.info.path),
-            "head_source": self.info.source,
-            "head_mode": self.head.cfg.mode, "taps": list(self.taps), "block_size": self.head.cfg.block_size,
-            **self.tree.describe(),
-        }

@@ -98,12 +98,6 @@ class NgramDrafter(Drafter):
         trees = []
         for seq in seqs:
             depth = min(self.max_depth, budget - 1)
-            conts = find_continuations(seq.tokens, self.max_ngram, self.min_ngram, depth, self.max_matches, self.prefer) if depth else []
+            conts = find_continuations(seq.tokens, self.max_ngram, self.min_ngram, depth, self.max_matches, self.prefer)
             trees.append(trie_tree(seq.tokens[-1], conts, budget))
         return trees
-
-    def describe(self) -> dict:
-        return {
-            "name": self.name, "max_ngram": self.max_ngram, "min_ngram": self.min_ngram,
-            "max_depth": self.max_depth, "max_matches": self.max_matches, "prefer": self.prefer,
-        }

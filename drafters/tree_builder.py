@@ -52,7 +52,7 @@ from jetflow_bench.tree import DraftTree
 SCORINGS = ("logp", "entropy")
 CONSTRUCTIONS = ("accum", "best-first", "spine-first")
 
-Path = tuple[int, ...]  # tokens below the root, root excluded; () is the root itself
+TokenPath = tuple[int, ...]  # tokens below the root, root excluded; () is the root itself
 
 
 @dataclass(frozen=True)
@@ -84,12 +84,6 @@ class TreeOptions:
         if self.fanout < 1 or self.max_depth < 1:
             raise JfbenchError(f"fanout ({self.fanout}) and max depth ({self.max_depth}) must be at least 1")
 
-    def describe(self) -> dict:
-        return {
-            "scoring": self.scoring, "construction": self.construction, "fanout": self.fanout,
-            "max_depth": self.max_depth, "entropy_weight": self.entropy_weight,
-        }
-
 
 def child_dists(logits: torch.Tensor, k: int) -> list[ChildDist]:
     """Top-k children of each row of ``logits`` (R, V) -> R ChildDists (one host transfer)."""
@@ -102,14 +96,14 @@ def child_dists(logits: torch.Tensor, k: int) -> list[ChildDist]:
     ]
 
 
-def marginal_lookup(marginals: Sequence[ChildDist]) -> Callable[[Path], ChildDist | None]:
+def marginal_lookup(marginals: Sequence[ChildDist]) -> Callable[[TokenPath], ChildDist | None]:
     """Children from per-depth marginals: every node at depth d gets marginals[d] (DFlash-T)."""
     return lambda path: marginals[len(path)] if len(path) < len(marginals) else None
 
 
 def conditional_lookup(
-    conditionals: dict[Path, ChildDist], fallback: Callable[[Path], ChildDist | None]
-) -> Callable[[Path], ChildDist | None]:
+    conditionals: dict[TokenPath, ChildDist], fallback: Callable[[TokenPath], ChildDist | None]
+) -> Callable[[TokenPath], ChildDist | None]:
     """Branch-conditioned children where known, else ``fallback`` (JetFlow rebuild)."""
     return lambda path: conditionals.get(path) or fallback(path)
 
@@ -122,7 +116,7 @@ def child_score(parent_score: float, dist: ChildDist, rank: int, options: TreeOp
 
 def build_tree(
     root: int,
-    children: Callable[[Path], ChildDist | None],
+    children: Callable[[TokenPath], ChildDist | None],
     budget: int,
     options: TreeOptions,
 ) -> DraftTree:
@@ -172,7 +166,7 @@ def build_tree(
 
 
 def _accum_tree(
-    root: int, children: Callable[[Path], ChildDist | None], budget: int, options: TreeOptions
+    root: int, children: Callable[[TokenPath], ChildDist | None], budget: int, options: TreeOptions
 ) -> DraftTree:
     """The ``accum`` construction (module docstring): a popped node adds all its top-K children.
 
@@ -200,9 +194,9 @@ def _accum_tree(
     return DraftTree(tokens, parents, scores, logps)
 
 
-def tree_paths(tree: DraftTree) -> list[Path]:
+def tree_paths(tree: DraftTree) -> list[TokenPath]:
     """Token path (root excluded) of every node, in node order."""
-    paths: list[Path] = [()]
+    paths: list[TokenPath] = [()]
     for i in range(1, len(tree)):
         paths.append((*paths[tree.parents[i]], tree.tokens[i]))
     return paths

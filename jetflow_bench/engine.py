@@ -208,7 +208,8 @@ def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter:
     """
     views, clock = batch.views(), batch.clock
     t0 = clock()
-    trees = drafter.propose(views, budget) if drafter else [DraftTree.root_only(v.tokens[-1]) for v in views]
+    drafting = drafter is not None and budget > 1  # budget 1 verifies the root alone: nothing to ask a drafter
+    trees = drafter.propose(views, budget) if drafting else [DraftTree.root_only(v.tokens[-1]) for v in views]
     t1 = clock()
     _check_trees(trees, views, budget, drafter)
     prepared = target.prepare(trees)

@@ -65,7 +65,7 @@ def reference_block(drafter, seqs, budget: int) -> list[DraftTree]:
 
 def reference_eagle(drafter, seqs, budget: int) -> list[DraftTree]:
     """EAGLE-2 with a Python frontier (heapq.nlargest) and a dict of explored paths."""
-    depth = min(drafter.depth, drafter.tree.max_depth, budget - 1)
+    depth = min(drafter.tree.max_depth, budget - 1)
     roots = [s.tokens[-1] for s in seqs]
     cache = drafter.require_cache(seqs)
     head, b = drafter.head, len(seqs)

@@ -102,6 +102,21 @@ def test_ar_baseline_records_one_token_per_step(runner):
     assert {s.active for s in result.steps} == {2}
 
 
+def test_budget_one_never_asks_the_drafter(runner):
+    """The engine owns "budget 1 = verify the root alone": a drafter is not asked (bug: every drafter
+    repeating the shortcut, or one forgetting it and drafting past the budget)."""
+
+    class Refuses(OracleDrafter):
+        def propose(self, seqs, budget):
+            raise AssertionError(f"asked to draft at budget {budget}")
+
+    prompts = repetitive_prompts(2, seed=3)
+    stop = StopRule(max_new_tokens=8)
+    result = generate(runner, prompts, stop, budget=1, drafter=Refuses({}))
+    assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in generate(runner, prompts, stop).requests]
+    assert all(s.drafted == 0 for s in result.steps)
+
+
 def test_eos_and_ragged_finish(runner):
     prompts = repetitive_prompts(4, seed=2)
     free = generate(runner, prompts, StopRule(max_new_tokens=30)).requests

@@ -13,10 +13,10 @@ from tests.test_drafters_head import checkpoints, target  # noqa: F401 - fixture
 def test_eagle_depth_cap_is_the_block_heads_depth(target, checkpoints):  # noqa: F811
     eagle = DRAFTERS.get("eagle").build(target, checkpoints["eagle"])
     block = DRAFTERS.get("jetflow").build(target, checkpoints["jetflow"])
-    assert eagle.depth == eagle.tree.max_depth == block.tree.max_depth == 7  # block_size 8 - 1 for both recipes
+    assert eagle.tree.max_depth == block.tree.max_depth == 7  # block_size 8 - 1 for both recipes
     assert eagle.tree.construction == "best-first"  # EAGLE-2's rerank keeps the global best nodes
     shallow = DRAFTERS.get("eagle").build(target, checkpoints["eagle"], depth=4)
-    assert shallow.depth == shallow.tree.max_depth == 4
+    assert shallow.tree.max_depth == 4 and "max_depth" not in type(shallow).option_defaults()  # one name per cap
 
 
 def test_eagle_trains_as_many_test_steps_as_it_drafts():

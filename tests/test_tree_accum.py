@@ -148,8 +148,8 @@ def test_released_head_in_jetflow_drafts_the_authors_tree(target, released_jetsp
 
 
 def test_jetflow_refine_shares_the_checkpoint(target, released_jetspec_head):
-    released = DRAFTERS.get("jetflow").build(target, released_jetspec_head).describe()
-    extension = DRAFTERS.get("jetflow-refine").build(target, released_jetspec_head).describe()
-    assert (released["refine_passes"], released["construction"]) == (0, "accum")
-    assert (extension["refine_passes"], extension["construction"]) == (1, "best-first")
-    assert released["head_id"] == extension["head_id"] and released["fanout"] == extension["fanout"] == 7
+    released = DRAFTERS.get("jetflow").build(target, released_jetspec_head)
+    extension = DRAFTERS.get("jetflow-refine").build(target, released_jetspec_head)
+    assert (released.refine_passes, released.tree.construction) == (0, "accum")
+    assert (extension.refine_passes, extension.tree.construction) == (1, "best-first")
+    assert released.info.path == extension.info.path and released.tree.fanout == extension.tree.fanout == 7

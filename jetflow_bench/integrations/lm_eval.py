@@ -38,6 +38,7 @@ from drafters import DRAFTERS, Drafter
 from jetflow_bench import engine
 from jetflow_bench.attention import DEFAULT_ATTENTION
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.metrics import acceptance_stats
 from jetflow_bench.prompts import encode
 from jetflow_bench.stopping import StopRule
@@ -76,6 +77,7 @@ class JfbenchLM(LM):
             device = "cpu"
         self.target = TargetRunner.load(target, device=device, dtype=dtype, attention=attention)
         self.tokenizer = self.target.tokenizer
+        self.drafter_weights: str | None = None  # fingerprint of the drafter's head, if it has one
         self.drafter_spec = "none" if drafter is None or str(drafter).lower() in ("", "none") else str(drafter)
         self.drafter = self._build_drafter(self.drafter_spec)
         self.budget = int(budget) if budget is not None else (DEFAULT_BUDGET if self.drafter else 1)
@@ -100,6 +102,7 @@ class JfbenchLM(LM):
         if len(arms) != 1:
             raise JfbenchError(f"drafter={spec!r} names {len(arms)} drafters: the jfbench model runs one")
         ((name, options, checkpoint),) = arms
+        self.drafter_weights = model_fingerprint(checkpoint) if checkpoint else None  # as the sweep names heads
         return DRAFTERS.get(name).build(self.target, checkpoint=checkpoint, **options)
 
     # ------------------------------------------------------------------------- harness contract
@@ -205,7 +208,7 @@ class JfbenchLM(LM):
     def describe(self) -> dict[str, Any]:
         return {
             "model": MODEL_NAME, "target": self.target.name, "drafter": self.drafter_spec,
-            "drafter_settings": self.drafter.describe() if self.drafter else None, "budget": self.budget,
+            "drafter_weights": self.drafter_weights, "budget": self.budget,
             "batch_size": self.batch_size, "device": str(self.target.device), "dtype": str(self.target.dtype),
             "attention": self.target.attention_backend,
         }
