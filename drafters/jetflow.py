@@ -29,7 +29,7 @@ is laid out as a chain with one MASK query below every node, so each block teach
 branch-conditioned child distribution at once (see drafters/block_training.py).
 
 Cost: 1 + r head forwards whatever the depth, each over at most 2 x budget entries. A head trained
-bidirectionally (``--head diffusion``) runs the same pipeline; it was never trained to read a
+bidirectionally (``--head bidirectional``) runs the same pipeline; it was never trained to read a
 path through a tree-causal mask, which is what the ablation measures.
 """
 

@@ -4,7 +4,7 @@ Every head forward attends over [context ; entries]. The context part lets an en
 positions before its block's anchor; the entry part is one of three modes:
 
     causal         entry j sees entries 0..j of its block         (chain: ancestors = earlier entries)
-    bidirectional  entry j sees every entry of its block          (DFlash's in-block diffusion)
+    bidirectional  entry j sees every entry of its block          (DFlash's block diffusion; ``--head diffusion`` is an alias)
     tree           entry j sees itself and its tree ancestors     (never a sibling or a descendant)
 
 Worked example, two blocks of three entries, causal (x = may attend):

@@ -22,7 +22,7 @@ ALL_DRAFTERS = ("jetflow", "dflash", "eagle", "ngram")
 # Per-drafter chance that the next drafted token is accepted at budget 16 (grows with the budget).
 ACCEPT_P = {"jetflow": 0.78, "dflash": 0.74, "eagle": 0.72, "ngram": 0.45, "oracle": 0.99}
 DRAFT_S = {"jetflow": 0.002, "dflash": 0.0015, "eagle": 0.006, "ngram": 0.0002, "oracle": 0.0001}
-VARIANT_P = {"default": 0.0, "head=diffusion": -0.12, "refine_passes=0": -0.05}
+VARIANT_P = {"default": 0.0, "head=bidirectional": -0.12, "refine_passes=0": -0.05}
 N_REQUESTS = 6
 MAX_DEPTH = 12
 

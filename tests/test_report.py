@@ -56,7 +56,7 @@ def parse(html: str) -> Structure:
 @pytest.fixture(scope="module")
 def ablation_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_fixture_run(tmp_path_factory.mktemp("runs") / "ablate",
-                             variants=("default", "head=diffusion", "refine_passes=0"))
+                             variants=("default", "head=bidirectional", "refine_passes=0"))
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +171,7 @@ def test_tau_vs_draft_passes_draws_every_arm(ablation_run: Path) -> None:
 
     run = load_run(ablation_run)
     assert tau_vs_draft_passes(run) is None  # runs recorded before the draft-pass counter have no figure
-    passes = {"default": 2.0, "head=diffusion": 2.0, "refine_passes=0": 1.0}
+    passes = {"default": 2.0, "head=bidirectional": 2.0, "refine_passes=0": 1.0}
     run.summary["draft_passes"] = [0.0 if d == "ar" else passes[v] for d, v in run.summary[["drafter", "variant"]].values]
     figure = tau_vs_draft_passes(run)
     assert figure is not None and figure.name in {f.name for f in make_figures(run)}

@@ -246,10 +246,10 @@ def test_damaged_finished_cells_are_redone_each_with_one_line(tmp_path, capsys):
 # ------------------------------------------------------------------ ablation
 def test_variants_name_overrides_and_route_training_options():
     base = DrafterSpec("jetflow", checkpoint="/ckpt")
-    specs = variants(base, {"head": ["diffusion"], "refine_passes": [0, 2]}, {"fanout": [3]})
-    assert [s.variant for s in specs] == ["default", "head=diffusion", "refine_passes=0", "refine_passes=2", "fanout=3"]
+    specs = variants(base, {"head": ["bidirectional"], "refine_passes": [0, 2]}, {"fanout": [3]})
+    assert [s.variant for s in specs] == ["default", "head=bidirectional", "refine_passes=0", "refine_passes=2", "fanout=3"]
     head = specs[1]
-    assert head.train == (("head", "diffusion"),) and head.checkpoint is None  # other weights
+    assert head.train == (("head", "bidirectional"),) and head.checkpoint is None  # other weights
     assert specs[2].options == (("refine_passes", 0),) and specs[2].checkpoint == "/ckpt"
     with pytest.raises(JfbenchError, match="nothing to ablate"):
         variants(base, {}, {})
@@ -263,8 +263,8 @@ def test_variants_name_overrides_and_route_training_options():
 
     trained = with_checkpoints(specs, {}, train, recipe={"steps": 40})
     assert [s.checkpoint for s in trained] == ["/ckpt", "/cache/jetflow-1", "/ckpt", "/ckpt", "/ckpt"]
-    assert recipes == [{"steps": 40, "head": "diffusion"}]  # /ckpt records no recipe: only --train-option
-    assert with_checkpoints(specs, {"head=diffusion": "/mine"}, train=None)[1].checkpoint == "/mine"
+    assert recipes == [{"steps": 40, "head": "bidirectional"}]  # /ckpt records no recipe: only --train-option
+    assert with_checkpoints(specs, {"head=bidirectional": "/mine"}, train=None)[1].checkpoint == "/mine"
     recipes.clear()
     untrained = variants(DrafterSpec("jetflow"), {"refine_passes": [0]}, {})
     assert [s.checkpoint for s in with_checkpoints(untrained, {}, train)] == ["/cache/jetflow-1"] * 2
@@ -293,22 +293,22 @@ def test_ablation_deltas_are_paired_over_prompts():
     ar = _requests("ar", "default", [0] * 6, [2.0, 4, 6, 8, 10, 12], budget=1)
     default = _requests("jetflow", "default", [20, 20, 20, 20, 20, 20], [1.0, 2, 3, 4, 5, 6])
     same = _requests("jetflow", "refine_passes=1", [20] * 6, [1.0, 2, 3, 4, 5, 6])
-    worse = _requests("jetflow", "head=diffusion", [10] * 6, [2.0, 4, 6, 8, 10, 12])
+    worse = _requests("jetflow", "head=bidirectional", [10] * 6, [2.0, 4, 6, 8, 10, 12])
     table = ablation_table(pd.concat([ar, default, same, worse]), n_boot=200).set_index("variant")
     assert table.loc["refine_passes=1", "tau_delta"] == 0 and table.loc["refine_passes=1", "tau_delta_hi"] == 0
-    row = table.loc["head=diffusion"]
+    row = table.loc["head=bidirectional"]
     assert (row.tau, row.tau_default, row.tau_delta) == (2.0, 3.0, -1.0)
     assert (row.speedup_decode_micro, row.speedup_default) == (1.0, 2.0)
     # per-prompt ratios are constant, so pairing leaves no spread: the CI collapses onto the delta
     assert np.isclose(row.speedup_delta_lo, -1.0) and np.isclose(row.speedup_delta_hi, -1.0)
-    assert set(table.index) == {"refine_passes=1", "head=diffusion"}
+    assert set(table.index) == {"refine_passes=1", "head=bidirectional"}
 
 
 def test_checkpoint_pairs_accept_variant_names_with_equals():
     from jetflow_bench.cli.sweep_cmd import _pairs
 
-    assert _pairs(["head=diffusion=/heads/d", "refine_passes=0=/h"], "--checkpoint") == {
-        "head=diffusion": "/heads/d", "refine_passes=0": "/h",
+    assert _pairs(["head=bidirectional=/heads/d", "refine_passes=0=/h"], "--checkpoint") == {
+        "head=bidirectional": "/heads/d", "refine_passes=0": "/h",
     }
     assert _pairs(["max_ngram=2,4"], "--option") == {"max_ngram": "2,4"}
     with pytest.raises(JfbenchError):
@@ -319,24 +319,24 @@ def test_one_factor_moves_an_impossible_variant_to_the_nearest_common_setting():
     from jetflow_bench.sweep.ablation import one_factor
 
     base = DrafterSpec("jetflow", checkpoint="/ckpt")
-    specs = variants(base, {"head": ["diffusion"], "refine_passes": [1]}, {})
+    specs = variants(base, {"head": ["bidirectional"], "refine_passes": [1]}, {})
     out, comparisons = one_factor(specs, {"layout": "packed", "refine_passes": 0})
     by_name = {s.variant: s for s in out}
-    # the diffusion head cannot train packed: it trains prefix, and so does the arm it is compared with
-    assert dict(by_name["head=diffusion"].train) == {"head": "diffusion", "layout": "prefix"}
+    # the bidirectional head cannot train packed: it trains prefix, and so does the arm it is compared with
+    assert dict(by_name["head=bidirectional"].train) == {"head": "bidirectional", "layout": "prefix"}
     assert dict(by_name["layout=prefix"].train) == {"layout": "prefix"} and by_name["layout=prefix"].checkpoint is None
-    assert comparisons["head=diffusion"].reference == "layout=prefix"
-    assert "layout=prefix" in comparisons["head=diffusion"].held and "causal head" in comparisons["head=diffusion"].held
+    assert comparisons["head=bidirectional"].reference == "layout=prefix"
+    assert "layout=prefix" in comparisons["head=bidirectional"].held and "causal head" in comparisons["head=bidirectional"].held
     assert comparisons["refine_passes=1"].reference == "default" and comparisons["refine_passes=1"].held == ""
     # the extension refines: the comparison also drops refinement for both arms
-    refine = variants(DrafterSpec("jetflow-refine", checkpoint="/ckpt"), {"head": ["diffusion"]}, {})
+    refine = variants(DrafterSpec("jetflow-refine", checkpoint="/ckpt"), {"head": ["bidirectional"]}, {})
     out, comparisons = one_factor(refine, {"layout": "packed", "refine_passes": 1})
-    reference = next(s for s in out if s.variant == comparisons["head=diffusion"].reference)
+    reference = next(s for s in out if s.variant == comparisons["head=bidirectional"].reference)
     assert reference.variant == "layout=prefix,refine_passes=0" and dict(reference.options) == {"refine_passes": 0}
-    assert dict(next(s for s in out if s.variant == "head=diffusion").options) == {"refine_passes": 0}
+    assert dict(next(s for s in out if s.variant == "head=bidirectional").options) == {"refine_passes": 0}
     # a base already at a common setting needs no second arm
     out, comparisons = one_factor(specs, {"layout": "prefix", "refine_passes": 0})
-    assert out == specs and comparisons["head=diffusion"].reference == "default"
+    assert out == specs and comparisons["head=bidirectional"].reference == "default"
 
 
 def test_ablation_rows_compare_with_the_named_arm_and_say_what_was_held():
@@ -345,10 +345,10 @@ def test_ablation_rows_compare_with_the_named_arm_and_say_what_was_held():
     ar = _requests("ar", "default", [0] * 4, [2.0] * 4, budget=1)
     default = _requests("jetflow", "default", [40] * 4, [1.0] * 4)
     prefix = _requests("jetflow", "layout=prefix", [30] * 4, [1.0] * 4)
-    diffusion = _requests("jetflow", "head=diffusion", [20] * 4, [1.0] * 4)
-    comparisons = {"head=diffusion": Comparison("head=diffusion", "head=diffusion", "layout=prefix", "layout=prefix (why)")}
-    table = ablation_table(pd.concat([ar, default, prefix, diffusion]), n_boot=50, comparisons=comparisons)
-    assert list(table["variant"]) == ["head=diffusion"]  # the reference arm is not a variant of its own
+    bidirectional = _requests("jetflow", "head=bidirectional", [20] * 4, [1.0] * 4)
+    comparisons = {"head=bidirectional": Comparison("head=bidirectional", "head=bidirectional", "layout=prefix", "layout=prefix (why)")}
+    table = ablation_table(pd.concat([ar, default, prefix, bidirectional]), n_boot=50, comparisons=comparisons)
+    assert list(table["variant"]) == ["head=bidirectional"]  # the reference arm is not a variant of its own
     row = table.iloc[0]
     assert (row.tau, row.tau_default, row.tau_delta) == (3.0, 4.0, -1.0)  # vs layout=prefix (4.0), not default (5.0)
     assert row.compared_with == "layout=prefix" and row.held_fixed == "layout=prefix (why)"

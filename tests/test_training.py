@@ -44,12 +44,13 @@ def private_cache(tmp_path_factory, monkeypatch):
 def test_config_validation_names_the_option():
     with pytest.raises(JfbenchError, match="--loss 'kl'"):
         TrainConfig(drafter="jetflow", loss="kl")
-    with pytest.raises(JfbenchError, match="--head diffusion: eagle trains causal heads only"):
-        TrainConfig(drafter="eagle", head="diffusion")
+    with pytest.raises(JfbenchError, match="--head bidirectional: eagle trains causal heads only"):
+        TrainConfig(drafter="eagle", head="bidirectional")
     with pytest.raises(JfbenchError, match="--corpus"):
         TrainConfig(drafter="dflash", corpus=("wikipedia",))
     assert TrainConfig(drafter="dflash").mode == "bidirectional"
-    assert TrainConfig(drafter="jetflow", head="diffusion").mode == "bidirectional"
+    diffusion = TrainConfig(drafter="jetflow", head="diffusion")  # DFlash's name, accepted on input
+    assert diffusion == TrainConfig(drafter="jetflow", head="bidirectional") and diffusion.mode == "bidirectional"
     assert TrainConfig(drafter="jetflow").mode == "causal"
 
 
@@ -77,7 +78,7 @@ def test_jetflow_blocks_mix_all_mask_and_real_prefix():
 
 
 @pytest.mark.parametrize(("drafter", "head", "layout"), [
-    ("jetflow", None, "packed"), ("jetflow", None, "prefix"), ("jetflow", "diffusion", "prefix"), ("dflash", None, "prefix"),
+    ("jetflow", None, "packed"), ("jetflow", None, "prefix"), ("jetflow", "bidirectional", "prefix"), ("dflash", None, "prefix"),
 ])
 def test_no_training_query_sees_the_token_it_predicts(drafter, head, layout):
     """A MASK at offset o predicts x_{p+o}: no entry it attends to may hold a real token at offset >= o."""
@@ -97,8 +98,8 @@ def test_no_training_query_sees_the_token_it_predicts(drafter, head, layout):
 
 def test_packed_layout_needs_a_causal_jetflow_head():
     assert TrainConfig(drafter="jetflow").resolved_layout == "packed"
-    assert TrainConfig(drafter="jetflow", head="diffusion").resolved_layout == "prefix"
-    for bad in ({"drafter": "jetflow", "head": "diffusion"}, {"drafter": "dflash"}):
+    assert TrainConfig(drafter="jetflow", head="bidirectional").resolved_layout == "prefix"
+    for bad in ({"drafter": "jetflow", "head": "bidirectional"}, {"drafter": "dflash"}):
         with pytest.raises(JfbenchError, match="--layout packed needs"):
             TrainConfig(**bad, layout="packed")
     with pytest.raises(JfbenchError, match="--layout 'tree'"):

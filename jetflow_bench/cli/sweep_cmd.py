@@ -332,7 +332,7 @@ def _values(flag: str, text: str | None) -> list:
 
 
 def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
-    """``KEY=VALUE`` items; split at the last "=" so a variant name like ``head=diffusion`` can be a key."""
+    """``KEY=VALUE`` items; split at the last "=" so a variant name like ``head=bidirectional`` can be a key."""
     out = {}
     for item in items or []:
         key, sep, value = item.rpartition("=")
@@ -383,7 +383,9 @@ def ablate(
     drafter: Annotated[
         str, typer.Option("--drafter", help=f"The base arm (variant 'default'): {ARM_SYNTAX}.")
     ] = "jetflow",
-    head: Annotated[str | None, typer.Option("--head", help="Head mask variants, e.g. diffusion.")] = None,
+    head: Annotated[
+        str | None, typer.Option("--head", help="Head mask variants: bidirectional (alias: diffusion) or causal.")
+    ] = None,
     loss: Annotated[str | None, typer.Option("--loss", help="Training-loss variants: rkl, sft.")] = None,
     data: Annotated[str | None, typer.Option("--data", help="Training-data variants: raw.")] = None,
     layout: Annotated[
@@ -419,7 +421,7 @@ def ablate(
 
     Examples:
 
-        jfbench ablate --target T --drafter jetflow=heads/jf --head diffusion --refine-passes 0,2
+        jfbench ablate --target T --drafter jetflow=heads/jf --head bidirectional --refine-passes 0,2
             --suites math500 --budgets 16,64,256 --out results/ablate-head
 
         jfbench ablate --target T --drafter ngram --option max_ngram=1,2 --suites gsm8k --out results/ng
@@ -429,7 +431,7 @@ def ablate(
         jfbench ablate --target T --drafter jetflow=heads/jf --loss rkl,sft --seeds 0,1,2 --out results/loss
 
     A variant changes exactly one factor. Where the base's setting is impossible for the variant
-    (a diffusion head on the packed layout or through tree-causal refinement), both run at the
+    (a bidirectional head on the packed layout or through tree-causal refinement), both run at the
     nearest common setting: the variant is compared with the base at that setting, and stderr,
     the manifest and the table (compared_with, held_fixed) say so.
     """
@@ -445,6 +447,7 @@ def ablate(
     )
     from jetflow_bench.sweep.arms import arm_label, arm_spec, check_option_names
     from jetflow_bench.sweep.grid import DEFAULT_VARIANT, parse_drafters, parse_ints, parse_value
+    from jetflow_bench.training.config import canonical_head
 
     parsed = parse_drafters(drafter, "--drafter")
     if len(parsed) != 1:
@@ -454,6 +457,8 @@ def ablate(
     flags = {"head": head, "loss": loss, "data": data, "layout": layout, "refine_passes": refine_passes, "scoring": scoring,
              "construction": construction}
     axes = {flag: _values(f"--{flag.replace('_', '-')}", text) for flag, text in flags.items() if text is not None}
+    if "head" in axes:  # one name per head mode, so variants and their common settings match
+        axes["head"] = [canonical_head(v) for v in axes["head"]]
     generic = {k: _values(f"--option {k}", v) for k, v in _pairs(option, "--option").items()}
     clash = sorted(set(generic) & {key for _, key in AXES.values()})
     if clash:

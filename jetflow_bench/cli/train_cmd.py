@@ -27,7 +27,8 @@ def train(
     out: Annotated[Path, typer.Option("--out", help="Head folder to write (config.json + model.safetensors).")],
     head: Annotated[
         str | None,
-        typer.Option("--head", help="causal or diffusion (bidirectional block). Default: dflash diffusion, else causal."),
+        typer.Option("--head", help="In-block attention: causal or bidirectional (alias: diffusion). "
+                                "Default: the drafter's own (dflash bidirectional, else causal)."),
     ] = None,
     loss: Annotated[str, typer.Option("--loss", help="fkl (forward KL), rkl (reverse KL) or sft (target argmax).")] = "fkl",
     data: Annotated[
@@ -55,7 +56,7 @@ def train(
         str | None,
         typer.Option("--layout", help="jetflow training blocks: packed (true path + a MASK query per node, every "
                      "prefix length at once) or prefix (one random-length real prefix, then masks). "
-                     "Default: packed for a causal head, prefix for diffusion."),
+                     "Default: packed for a causal head, prefix for a bidirectional one."),
     ] = None,
     ttt_steps: Annotated[
         int | None,
@@ -89,7 +90,7 @@ def train(
 
         jfbench train --drafter dflash --target DIR --out heads/dflash --steps 600 --time-limit 20
 
-        jfbench train --drafter jetflow --head diffusion --loss rkl --data raw --target DIR --out heads/abl
+        jfbench train --drafter jetflow --head bidirectional --loss rkl --data raw --target DIR --out heads/abl
     """
     from jetflow_bench.sweep.grid import parse_ints
     from jetflow_bench.training import train_drafter

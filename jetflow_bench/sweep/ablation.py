@@ -3,14 +3,14 @@
 A variant is a named set of overrides of the base drafter spec (`grid.DrafterSpec`): inference
 overrides go to the drafter's ``build`` (same weights), training overrides need their own head,
 trained on demand and cached by its training config. Every variant runs as its own arm of an
-ordinary sweep (drafter = the base name, variant = e.g. "head=diffusion"), next to the default
+ordinary sweep (drafter = the base name, variant = e.g. "head=bidirectional"), next to the default
 arm (variant "default") and the AR baseline, so resume, losslessness and the summary come free.
 
 One factor per variant (`one_factor`): a variant differs from the arm it is compared with in
 exactly one setting. Where the base's own setting is impossible for the variant (a bidirectional
 head cannot train on the packed layout nor read paths through tree-causal refinement), both
 arms run at the nearest common setting: the variant is compared with a copy of the base at that
-setting (e.g. `head=diffusion` vs `layout=prefix`), and the table names it.
+setting (e.g. `head=bidirectional` vs `layout=prefix`), and the table names it.
 
 ablation table — one row per drafter × variant × suite × budget × batch size, repeats pooled:
     factor, compared_with, held_fixed   (what changed, against which arm, at which setting)
@@ -42,7 +42,7 @@ from jetflow_bench.sweep.grid import DEFAULT_VARIANT, DrafterSpec
 
 # Ablation flag -> (stage, drafter option). "train" options need their own weights.
 AXES: dict[str, tuple[str, str]] = {
-    "head": ("train", "head"),  # causal | diffusion block mask in the head
+    "head": ("train", "head"),  # causal | bidirectional block mask in the head
     "loss": ("train", "loss"),  # fkl | rkl | sft
     "data": ("train", "data"),  # target-regenerated | raw corpus
     "layout": ("train", "layout"),  # jetflow training blocks: packed | prefix
@@ -54,7 +54,7 @@ AXES: dict[str, tuple[str, str]] = {
 # run at: (stage, key, value, why). The comparison then runs at that setting for BOTH arms, so
 # exactly one factor differs (`one_factor`).
 COMMON_SETTINGS: dict[tuple[str, Any], list[tuple[str, str, Any, str]]] = {
-    ("head", "diffusion"): [
+    ("head", "bidirectional"): [
         ("train", "layout", "prefix", "the packed training layout needs a causal head"),
         ("infer", "refine_passes", 0, "tree-causal refinement reads paths a bidirectional head never sees"),
     ],
@@ -86,7 +86,7 @@ def variants(
                 raise JfbenchError(f"variant {spec.variant!r} is named twice: list each value once")
             specs.append(spec)
     if len(specs) == 1:
-        raise JfbenchError("nothing to ablate: name at least one variant, e.g. --head diffusion or --refine-passes 0,2")
+        raise JfbenchError("nothing to ablate: name at least one variant, e.g. --head bidirectional or --refine-passes 0,2")
     return specs
 
 
@@ -95,7 +95,7 @@ class Comparison:
     """What one ablation variant is measured against."""
 
     variant: str  # the variant arm
-    factor: str  # the one setting that differs, e.g. "head=diffusion"
+    factor: str  # the one setting that differs, e.g. "head=bidirectional"
     reference: str = DEFAULT_VARIANT  # the arm it is compared with: the default, or the base at `held`
     held: str = ""  # the nearest common setting both arms run at ("" = the default's own settings)
 
@@ -114,7 +114,7 @@ def one_factor(
     ``base_settings`` holds the base's effective value of each setting `COMMON_SETTINGS` names
     (e.g. {"layout": "packed", "refine_passes": 0}; a missing or None value never conflicts). A
     variant whose setting the base cannot share is moved, with a reference copy of the base, to
-    the nearest common setting. Example: base jetflow (packed layout), variant head=diffusion ->
+    the nearest common setting. Example: base jetflow (packed layout), variant head=bidirectional ->
     the variant trains with layout=prefix and is compared with a new arm `layout=prefix` (the
     causal head trained with the prefix layout), not with the default.
     """
@@ -203,7 +203,7 @@ def with_checkpoints(
 def with_seeds(specs: Sequence[DrafterSpec], seeds: Sequence[int], own_seed: int) -> list[DrafterSpec]:
     """Every arm again for each head seed other than ``own_seed`` (the base head's), trained on demand.
 
-    The copies are named by the seed: default -> "seed=1", "head=diffusion" -> "head=diffusion,seed=1";
+    The copies are named by the seed: default -> "seed=1", "head=bidirectional" -> "head=bidirectional,seed=1";
     inference variants at seed s read the default head of seed s (the same recipe, so one cached head).
     """
     out = list(specs)
@@ -218,7 +218,7 @@ def with_seeds(specs: Sequence[DrafterSpec], seeds: Sequence[int], own_seed: int
 
 
 def split_seed(variant: str) -> tuple[str, int | None]:
-    """'head=diffusion,seed=2' -> ('head=diffusion', 2); 'seed=1' -> ('default', 1); no seed -> (variant, None)."""
+    """'head=bidirectional,seed=2' -> ('head=bidirectional', 2); 'seed=1' -> ('default', 1); no seed -> (variant, None)."""
     parts = variant.split(",")
     seeds = [int(p.removeprefix("seed=")) for p in parts if p.startswith("seed=")]
     rest = ",".join(p for p in parts if not p.startswith("seed="))

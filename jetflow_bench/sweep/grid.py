@@ -47,7 +47,7 @@ class DrafterSpec:
 
     A variant is a named set of overrides of a base spec: ``options`` go to ``build`` (inference
     settings such as ``refine_passes``), ``train`` to the head trainer (settings that need their
-    own weights, such as ``head="diffusion"``).
+    own weights, such as ``head="bidirectional"``).
     """
 
     name: str  # canonical registry name

@@ -2,7 +2,7 @@
 
 Heads live in ``<cache_dir()>/heads/<drafter>-<hash>/``, the hash covering the target's weights
 fingerprint, the full `TrainConfig` and the device type and dtype. The ablation runner calls this
-for variant heads (e.g. ``head="diffusion"``, ``loss="rkl"``) when it is given no checkpoint.
+for variant heads (e.g. ``head="bidirectional"``, ``loss="rkl"``) when it is given no checkpoint.
 """
 
 from __future__ import annotations

@@ -19,13 +19,20 @@ from jetflow_bench.errors import JfbenchError
 if TYPE_CHECKING:
     from jetflow_bench.training.objective import TrainingObjective
 
-HEADS = {"causal": "causal", "diffusion": "bidirectional"}  # CLI name -> in-block attention mode
+# A head's in-block attention mode is "causal" or "bidirectional" (drafters.masks.BLOCK_MODES);
+# "diffusion", DFlash's name for the bidirectional block, is accepted for it on input.
+HEAD_ALIASES = {"diffusion": "bidirectional"}
 LOSSES = ("fkl", "rkl", "sft")
 DATA = ("regen", "raw")
 SOURCES = ("gsm8k", "mbpp", "sharegpt")
 # Bump when the training code changes in a way that alters the weights, so cached heads retrain.
 # 2: taps never include a shallow target's final layer (drafters.checkpoint.default_taps).
 RECIPE_VERSION = 2
+
+
+def canonical_head(name: str | None) -> str | None:
+    """The head mode ``name`` stands for: ``diffusion`` -> ``bidirectional``; others unchanged."""
+    return HEAD_ALIASES.get(name, name) if name is not None else None
 
 
 def default_head_layers(drafter: str, target_layers: int) -> int:
@@ -40,7 +47,7 @@ class TrainConfig:
     """A draft-head training run (defaults sized for the toy targets on a 2-core CPU)."""
 
     drafter: str  # a registered drafter family with a training objective (built in: eagle, dflash, jetflow)
-    head: str | None = None  # causal | diffusion; None = the family's own (dflash: diffusion, else causal)
+    head: str | None = None  # causal | bidirectional (alias diffusion); None = the family's (dflash: bidirectional)
     loss: str = "fkl"  # fkl (forward KL, default) | rkl (reverse KL) | sft (CE on the target's argmax)
     data: str = "regen"  # regen (the target's own continuations) | raw (the corpus' reference text)
     corpus: tuple[str, ...] = SOURCES  # training prompt sources (training splits only)
@@ -63,19 +70,20 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        from drafters.masks import BLOCK_MODES
         from jetflow_bench.training.objective import objective_for
 
         family, _ = objective_for(self.drafter)  # unknown or untrainable drafters: one-line error
         object.__setattr__(self, "drafter", family)  # aliases, and arms reading another family's heads
+        object.__setattr__(self, "head", canonical_head(self.head))
         choices = {"loss": (self.loss, LOSSES), "data": (self.data, DATA)}
         for option, (value, allowed) in choices.items():
             if value not in allowed:
                 raise JfbenchError(f"--{option} {value!r} is unknown: choose one of {', '.join(allowed)}")
-        if self.head is not None and self.head not in HEADS:
-            raise JfbenchError(f"--head {self.head!r} is unknown: choose one of {', '.join(HEADS)}")
+        if self.head is not None and self.head not in BLOCK_MODES:
+            raise JfbenchError(f"--head {self.head!r} is unknown: choose one of {', '.join(BLOCK_MODES)}")
         if self.mode not in self.objective.head_modes:
-            trainable = [name for name, mode in HEADS.items() if mode in self.objective.head_modes]
-            raise JfbenchError(f"--head {self.head}: {self.drafter} trains {' or '.join(trainable)} heads only")
+            raise JfbenchError(f"--head {self.head}: {self.drafter} trains {' or '.join(self.objective.head_modes)} heads only")
         unknown = [s for s in self.corpus if s not in SOURCES]
         if unknown or not self.corpus:
             raise JfbenchError(f"--corpus {','.join(self.corpus)!r}: choose from {', '.join(SOURCES)}")
@@ -94,10 +102,8 @@ class TrainConfig:
 
     @property
     def resolved_head(self) -> str:
-        """The ``--head`` name of the head trained: the recipe's, else the family's default."""
-        if self.head:
-            return self.head
-        return next(name for name, mode in HEADS.items() if mode == self.objective.default_head)
+        """In-block attention of the trained head: the recipe's, else the family's default."""
+        return self.head or self.objective.default_head
 
     @property
     def resolved_layout(self) -> str | None:
@@ -111,8 +117,8 @@ class TrainConfig:
 
     @property
     def mode(self) -> str:
-        """In-block attention of the trained head."""
-        return HEADS[self.resolved_head]
+        """In-block attention of the trained head (`resolved_head`, the name `HeadConfig.mode` uses)."""
+        return self.resolved_head
 
     def num_layers(self, target_layers: int) -> int:
         return self.layers or self.objective.head_layers(target_layers)

@@ -29,7 +29,7 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.target import TargetRunner
 from jetflow_bench.toy.progress import TrainProgress
-from jetflow_bench.training.config import TrainConfig
+from jetflow_bench.training.config import TrainConfig, canonical_head
 from jetflow_bench.training.data import SequenceBatcher, training_sequences
 from jetflow_bench.training.teacher import teacher_batch
 
@@ -73,7 +73,9 @@ def finished(out: Path, config: TrainConfig) -> bool:
     except (OSError, json.JSONDecodeError):
         return False
     training = raw.get("training", {})
-    if training.get("config") != config.to_dict():
+    recorded = training.get("config") or {}
+    recorded = {**recorded, "head": canonical_head(recorded.get("head"))}  # heads recorded as "diffusion"
+    if recorded != config.to_dict():
         raise JfbenchError(f"--out {out} holds a head trained with other settings: choose another --out or delete it")
     return training.get("steps_done") == config.steps
 
