@@ -469,7 +469,7 @@ def ablate(
     specs, comparisons = one_factor(variants(base, axes, generic), _base_settings(base, recipe))
     if seeds is not None:
         own_seed = int({**trained_recipe(base.checkpoint), **recipe}.get("seed", 0))
-        learned = hasattr(DRAFTERS.get(base.name), "train_name")
+        learned = DRAFTERS.get(base.name).training is not None
         if not learned or (base.checkpoint and not trained_recipe(base.checkpoint)):
             raise JfbenchError(f"--seeds: {arm_label(base)} has no jfbench training recipe to re-train with other seeds; "
                                "pass a head made by `jfbench train`")
