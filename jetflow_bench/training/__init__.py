@@ -1,4 +1,4 @@
-"""Draft-head training: data (regen / raw), losses, block and EAGLE objectives, the resumable loop.
+"""Draft-head training: data (regen / raw), teacher, losses, the objective contract (objective.py), the resumable loop.
 
 Public entry points: `train_drafter` (train into a folder) and `ensure_head` (cached by recipe).
 They load on first access, so `jetflow_bench.training.config` (recipe fields, no torch) imports

@@ -101,11 +101,6 @@ class TrainConfig:
         return objective_for(self.drafter)[1]
 
     @property
-    def resolved_head(self) -> str:
-        """In-block attention of the trained head: the recipe's, else the family's default."""
-        return self.head or self.objective.default_head
-
-    @property
     def resolved_layout(self) -> str | None:
         """Training-block layout the family uses (None: it trains no blocks)."""
         return self.objective.settings(self).get("layout")
@@ -117,14 +112,14 @@ class TrainConfig:
 
     @property
     def mode(self) -> str:
-        """In-block attention of the trained head (`resolved_head`, the name `HeadConfig.mode` uses)."""
-        return self.resolved_head
+        """In-block attention of the trained head (`HeadConfig.mode`): the recipe's, else the family's default."""
+        return self.head or self.objective.default_head
 
     def num_layers(self, target_layers: int) -> int:
         return self.layers or self.objective.head_layers(target_layers)
 
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "corpus": list(self.corpus), "head": self.resolved_head,
+        return {**dataclasses.asdict(self), "corpus": list(self.corpus), "head": self.mode,
                 "ttt_steps": self.resolved_ttt_steps}
 
     def key(self, target_fingerprint: str) -> str:
