@@ -17,6 +17,12 @@ class JfbenchError(Exception):
     exit_code = 2
 
 
+def one_line(message: str) -> str:
+    """``message`` with every non-printable character escaped (a user's value may hold a newline or
+    a record separator), so an error stays exactly one line on stderr."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
+
+
 def writable_folder(folder: Path, flag: str) -> Path:
     """``folder``, created if needed; a `JfbenchError` naming it (and ``flag``) when it cannot be written."""
     try:

@@ -154,6 +154,13 @@ LIST_OPTIONS = ["--budgets", "--batch-sizes", "--drafters", "--suites"]
 ARGUMENT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=24)
 
 
+def test_control_characters_in_a_value_keep_the_error_on_one_line(cli: Cli, tmp_path: Path) -> None:
+    # Found by the property test below: "\x1e" (a record separator) counts as a line break.
+    for value in ("0\x1e0:0", "a\nb"):
+        code, out, err = cli("sweep", "--target", "t", "--out", str(tmp_path / "run"), "--drafters", value)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: "), (value, err)
+
+
 @pytest.mark.parametrize("option", LIST_OPTIONS)
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=ARGUMENT)

@@ -13,7 +13,7 @@ import sys
 
 import typer
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.errors import JfbenchError, one_line
 
 app = typer.Typer(
     name="jfbench",
@@ -42,7 +42,7 @@ def main() -> None:
     except JfbenchError as err:
         if os.environ.get("JFBENCH_DEBUG"):
             raise
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
         sys.exit(err.exit_code)
     except typer.Exit as exit_:
         sys.exit(exit_.exit_code)
@@ -54,7 +54,8 @@ def main() -> None:
 
         if not is_usage_error(err) or os.environ.get("JFBENCH_DEBUG"):
             raise
-        print("\n".join(usage_lines(err, sys.argv[1:])), file=sys.stderr)
+        print("\n".join(one_line(line) if line.startswith("error: ") else line for line in usage_lines(err, sys.argv[1:])),
+              file=sys.stderr)
         sys.exit(2)
     if isinstance(code, int) and code:
         sys.exit(code)
