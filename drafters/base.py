@@ -54,6 +54,9 @@ class Drafter(ABC):
     name: ClassVar[str] = "drafter"
     taps: tuple[int, ...] = ()  # target layer indices whose hidden states `observe` receives
     cli_refusal: ClassVar[str | None] = None  # why a sweep cannot build it from the CLI (test doubles)
+    # What DraftTree.scores hold: "logp" = cumulative draft log-prob (recorded per node for the
+    # acceptance calibration, and what `--budgets auto` needs); None = no probability meaning.
+    node_scores: str | None = None
 
     @classmethod
     def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> Drafter:
