@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from jetflow_bench.acceptance import greedy_accept
+from jetflow_bench.acceptance import accept_tree
 from jetflow_bench.budget_policy import BudgetPolicy, StepCost
 from jetflow_bench.projection.measure import _interleaved, _tree
 from jetflow_bench.target import TargetRunner
@@ -44,8 +44,8 @@ def measure_step_cost(
                 def step(trees=trees) -> None:
                     batch = target.prepare(trees)
                     out = target.forward(batch)
-                    greedy_accept(batch.tokens, batch.parents, batch.depths, batch.valid, batch.ancestors,
-                                  out.logits.argmax(-1))
+                    accept_tree(batch.tokens, batch.parents, batch.depths, batch.valid, batch.ancestors,
+                                out.logits.argmax(-1))
 
                 steps.append(step)
             _interleaved(steps, target.device, 1)  # warm-up, untimed

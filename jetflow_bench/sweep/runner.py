@@ -53,8 +53,7 @@ class Engine(Protocol):
         policy: BudgetPolicy | None = None,
     ) -> BatchResult: ...  # sampling: draw token t of request r with the uniform U[(seed, r), t] (`sampling`)
 
-    def budget_policy(self, candidates: Sequence[int], batch_size: int, context: int) -> BudgetPolicy: ...
-
+    # Optional (engines that support `--budgets auto`): a fresh per-cell policy priced on this device.
     def budget_policy(self, candidates: Sequence[int], batch_size: int, context: int) -> BudgetPolicy: ...
 
     def next_token_logits(self, context: list[int]) -> torch.Tensor: ...  # (V,) float32
