@@ -58,6 +58,9 @@ class Drafter(ABC):
     # How `jfbench train --drafter NAME` trains this family's weights: a `TrainingObjective`, or a
     # lazy "module:attr" naming one; None = nothing to train (the command refuses).
     training: ClassVar[TrainingObjective | str | None] = None
+    # What DraftTree.scores hold: "logp" = cumulative draft log-prob (recorded per node for the
+    # acceptance calibration, and what `--budgets auto` needs); None = no probability meaning.
+    node_scores: str | None = None
 
     @classmethod
     def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> Drafter:

@@ -34,6 +34,7 @@ class LearnedDrafter(Drafter):
     """A drafter driven by a trained draft head (see ``drafters.head``)."""
 
     default_construction: ClassVar[str] = "accum"  # tree construction unless an option overrides it
+    node_scores = "logp"  # cumulative draft log-probs; an instance with scoring="entropy" has None
     trained_as: ClassVar[str | None] = None  # `jfbench train --drafter` name of its heads; None = its own name
     depth_option: ClassVar[str] = "max_depth"  # the option that sets its depth cap, `TreeOptions.max_depth`
 
@@ -44,6 +45,7 @@ class LearnedDrafter(Drafter):
         self.taps = head.cfg.taps  # the target hands their outputs over in this order
         self.cache: ContextCache | None = None
         self.meter = head.count_cost()
+        self.node_scores = "logp" if tree.scoring == "logp" else None  # entropy scores are not log-probs
 
     @classmethod
     def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> LearnedDrafter:

@@ -17,6 +17,7 @@ import torch
 
 from drafters.base import DraftCost, Drafter, SequenceView
 from jetflow_bench.arms import AR_ARM
+from jetflow_bench.budget_policy import BudgetPolicy
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import synchronize
 from jetflow_bench.sampling import GREEDY, RandomStreams, SamplingParams, draw
@@ -52,6 +53,18 @@ class StepRecord:
 
 
 @dataclass
+class NodeBlock:
+    """One request's verified tree in one step, for the acceptance calibration (references, no copies:
+    expanded to one row per node off the hot loop, `jetflow_bench.sweep.tables`)."""
+
+    request: int
+    step: int
+    scores: list[float]  # (N,) the drafter's node scores (cumulative draft log-prob), root first
+    parents: list[int]  # (N,)
+    path: list[int]  # node indices of the accepted path, root first (raw verification)
+
+
+@dataclass
 class RequestResult:
     request: int
     prompt_tokens: list[int]
@@ -67,6 +80,7 @@ class BatchResult:
     requests: list[RequestResult]
     steps: list[StepRecord] = field(default_factory=list)
     wall_s: float = 0.0
+    nodes: list[NodeBlock] = field(default_factory=list)  # drafters whose node scores are log-probs
 
 
 def check_budget(budget: int, max_budget: int = MAX_BUDGET) -> None:
@@ -156,10 +170,23 @@ def generate(
     drafter: Drafter | None = None,
     sampling: SamplingParams = GREEDY,
     request_ids: Sequence[int] | None = None,
+    policy: BudgetPolicy | None = None,
 ) -> BatchResult:
     """Decode a batch of tokenised prompts (greedy, or sampled per ``sampling``); speculative when a
     drafter is given. ``request_ids`` name the prompts' random streams (default 0..B-1): give each
-    prompt the same id in every arm and batch so that reruns and arms draw the same numbers."""
+    prompt the same id in every arm and batch so that reruns and arms draw the same numbers.
+
+    With a ``policy`` the budget is chosen per step among its candidates (``budget`` is ignored):
+    the drafter builds at ``policy.draft_budget()`` and the trees are cut to the chosen prefix.
+    """
+    if policy is not None:
+        if drafter is None or drafter.node_scores != "logp":
+            name = drafter.name if drafter else AR_ARM
+            raise JfbenchError(
+                f"budget auto needs a drafter whose node scores are cumulative draft log-probs; {name!r} has "
+                f"scores of kind {drafter.node_scores if drafter else None!r}: use static budgets for it"
+            )
+        budget = policy.max_budget
     check_budget(budget)
     if drafter is None and budget != 1:
         raise JfbenchError(f"budget {budget} needs a drafter: plain decoding verifies the root only (budget 1)")
@@ -189,15 +216,19 @@ def generate(
                 drafter.observe(batch.views(), features)
             drafter.take_cost(len(batch.active))  # the prompt's context features belong to prefill
         steps: list[StepRecord] = []
+        nodes: list[NodeBlock] | None = [] if drafter is not None and drafter.node_scores == "logp" else None
         while batch.active:
-            steps.extend(_speculative_step(target, batch, budget, drafter))
+            steps.extend(_speculative_step(target, batch, budget, drafter, policy, nodes))
     finally:
         target.release()
-    return BatchResult([r for r in batch.results if r is not None], steps, wall_s=clock() - batch.start)
+    return BatchResult([r for r in batch.results if r is not None], steps, wall_s=clock() - batch.start, nodes=nodes or [])
 
 
-def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter: Drafter | None) -> list[StepRecord]:
-    """Draft -> verify -> accept -> commit for every active row.
+def _speculative_step(
+    target: TargetRunner, batch: _Batch, budget: int, drafter: Drafter | None, policy: BudgetPolicy | None,
+    nodes: list[NodeBlock] | None,
+) -> list[StepRecord]:
+    """Draft -> (choose the budget) -> verify -> accept -> commit for every active row.
 
     Acceptance: the target's token after every node is drawn (its argmax when greedy); keep the
     deepest node whose whole root path matches the target's token at each parent, then append the
@@ -207,11 +238,17 @@ def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter:
     max_new_tokens cuts the final step, the accepted tokens past the cut were never emitted.
     """
     views, clock = batch.views(), batch.clock
+    if policy is not None:
+        budget = policy.draft_budget()
     t0 = clock()
     drafting = drafter is not None and budget > 1  # budget 1 verifies the root alone: nothing to ask a drafter
     trees = drafter.propose(views, budget) if drafting else [DraftTree.root_only(v.tokens[-1]) for v in views]
     t1 = clock()
     _check_trees(trees, views, budget, drafter)
+    drafted = trees
+    if policy is not None:  # the trees are ordered: a prefix is the tree a smaller budget builds
+        budget = policy.choose([t.scores for t in trees])
+        trees = [t.prefix(budget) for t in trees]
     prepared = target.prepare(trees)
     t2 = clock()
     ver = target.forward(prepared, drafter.taps if drafter else ())
@@ -236,6 +273,13 @@ def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter:
         features = None if ver.hidden is None else [ver.hidden[r, acc.paths[r]] for r in keep]
         drafter.observe(batch.views(), features)
     t5 = clock()
+    if nodes is not None:
+        nodes.extend(NodeBlock(i, batch.steps_done[i] - 1, trees[row].scores, trees[row].parents, acc.paths[row])
+                     for row, i in enumerate(rows))
+    if policy is not None:
+        committed = [[trees[r].tokens[u] for u in acc.paths[r][1:]] + [acc.bonus[r]] for r in range(len(rows))]
+        policy.observe(drafted, committed, (t1 - t0) + (t5 - t4))
+    t6 = clock()
     cost = drafter.take_cost(len(rows)) if drafter else DraftCost.free(len(rows))
     batch.batch_steps += 1
     return [
@@ -245,7 +289,7 @@ def _speculative_step(target: TargetRunner, batch: _Batch, budget: int, drafter:
             accepted_raw=acc.accepted[row], emitted=emitted[row], depth=trees[row].depth,
             draft_passes=cost.passes, draft_entries=cost.entries[row], draft_flops=cost.flops[row],
             verify_flops=target.shape.forward_flops(len(trees[row]), before[row] - 1 + len(trees[row])),
-            draft_s=(t1 - t0) + (t5 - t4), verify_s=t3 - t2, other_s=(t2 - t1) + (t4 - t3),
+            draft_s=(t1 - t0) + (t5 - t4), verify_s=t3 - t2, other_s=(t2 - t1) + (t4 - t3) + (t6 - t5),
         )
         for row, i in enumerate(rows)
     ]

@@ -84,6 +84,13 @@ class DraftTree:
     def depth(self) -> int:
         return max(self.depths)
 
+    def prefix(self, n: int) -> DraftTree:
+        """The first ``n`` nodes (ancestor-closed: parents precede children). For trees built in
+        budget-independent order (accum, best-first, spine-first) this is the tree budget n builds."""
+        if n >= len(self.tokens):
+            return self
+        return DraftTree(self.tokens[:n], self.parents[:n], self.scores[:n])
+
     def path_to(self, node: int) -> list[int]:
         """Node indices from the root to ``node`` inclusive."""
         path = []

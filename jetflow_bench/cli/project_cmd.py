@@ -49,6 +49,11 @@ def project(
         bool, typer.Option(help="Refuse runs without recorded draft counters instead of using the drafters' nominal ones.")
     ] = False,
     out: Annotated[Path | None, typer.Option(help="Folder for projection.parquet/csv. Default: RUN.")] = None,
+    policy: Annotated[
+        str | None, typer.Option(help="'auto': replay the per-step budget policy on the run's recorded trees "
+                                 "(nodes.parquet) against the profile, beside every static budget.")
+    ] = None,
+    auto_budgets: Annotated[str, typer.Option(help="Candidate budgets of --policy auto.")] = "1,4,16,64,256",
     fmt: TableFormatOpt = TableFormat.table,
 ) -> None:
     """Project the run's measured τ and draft counters per drafter × budget onto a device.
@@ -64,6 +69,12 @@ def project(
         jfbench project results/qwen8b --hardware b200 --batch-sizes 1,4,16,64
 
         jfbench bench verify-cost --target T --sizes 1,4,16,64 --out cal.json && jfbench project RUN --calibration cal.json
+
+        jfbench project RUN --policy auto --hardware h100-sxm --target-config qwen3-8b --batch-sizes 1,8,32
+
+    With --policy auto it writes projection_policy.parquet/csv instead: per drafter and batch size,
+    the projected speed-up of the per-step budget policy and of every static candidate budget,
+    replayed on the run's recorded trees (docs/budget-policy.md).
     """
     from jetflow_bench.projection.display import assumptions, projection_table
     from jetflow_bench.projection.project import project_run, run_context, warn, write_projection
@@ -76,6 +87,9 @@ def project(
         hardware, target_config or str((loaded.manifest.get("config") or {}).get("target", "")), dtype,
         calibration, context_tokens or run_context(loaded),
     )
+    if policy is not None:
+        _replay(loaded, model, sizes, policy, auto_budgets, head_layers, head_taps, hw_name, out, fmt)
+        return
     table, notes = project_run(loaded, model, sizes, head_layers, head_taps, require_counters, hw_name)
     written = write_projection(table, out or loaded.path)
     warn(notes)
@@ -89,6 +103,39 @@ def project(
 
     console = Console()
     print_table(console, projection_table(table, hw_name))
+    for line in lines:
+        console.print(line, highlight=False)
+    for path in written:
+        print(path)
+
+
+def _replay(loaded, model, sizes: list[int], policy: str, auto_budgets: str, head_layers: int | None,
+            head_taps: int | None, hw_name: str, out: Path | None, fmt: TableFormat) -> None:
+    """`--policy auto`: the offline policy replay (jetflow_bench.projection.policy_replay)."""
+    from jetflow_bench.projection.display import assumptions, policy_table
+    from jetflow_bench.projection.policy_replay import replay_run
+    from jetflow_bench.projection.project import warn, write_projection
+
+    if policy != "auto":
+        raise JfbenchError(f"--policy {policy!r} is unknown: the one policy is 'auto'")
+    candidates = parse_sizes(auto_budgets, "--auto-budgets")
+    table, notes = replay_run(loaded, model, sizes, candidates, head_layers, head_taps, hw_name)
+    written = write_projection(table, out or loaded.path, stem="projection_policy")
+    warn(notes)
+    static = ("τ, draft counters", "speed-up = ")  # these two lines describe the static projection
+    lines = [line for line in assumptions(model, table) if not line.startswith(static)]
+    lines.insert(-1, "replay: recorded sequence-steps of each drafter's largest static budget, grouped b at a time; "
+                     "tokens = 1 + accepted nodes in the first B (counterfactual per step, stop rule ignored); "
+                     "speed-up = (Σ tokens / Σ step_s) / (b / t_AR)")
+    if fmt is not TableFormat.table:
+        emit(json.loads(table.to_json(orient="records")), fmt)
+        for line in [*lines, *map(str, written)]:
+            print(line, file=sys.stderr)
+        return
+    from rich.console import Console
+
+    console = Console()
+    print_table(console, policy_table(table, hw_name))
     for line in lines:
         console.print(line, highlight=False)
     for path in written:

@@ -37,6 +37,7 @@ def compact(summary: pd.DataFrame) -> pd.DataFrame:
     """
     import pandas as pd
 
+    from jetflow_bench.budget_policy import budget_label
     from jetflow_bench.report.loading import SAMPLED_LOSSLESS
 
     rows = []
@@ -45,7 +46,7 @@ def compact(summary: pd.DataFrame) -> pd.DataFrame:
         name = arm["drafter"] if arm["variant"] == "default" else f"{arm['drafter']}[{arm['variant']}]"
         sd = g["speedup_decode_micro"].std() if len(g) > 1 else math.nan
         rows.append({
-            "suite": arm["suite"], "arm": name, "B": arm["budget"], "bs": arm["batch_size"],
+            "suite": arm["suite"], "arm": name, "B": budget_label(arm["budget"]), "bs": arm["batch_size"],
             "T": f"{arm['temperature']:g}", "n": len(g),
             "tau": _f(g["tau"].mean(), 2), "acc/step": _f(g["accepted_per_step"].mean(), 2),
             "raw acc/step": _f((g["accepted_raw"] / g["n_steps"]).mean(), 2),
@@ -60,6 +61,9 @@ def compact(summary: pd.DataFrame) -> pd.DataFrame:
             "diverged": SAMPLED_LOSSLESS if arm["temperature"] else
                         f"{int(g['lossless_unexcused'].sum())}+{int(g['lossless_excused'].sum())}",
             "other": _f(g["other_share"].mean(), 3),
+            **({"ECE": _f(g["ece"].mean(), 3)} if "ece" in g else {}),
+            **({"chosen B": g["chosen_budgets"].dropna().iloc[0] if g["chosen_budgets"].notna().any() else ""}
+               if "chosen_budgets" in g else {}),
         })
     return pd.DataFrame(rows)
 

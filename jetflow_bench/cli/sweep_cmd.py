@@ -38,7 +38,11 @@ if TYPE_CHECKING:  # the sweep machinery imports torch and pandas: commands impo
 
 SuitesOpt = Annotated[str, typer.Option("--suites", help="Comma-separated suites, e.g. gsm8k,math500.")]
 BudgetsOpt = Annotated[
-    str, typer.Option("--budgets", help="Comma-separated budgets B (tree nodes incl. root), 1 <= B <= 1024.")
+    str, typer.Option("--budgets", help="Comma-separated budgets B (tree nodes incl. root), 1 <= B <= 1024; "
+                      "'auto' (alone or beside them) chooses B per step among --auto-budgets.")
+]
+AutoBudgetsOpt = Annotated[
+    str, typer.Option("--auto-budgets", help="Candidate budgets of --budgets auto (the tree is drafted at the largest).")
 ]
 BatchSizesOpt = Annotated[
     str, typer.Option("--batch-sizes", help="Comma-separated batch sizes; the AR baseline runs at each.")
@@ -78,6 +82,7 @@ class GridFlags:
 
     suites: SuitesOpt = "gsm8k"
     budgets: BudgetsOpt = "16,64,256"
+    auto_budgets: AutoBudgetsOpt = "1,4,16,64,256"
     batch_sizes: BatchSizesOpt = "1"
     repeats: RepeatsOpt = 3
     limit: LimitOpt = None
@@ -134,11 +139,15 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     import torch
 
     from jetflow_bench.attention import get_attention
+    from jetflow_bench.budget_policy import AUTO_BUDGET
     from jetflow_bench.sweep.grid import SweepConfig, parse_budgets, parse_ints, parse_names
     from jetflow_bench.sweep.runner import ENGINES
 
     temperatures = grid_temperatures(grid)
     budgets = parse_budgets(grid.budgets)
+    if AUTO_BUDGET in budgets:
+        extra = (*extra, ("auto_budgets", parse_budgets(grid.auto_budgets, "--auto-budgets", allow_auto=False)))
+        _check_auto_drafters(drafters)
     sizes = parse_ints(grid.batch_sizes, "--batch-sizes")
     suites = tuple(dict.fromkeys(SUITES.canonical(n) for n in parse_names(grid.suites, "--suites")))
     dev = resolve_device(grid.device)
@@ -156,6 +165,18 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
         sample_seed=grid.sample_seed, seed=grid.seed, engine=engine, tie_eps=grid.tie_eps, attention=grid.attention,
         extra=extra,
     )
+
+
+def _check_auto_drafters(drafters: list[DrafterSpec]) -> None:
+    """--budgets auto needs node scores that are log-probs: refuse the others before any model loads."""
+    from drafters import DRAFTERS
+
+    for spec in drafters:
+        if DRAFTERS.get(spec.name).node_scores != "logp" or dict(spec.options).get("scoring") == "entropy":
+            raise JfbenchError(
+                f"--budgets auto: drafter {spec.label!r} does not score nodes by cumulative draft log-prob, which the "
+                "per-step policy needs; run it with static budgets only (a separate sweep)"
+            )
 
 
 def grid_temperatures(grid: GridFlags) -> tuple[float, ...]:
@@ -258,6 +279,8 @@ def sweep(
 
         jfbench sweep --target ~/.cache/jfbench/targets/micro-seed0-XXXX --drafters ngram
             --suites gsm8k --budgets 8,32 --limit 4 --max-new-tokens 32 --repeats 1 --out results/smoke
+
+        jfbench sweep --target T --drafters jetflow=H/jf --budgets 16,64,256,auto --batch-sizes 1,8 --out results/auto
 
     Drafter options (the same NAME[KEY=VALUE,...] syntax as `jfbench ablate --drafter`): every
     option that differs from the drafter's default becomes part of the arm's name in the tables.

@@ -82,3 +82,29 @@ def measured_vs_projected(table: pd.DataFrame, hardware: str, batch: int) -> Tab
     out.caption = (f"The last column is a {PROJECTION_LABEL}: this run's τ and draft counters priced with the "
                    f"{hardware} cost model (docs/projection.md); `jfbench project` shows every assumption.")
     return out
+
+
+def policy_table(table: pd.DataFrame, hardware: str) -> Table:
+    """`--policy auto`: rows suite × drafter × policy (static budgets, then auto); per batch size the
+    replayed speed-up (* = best static budget there), and auto's chosen-budget shares."""
+    batches = sorted(table["batch_size"].unique())
+    out = Table(title=f"Policy replay on {hardware}, {table['target'].iloc[0]} ({PROJECTION_LABEL})")
+    for col in ("suite", "drafter", "policy", "τ"):
+        out.add_column(col, justify="right")
+    for b in batches:
+        out.add_column(f"b={b}", justify="right")
+    out.add_column("auto: chosen B per batch size", justify="left")
+    for (suite, drafter, variant, _budget), rows in table.groupby(["suite", "drafter", "variant", "budget"], sort=True):
+        first = rows.iloc[0]
+        name = drafter if variant == "default" else f"{drafter}[{variant}]"
+        cells = [suite, name, first["policy"], f"{first['tau']:.2f}"]
+        for b in batches:
+            row = rows[rows["batch_size"] == b].iloc[0]
+            mark = "*" if row["best_static"] else ""
+            ratio = f" ({row['auto_vs_best_static']:.2f} of best)" if row["policy"] == "auto" else ""
+            cells.append(f"{row['speedup']:.2f}x{mark}{ratio}")
+        cells.append("; ".join(f"b={r.batch_size}: {r.chosen_budgets}" for r in rows.itertuples() if r.chosen_budgets))
+        out.add_row(*cells)
+    out.caption = ("static rows: every recorded step re-verified at that budget; auto: BudgetPolicy per batched "
+                   "step; * best static budget; (x of best) = auto speed-up / best static speed-up")
+    return out

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from jetflow_bench.acceptance import greedy_accept
+from jetflow_bench.acceptance import accept_tree
 from jetflow_bench.projection.calibration import fit_profile
 from jetflow_bench.projection.shapes import ModelShape
 from jetflow_bench.runtime import synchronize
@@ -78,7 +78,7 @@ def measure(
             def step(trees: list[DraftTree] = trees) -> None:
                 batch = runner.prepare(trees)
                 argmax = torch.zeros_like(batch.tokens)  # acceptance cost does not depend on the values
-                greedy_accept(batch.tokens, batch.parents, batch.depths, batch.valid, batch.ancestors, argmax)
+                accept_tree(batch.tokens, batch.parents, batch.depths, batch.valid, batch.ancestors, argmax)
 
             forwards.append(lambda prepared=prepared: runner.forward(prepared))
             steps.append(step)

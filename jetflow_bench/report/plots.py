@@ -24,6 +24,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from jetflow_bench.arms import AR_ARM
+from jetflow_bench.budget_policy import AUTO_BUDGET
+from jetflow_bench.calibration import expected_calibration_error, reliability_table
 from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run, depth_columns
 from jetflow_bench.report.palette import AR_COLOR, drafter_color, drafter_order
 
@@ -89,8 +91,11 @@ def speedup_vs_budget(run: Run) -> ReportFigure | None:
     cells = run.cells()
     if cells.empty or SPEEDUP not in cells:
         return None
-    data = _mean_over_repeats(cells, ["suite", "batch_size", "drafter", "budget"],
-                              [SPEEDUP, f"{SPEEDUP}_lo", f"{SPEEDUP}_hi"])
+    means = _mean_over_repeats(cells, ["suite", "batch_size", "drafter", "budget"],
+                               [SPEEDUP, f"{SPEEDUP}_lo", f"{SPEEDUP}_hi"])
+    data, auto = means[means["budget"] != AUTO_BUDGET], means[means["budget"] == AUTO_BUDGET]
+    if data.empty:
+        return None
     suites, sizes = sorted(data["suite"].unique()), sorted(data["batch_size"].unique())
     figure, axes = _grid(len(sizes), len(suites))
     for (i, size), (j, suite) in ((a, b) for a in enumerate(sizes) for b in enumerate(suites)):
@@ -100,19 +105,26 @@ def speedup_vs_budget(run: Run) -> ReportFigure | None:
             color = drafter_color(drafter)
             ax.plot(line["budget"], line[SPEEDUP], marker="o", color=color, label=drafter)
             ax.fill_between(line["budget"], line[f"{SPEEDUP}_lo"], line[f"{SPEEDUP}_hi"], color=color, alpha=0.2, lw=0)
+        for row in auto[(auto["suite"] == suite) & (auto["batch_size"] == size)].itertuples():
+            ax.axhline(getattr(row, SPEEDUP), color=drafter_color(row.drafter), ls=":", lw=1.5)
         ax.axhline(1.0, color=AR_COLOR, ls="--", lw=1)
         _budget_axis(ax, data["budget"])
         ax.set_title(f"{suite} · batch {size}")
         ax.set_ylabel("decode speed-up ×")
-    _drafter_legend(figure, data["drafter"], [Line2D([], [], color=AR_COLOR, ls="--", label="AR = 1×")])
+    extra = [Line2D([], [], color=AR_COLOR, ls="--", label="AR = 1×")]
+    if not auto.empty:
+        extra.append(Line2D([], [], color="#333333", ls=":", label="--budgets auto"))
+    _drafter_legend(figure, data["drafter"], extra)
     caption = ("Decode-only speed-up over the AR baseline on the same prompts (Σ baseline time / Σ method "
-               "time), bands = bootstrap 95% CI over prompts.")
+               "time), bands = bootstrap 95% CI over prompts."
+               + (" Dotted: the drafter with the budget chosen per step (--budgets auto)." if not auto.empty else ""))
     return ReportFigure("speedup_vs_budget", "Speed-up vs budget", caption, figure)
 
 
 def tau_vs_budget(run: Run) -> ReportFigure | None:
     """Acceptance length τ against the budget, one panel per suite (mean over batch sizes/repeats)."""
     cells = run.cells()
+    cells = cells[cells["budget"] != AUTO_BUDGET]
     if cells.empty:
         return None
     data = cells.groupby(["suite", "drafter", "budget"], as_index=False)["tau"].agg(["mean", "min", "max"])
@@ -328,9 +340,40 @@ def projected_speedup(run: Run) -> ReportFigure | None:
     return ReportFigure("projected_speedup", f"Projected on {hardware}", caption, figure)
 
 
+def reliability_diagram(run: Run) -> ReportFigure | None:
+    """Predicted (exp of the node's cumulative draft log-prob) vs observed acceptance per score bin,
+    one panel per drafter (default variant; all suites, budgets, batch sizes and repeats pooled)."""
+    path = run.path / "nodes.parquet"
+    if not path.is_file():
+        return None
+    nodes = pd.read_parquet(path, columns=["drafter", "variant", "score", "accepted"])
+    nodes = nodes[nodes["variant"] == "default"]
+    if nodes.empty:
+        return None
+    drafters = drafter_order(nodes["drafter"].unique())
+    figure, axes = _grid(1, len(drafters))
+    for ax, drafter in zip(axes[0], drafters, strict=True):
+        group = nodes[nodes["drafter"] == drafter]
+        table = reliability_table(group["score"].to_numpy(), group["accepted"].to_numpy())
+        ax.plot([0, 1], [0, 1], color=AR_COLOR, ls="--", lw=1)
+        sizes = 20 + 180 * table["nodes"] / table["nodes"].max()
+        ax.scatter(table["predicted"], table["observed"], s=sizes, color=drafter_color(drafter), zorder=3)
+        ax.plot(table["predicted"], table["observed"], color=drafter_color(drafter), lw=1)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{drafter} · ECE {expected_calibration_error(table):.3f} · {int(table['nodes'].sum())} nodes")
+        ax.set_xlabel("predicted P(path accepted) = exp(score)")
+        ax.set_ylabel("observed acceptance")
+    caption = ("Reliability of the drafters' node scores: each point is a bin of drafted nodes by cumulative draft "
+               "log-prob (marker area ∝ nodes), x = mean exp(score), y = share of them on the accepted path "
+               "(raw verification). The dashed diagonal is perfect calibration; ECE = node-weighted mean "
+               "|predicted − observed|. Nodes: the verified trees, at most 255 drafted nodes per tree and step.")
+    return ReportFigure("reliability", "Calibrated acceptance (reliability)", caption, figure)
+
+
 FIGURES: tuple[Callable[[Run], ReportFigure | None], ...] = (
     speedup_vs_budget, tau_vs_budget, tau_vs_draft_passes, depth_acceptance, time_breakdown, throughput_vs_batch,
-    ablation_deltas, projected_speedup,
+    ablation_deltas, projected_speedup, reliability_diagram,
 )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from jetflow_bench.budget_policy import budget_label
 from jetflow_bench.report.loading import CELL_KEYS, SAMPLED_LOSSLESS, SPEEDUP, Run, align
 from jetflow_bench.report.palette import drafter_color, drafter_order
 
@@ -78,8 +79,8 @@ def headline(run: Run) -> Table:
         table.rows.append([
             cell(suite), drafter_cell(drafter),
             _interval(fastest[SPEEDUP], fastest[f"{SPEEDUP}_lo"], fastest[f"{SPEEDUP}_hi"]),
-            cell(int(fastest["budget"])), cell(int(fastest["batch_size"])), cell(fastest["tau"], digits=2),
-            cell(most["tau"], digits=2), cell(int(most["budget"])),
+            cell(budget_label(int(fastest["budget"]))), cell(int(fastest["batch_size"])),
+            cell(fastest["tau"], digits=2), cell(most["tau"], digits=2), cell(budget_label(int(most["budget"]))),
         ])
     order = {name: k for k, name in enumerate(drafter_order(means["drafter"]))}
     table.rows.sort(key=lambda row: (row[0].text, order[row[1].text]))

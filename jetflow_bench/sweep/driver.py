@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 
 from drafters import Drafter
+from jetflow_bench.budget_policy import AUTO_BUDGET
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.stopping import StopRule
 from jetflow_bench.sweep.grid import (
@@ -32,6 +33,7 @@ from jetflow_bench.sweep.grid import (
     Cell,
     DrafterSpec,
     SweepConfig,
+    auto_budgets,
     cell_hash,
     cells,
     config_dict,
@@ -46,7 +48,7 @@ from jetflow_bench.sweep.memory import check_memory
 from jetflow_bench.sweep.progress import SweepProgress
 from jetflow_bench.sweep.runner import ENGINES, Engine, Prompt, run_cell
 from jetflow_bench.sweep.store import Derived, RunStore, now_iso
-from jetflow_bench.sweep.tables import cell_frames
+from jetflow_bench.sweep.tables import cell_frames, node_frame
 from suites import Record, Request, Suite, get_suite, sandbox
 
 REBUILD_RATIO = 10  # run time between refreshes of the combined tables >= 10 x the last refresh's cost
@@ -242,8 +244,9 @@ class _CellLoop:
         """Decode (timed), then judge losslessness and answers (untimed), then store the cell."""
         work, config = self.workloads[cell.suite], self.config
         torch.manual_seed(config.seed)
+        auto = {"auto_budgets": auto_budgets(config)} if cell.budget == AUTO_BUDGET else {}
         run = run_cell(self.engine, cell, work.prompts, self.drafter(cell), config.warmup_tokens, progress.advance,
-                       sampling=sampling_for(config, cell))
+                       sampling=sampling_for(config, cell), **auto)
         ids = sorted(run.outputs)
         outputs = {i: run.outputs[i].output_tokens for i in ids}
         verdicts = self.verdicts(cell, work, outputs)
@@ -256,7 +259,7 @@ class _CellLoop:
         labels = {i: (work.requests[i].record_id, work.requests[i].prompt, texts[i]) for i in ids}
         engine, baseline = self.engine.label(self.drafter(cell)), self.engine.baseline_arm(self.drafter(cell))
         steps, requests, row = cell_frames(self.run_id, cell, chash, engine, run, labels, verdicts, correct, baseline)
-        self.store.write_cell(cell.cell_id, steps, requests, row)
+        self.store.write_cell(cell.cell_id, steps, requests, row, node_frame(cell, run))
         bad = [v for v in verdicts.values() if not v.lossless and not v.excused]
         if bad:
             progress.note(f"warning: {cell.label()}: {len(bad)} request(s) diverge from the AR baseline "
@@ -289,7 +292,7 @@ def fill_notes(summary: pd.DataFrame) -> list[str]:
     notes = []
     for (drafter, variant, budget), group in arms.groupby(["drafter", "variant", "budget"]):
         most = int(group["drafted_max"].max())
-        if most < budget - 1:
+        if budget != AUTO_BUDGET and most < budget - 1:
             arm = drafter if variant == "default" else f"{drafter}[{variant}]"
             notes.append(f"note: {arm} drafted at most {most} of {budget - 1} nodes at budget {budget} "
                          f"(mean {group['drafted_mean'].mean():.1f}); the budget is reported as given, not shrunk")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from jetflow_bench.arms import AR_ARM, ARM_SYNTAX
+from jetflow_bench.budget_policy import AUTO_BUDGET, DEFAULT_CANDIDATES, budget_label
 from jetflow_bench.engine import check_budget
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
@@ -72,7 +73,7 @@ class SweepConfig:
     target: str  # hub id or absolute local path
     drafters: tuple[DrafterSpec, ...]  # the AR baseline is implicit and always run
     suites: tuple[str, ...]  # canonical suite names
-    budgets: tuple[int, ...]  # B, nodes per tree incl. the root (docs/methodology.md)
+    budgets: tuple[int, ...]  # B, nodes per tree incl. the root (docs/methodology.md); AUTO_BUDGET = auto
     batch_sizes: tuple[int, ...]
     repeats: int  # timing repeats; each repeat re-runs the AR baseline too
     device: str  # resolved, e.g. "cpu", "cuda:0"
@@ -126,12 +127,17 @@ class Cell:
         """File-name-safe, readable and unique: gsm8k__ngram__default__B64__bs4__r0 (+ __T1 when sampled)."""
         safe = [re.sub(r"[^A-Za-z0-9_.-]+", "-", s) for s in (self.suite, self.drafter, self.variant)]
         sampled = [f"T{self.temperature:g}"] if self.temperature else []
-        return "__".join([*safe, f"B{self.budget}", f"bs{self.batch_size}", f"r{self.repeat}", *sampled])
+        return "__".join([*safe, f"B{budget_label(self.budget)}", f"bs{self.batch_size}", f"r{self.repeat}", *sampled])
 
     def label(self) -> str:
         arm = self.drafter if self.variant == DEFAULT_VARIANT else f"{self.drafter}[{self.variant}]"
         sampled = f" T={self.temperature:g}" if self.temperature else ""
-        return f"{self.suite} {arm} B={self.budget} bs={self.batch_size} r{self.repeat}{sampled}"
+        return f"{self.suite} {arm} B={budget_label(self.budget)} bs={self.batch_size} r{self.repeat}{sampled}"
+
+
+def auto_budgets(config: SweepConfig) -> tuple[int, ...]:
+    """The candidate budgets of `--budgets auto` (`--auto-budgets`, default DEFAULT_CANDIDATES)."""
+    return tuple(dict(config.extra).get("auto_budgets", DEFAULT_CANDIDATES))
 
 
 def stable_hash(obj: Any, length: int = 12) -> str:
@@ -259,11 +265,15 @@ def parse_temperatures(text: str) -> tuple[float, ...]:
     return tuple(values)
 
 
-def parse_budgets(text: str) -> tuple[int, ...]:
-    budgets = parse_ints(text, "--budgets", minimum=None)  # check_budget names the bounds
+def parse_budgets(text: str, option: str = "--budgets", allow_auto: bool = True) -> tuple[int, ...]:
+    """'16,auto' -> (16, AUTO_BUDGET): "auto" (the per-step policy) may stand alone or beside static budgets."""
+    parts = [p.strip() for p in text.split(",")]
+    auto = allow_auto and "auto" in (p.lower() for p in parts)
+    static = ",".join(p for p in parts if p.lower() != "auto" or not allow_auto)
+    budgets = parse_ints(static, option, minimum=None) if static else ()  # check_budget names the bounds
     for budget in budgets:
         check_budget(budget)
-    return budgets
+    return (*budgets, AUTO_BUDGET) if auto else budgets
 
 
 def parse_names(text: str, option: str) -> list[str]:

@@ -14,7 +14,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,7 +23,9 @@ import torch
 from drafters import DRAFTERS, Drafter
 from jetflow_bench import engine as hf_engine
 from jetflow_bench.arms import AR_ARM
-from jetflow_bench.engine import BatchResult, RequestResult, StepRecord
+from jetflow_bench.budget_policy import AUTO_BUDGET, DEFAULT_CANDIDATES, BudgetPolicy
+from jetflow_bench.engine import BatchResult, NodeBlock, RequestResult, StepRecord
+from jetflow_bench.errors import JfbenchError
 from jetflow_bench.kv_cache import KVCache
 from jetflow_bench.prompts import encode
 from jetflow_bench.registry import Registry
@@ -48,7 +50,11 @@ class Engine(Protocol):
     def generate(
         self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None,
         sampling: SamplingParams = GREEDY, request_ids: Sequence[int] | None = None,
+        policy: BudgetPolicy | None = None,
     ) -> BatchResult: ...  # sampling: draw token t of request r with the uniform U[(seed, r), t] (`sampling`)
+
+    # Optional (engines that support `--budgets auto`): a fresh per-cell policy priced on this device.
+    def budget_policy(self, candidates: Sequence[int], batch_size: int, context: int) -> BudgetPolicy: ...
 
     def next_token_logits(self, context: list[int]) -> torch.Tensor: ...  # (V,) float32
 
@@ -94,9 +100,16 @@ class HFEngine:
     def generate(
         self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None,
         sampling: SamplingParams = GREEDY, request_ids: Sequence[int] | None = None,
+        policy: BudgetPolicy | None = None,
     ) -> BatchResult:
         return hf_engine.generate(self.target, prompts, stop, budget=budget, drafter=drafter, sampling=sampling,
-                                  request_ids=request_ids)
+                                  request_ids=request_ids, policy=policy)
+
+    def budget_policy(self, candidates: Sequence[int], batch_size: int, context: int) -> BudgetPolicy:
+        """`--budgets auto`: a fresh policy priced by this device's measured verify steps."""
+        from jetflow_bench.sweep.auto_budget import cell_policy
+
+        return cell_policy(self.target, candidates, batch_size, context)
 
     def next_token_logits(self, context: list[int]) -> torch.Tensor:
         """One target forward over ``context`` (a chain); logits of the token after it."""
@@ -181,6 +194,7 @@ class CellRun:
     peak_memory_bytes: int
     started: float  # unix time
     finished: float
+    nodes: list[tuple[int, NodeBlock]] = field(default_factory=list)  # (global request id, verified tree)
 
 
 ProgressFn = Callable[[int, int], None]  # (requests finished, tokens generated) since the last call
@@ -206,8 +220,13 @@ def run_cell(
     warmup_tokens: int,
     progress: ProgressFn | None = None,
     sampling: SamplingParams = GREEDY,
+    auto_budgets: Sequence[int] = DEFAULT_CANDIDATES,
 ) -> CellRun:
     """Decode all ``prompts`` for ``cell``; the first batch is first run once untimed (warm-up).
+
+    A cell of budget `AUTO_BUDGET` warms up at the largest of ``auto_budgets``, then gets one
+    policy (`BudgetPolicy`, priced on this device, untimed) whose calibration carries over the
+    cell's prompt batches.
 
     Each prompt samples (at temperature > 0) with the stream of its suite-wide request id, so every
     arm, batch size and repeat draws the same numbers for it. The engine resets the drafter's per-request state at every batch (``Drafter.reset``). Step
@@ -217,24 +236,35 @@ def run_cell(
     chunks = batches(prompts, cell.batch_size)
     warm_stop = _stop_of(chunks[0])
     warm_stop = StopRule(min(warmup_tokens, warm_stop.max_new_tokens), warm_stop.eos_token_ids)
-    engine.generate([p.tokens for p in chunks[0]], warm_stop, cell.budget, drafter, sampling=sampling,
+    auto = cell.budget == AUTO_BUDGET
+    budget = max(auto_budgets) if auto else cell.budget
+    engine.generate([p.tokens for p in chunks[0]], warm_stop, budget, drafter, sampling=sampling,
                     request_ids=[p.request for p in chunks[0]])
+    policy = None
+    if auto:
+        if not hasattr(engine, "budget_policy"):
+            raise JfbenchError(f"--budgets auto runs on the hf engine only; engine {engine.name!r} chooses its own budget")
+        context = round(sum(len(p.tokens) for p in prompts) / len(prompts))
+        policy = engine.budget_policy(auto_budgets, cell.batch_size, context)
     engine.reset_peak_memory()
     steps: list[tuple[int, StepRecord]] = []
+    nodes: list[tuple[int, NodeBlock]] = []
     outputs: dict[int, RequestResult] = {}
     started = time.time()
     engine.synchronize()
     t0 = time.perf_counter()
     offset = 0  # cell-wide batch_step of the current chunk's first forward
     for chunk in chunks:
-        result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), cell.budget, drafter,
-                                 sampling=sampling, request_ids=[p.request for p in chunk])
+        result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), budget, drafter,
+                                 sampling=sampling, request_ids=[p.request for p in chunk],
+                                 **({"policy": policy} if policy is not None else {}))
         for record in result.steps:
             steps.append((chunk[record.request].request, replace(record, batch_step=record.batch_step + offset)))
+        nodes.extend((chunk[block.request].request, block) for block in result.nodes)
         offset += 1 + max((r.batch_step for r in result.steps), default=-1)
         for res in result.requests:
             outputs[chunk[res.request].request] = res
         if progress is not None:
             progress(len(chunk), sum(len(r.output_tokens) for r in result.requests))
     wall_s = time.perf_counter() - t0  # generate() synchronises before its last clock read
-    return CellRun(steps, outputs, wall_s, engine.peak_memory_bytes(), started, time.time())
+    return CellRun(steps, outputs, wall_s, engine.peak_memory_bytes(), started, time.time(), nodes)

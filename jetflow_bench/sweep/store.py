@@ -31,12 +31,19 @@ import pandas as pd
 from jetflow_bench.errors import JfbenchError, writable_folder
 from jetflow_bench.integrity import READ_ERRORS, cell_problems, reason
 from jetflow_bench.report.loading import ADDED_KEYS, with_cell_keys
-from jetflow_bench.sweep.tables import CELL_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, concat, summary_table
+from jetflow_bench.sweep.tables import (
+    CELL_COLUMNS,
+    NODE_COLUMNS,
+    REQUEST_COLUMNS,
+    STEP_COLUMNS,
+    concat,
+    summary_table,
+)
 
 MANIFEST = "manifest.json"
 LOCK = ".lock"
 CELLS = "cells"
-TABLES = ("steps.parquet", "requests.parquet", "cells.parquet", "summary.parquet", "summary.csv")
+TABLES = ("steps.parquet", "requests.parquet", "cells.parquet", "nodes.parquet", "summary.parquet", "summary.csv")
 DERIVED = (*TABLES, "ablation.parquet", "ablation.csv")
 Derived = Mapping[str, Callable[[pd.DataFrame], pd.DataFrame]]  # table name -> f(requests rows)
 
@@ -117,6 +124,7 @@ class RunStore:
         self.folder = folder
         self.cells_dir = folder / CELLS
         self._parts: dict[str, tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None]] = {}  # read once
+        self._nodes: dict[str, pd.DataFrame] = {}
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[RunStore]:
@@ -217,16 +225,32 @@ class RunStore:
     def _redo(self, cell_id: str, problem: str, labels: Mapping[str, str] | None) -> None:
         name = (labels or {}).get(cell_id, cell_id)
         print(f"note: cell {name} will run again: {problem}", file=sys.stderr)
-        for path in [self.cells_dir / f"{cell_id}.{part}" for part in ("json", "steps.parquet", "requests.parquet")]:
+        parts = ("json", "steps.parquet", "requests.parquet", "nodes.parquet")
+        for path in [self.cells_dir / f"{cell_id}.{part}" for part in parts]:
             path.unlink(missing_ok=True)  # the record first: it is what marks a cell finished
         self._parts.pop(cell_id, None)
+        self._nodes.pop(cell_id, None)
 
-    def write_cell(self, cell_id: str, steps: pd.DataFrame, requests: pd.DataFrame, row: dict[str, Any]) -> None:
+    def write_cell(
+        self, cell_id: str, steps: pd.DataFrame, requests: pd.DataFrame, row: dict[str, Any],
+        nodes: pd.DataFrame | None = None,
+    ) -> None:
+        """Write a cell's parts, then its record. ``nodes`` (the acceptance-calibration rows) is an
+        optional part: cells of drafters without log-prob scores, and older runs, have none."""
         self.cells_dir.mkdir(exist_ok=True)
-        for name, frame in (("steps", steps), ("requests", requests)):
+        parts = [("steps", steps), ("requests", requests), *([("nodes", nodes)] if nodes is not None and len(nodes) else [])]
+        (self.cells_dir / f"{cell_id}.nodes.parquet").unlink(missing_ok=True)  # no stale nodes of an earlier try
+        for name, frame in parts:
             atomic_write(self.cells_dir / f"{cell_id}.{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False))
         write_json(self.cells_dir / f"{cell_id}.json", row)  # the commit marker, last
         self._parts[cell_id] = (steps, requests, row)
+        self._nodes[cell_id] = nodes if nodes is not None else pd.DataFrame(columns=NODE_COLUMNS)
+
+    def cell_nodes(self, cell_id: str) -> pd.DataFrame:
+        if cell_id not in self._nodes:
+            path = self.cells_dir / f"{cell_id}.nodes.parquet"
+            self._nodes[cell_id] = pd.read_parquet(path) if path.is_file() else pd.DataFrame(columns=NODE_COLUMNS)
+        return self._nodes[cell_id]
 
     def cell_requests(self, cell_id: str) -> pd.DataFrame:
         return self._part(cell_id)[1]
@@ -253,8 +277,9 @@ class RunStore:
         """Rewrite the combined tables, the summary and any ``derived`` tables (name -> function of
         the requests rows, e.g. the ablation) from the finished cells; returns the summary."""
         steps, requests, cells = self.load(cell_ids)
-        summary = summary_table(steps, requests, cells, n_boot, seed)
-        for name, frame in (("steps", steps), ("requests", requests), ("cells", cells)):
+        nodes = concat([self.cell_nodes(c) for c in cell_ids], NODE_COLUMNS)
+        summary = summary_table(steps, requests, cells, n_boot, seed, nodes)
+        for name, frame in (("steps", steps), ("requests", requests), ("cells", cells), ("nodes", nodes)):
             atomic_write(self.folder / f"{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False))
         tables = {"summary": summary, **{name: fn(requests) for name, fn in (derived or {}).items()}}
         for name, frame in tables.items():

@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 
 from jetflow_bench.arms import AR_ARM
+from jetflow_bench.budget_policy import AUTO_BUDGET
+from jetflow_bench.calibration import calibration_by
 from jetflow_bench.metrics import DRAFT_COST_COLUMNS, baseline_stats, summarize
 from jetflow_bench.sweep.grid import CELL_KEYS, PAIR_KEYS, Cell
 from jetflow_bench.sweep.lossless import Verdict
@@ -22,7 +24,7 @@ from jetflow_bench.sweep.runner import CellRun
 
 STEP_COLUMNS = [
     "run_id", *CELL_KEYS, "request", "step", "batch_step", "active", "drafted", "accepted", "accepted_raw",
-    "emitted", "depth", *DRAFT_COST_COLUMNS, "verify_flops", "draft_s", "verify_s", "other_s",
+    "emitted", "depth", *DRAFT_COST_COLUMNS, "verify_flops", "draft_s", "verify_s", "other_s", "step_budget",
 ]
 REQUEST_COLUMNS = [
     "run_id", *CELL_KEYS, "request", "record_id", "prompt", "prompt_hash", "prompt_tokens",
@@ -34,6 +36,11 @@ CELL_COLUMNS = [
     "drafted_mean", "drafted_max", "budget_fill", "started", "finished", "baseline",
 ]
 CELL_EXTRAS = ["drafted_mean", "drafted_max", "budget_fill", "peak_mem_bytes", "engine", "baseline", "config_hash"]
+# One row per verified drafted node (root excluded) of drafters whose node scores are log-probs: the
+# acceptance calibration's raw data. At most NODE_CAP nodes per tree and step, the first in build
+# order, so the table at a budget <= NODE_CAP holds every node the drafter would have built there.
+NODE_COLUMNS = [*CELL_KEYS, "request", "step", "node", "parent", "score", "accepted"]
+NODE_CAP = 256
 
 
 def prompt_hash(text: str) -> str:
@@ -81,7 +88,7 @@ def cell_frames(
     requests["first_divergence"] = requests["first_divergence"].astype("Int64")
     requests["correct"] = requests["correct"].astype("boolean")
     requests["tie_gap"] = requests["tie_gap"].astype(float)
-    slots = cell.budget - 1
+    slots = cell.budget - 1 if cell.budget != AUTO_BUDGET else 0  # auto: no single budget to fill
     drafted_mean = float(steps["drafted"].mean()) if len(steps) else np.nan
     row = {
         "run_id": run_id, **keys, "cell_id": cell.cell_id, "config_hash": config_hash, "engine": engine,
@@ -94,8 +101,36 @@ def cell_frames(
 
 
 def _step_fields(record) -> dict:
+    """A step row's own fields; ``step_budget`` is the budget this step verified (the cell's budget,
+    or the one `--budgets auto` chose)."""
     fields = asdict(record)
-    return {k: fields[k] for k in STEP_COLUMNS if k in fields and k not in ("budget", "request")}
+    own = {k: fields[k] for k in STEP_COLUMNS if k in fields and k not in ("budget", "request")}
+    return {**own, "step_budget": fields["budget"]}
+
+
+def node_frame(cell: Cell, run: CellRun) -> pd.DataFrame:
+    """The cell's `NODE_COLUMNS` rows from the engine's node blocks (compact dtypes)."""
+    request, step, node, parent, score, accepted = [], [], [], [], [], []
+    for global_request, block in run.nodes:
+        n = min(len(block.scores), NODE_CAP)
+        on_path = np.zeros(len(block.scores), dtype=bool)
+        on_path[block.path] = True
+        request.append(np.full(n - 1, global_request))
+        step.append(np.full(n - 1, block.step))
+        node.append(np.arange(1, n))
+        parent.append(np.asarray(block.parents[1:n]))
+        score.append(np.asarray(block.scores[1:n]))
+        accepted.append(on_path[1:n])
+    if not request:
+        return pd.DataFrame(columns=NODE_COLUMNS)
+    frame = pd.DataFrame({
+        "request": np.concatenate(request).astype(np.int32), "step": np.concatenate(step).astype(np.int32),
+        "node": np.concatenate(node).astype(np.int16), "parent": np.concatenate(parent).astype(np.int16),
+        "score": np.concatenate(score).astype(np.float32), "accepted": np.concatenate(accepted),
+    })
+    for key, value in reversed(cell.keys.items()):
+        frame.insert(0, key, value)
+    return frame[NODE_COLUMNS]
 
 
 def concat(frames: Sequence[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
@@ -105,9 +140,12 @@ def concat(frames: Sequence[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
 
 
 def summary_table(
-    steps: pd.DataFrame, requests: pd.DataFrame, cells: pd.DataFrame, n_boot: int, seed: int
+    steps: pd.DataFrame, requests: pd.DataFrame, cells: pd.DataFrame, n_boot: int, seed: int,
+    nodes: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per cell: `metrics.summarize` columns, then the cell's budget fill, memory, engine, hash.
+    """One row per cell: `metrics.summarize` columns, then the cell's budget fill, memory, engine, hash,
+    the acceptance calibration (`ece`, `calibration_nodes`; NaN / 0 without node rows) and, for
+    `--budgets auto` cells, `chosen_budgets` (share of step rows per chosen budget, "16:0.62,64:0.38").
 
     Speed-ups pair every cell with its `baseline` arm's cell of the same suite, batch size and
     repeat: the AR cell, or for another engine's arms that engine's plain decoding (vLLM arms
@@ -120,7 +158,24 @@ def summary_table(
         steps, requests, CELL_KEYS, PAIR_KEYS, cells=cells[[*CELL_KEYS, "wall_s"]], n_boot=n_boot, seed=seed
     )
     summary = _other_baselines(summary, requests, cells, n_boot, seed)
-    return summary.merge(cells[[*CELL_KEYS, *CELL_EXTRAS]], on=CELL_KEYS, how="left")
+    summary = summary.merge(cells[[*CELL_KEYS, *CELL_EXTRAS]], on=CELL_KEYS, how="left")
+    if nodes is not None and len(nodes):
+        summary = summary.merge(calibration_by(nodes, CELL_KEYS), on=CELL_KEYS, how="left")
+    else:
+        summary["ece"] = np.nan
+    summary["calibration_nodes"] = summary.get("calibration_nodes", pd.Series(0, index=summary.index)).fillna(0).astype(int)
+    return summary.merge(chosen_budgets(steps), on=CELL_KEYS, how="left")
+
+
+def chosen_budgets(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per `--budgets auto` cell, the share of its step rows at each chosen budget ('4:0.10,16:0.90')."""
+    auto = steps[steps["budget"] == AUTO_BUDGET] if "step_budget" in steps else steps.iloc[:0]
+    rows = []
+    for key, group in auto.groupby(CELL_KEYS):
+        shares = group["step_budget"].value_counts(normalize=True).sort_index()
+        rows.append({**dict(zip(CELL_KEYS, key, strict=True)),
+                     "chosen_budgets": ",".join(f"{int(b)}:{share:.2f}" for b, share in shares.items())})
+    return pd.DataFrame(rows, columns=[*CELL_KEYS, "chosen_budgets"])
 
 
 def _other_baselines(
