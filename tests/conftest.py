@@ -19,12 +19,9 @@ if os.environ.get("JFBENCH_TEST_DEVICE", "cpu") == "cpu":
 
 
 def shared_data_dir() -> Path | None:
-    """JFBENCH_DATA_DIR, else ../shared/data beside the checkout, else None (package data only)."""
+    """JFBENCH_DATA_DIR (the benchmark data folder; `.ci/run` sets it), else None (package data only)."""
     env = os.environ.get("JFBENCH_DATA_DIR")
-    if env:
-        return Path(env)
-    default = Path(__file__).resolve().parents[2] / "shared" / "data"
-    return default if default.is_dir() else None
+    return Path(env) if env else None
 
 
 @pytest.fixture(scope="session")

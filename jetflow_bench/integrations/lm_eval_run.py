@@ -54,7 +54,7 @@ def require_lm_eval() -> None:
 
 def check_data_dir(data_dir: Path | None) -> Path:
     if data_dir is None:
-        raise JfbenchError("no data folder: pass --data-dir DIR or set JFBENCH_DATA_DIR (the layout of shared/data)")
+        raise JfbenchError("no data folder: pass --data-dir DIR or set JFBENCH_DATA_DIR (layout: docs/methodology.md, Data)")
     if not data_dir.is_dir():
         raise JfbenchError(f"--data-dir {data_dir} does not exist: pass the folder with the benchmark data files")
     return data_dir

@@ -31,7 +31,7 @@ def data_folder(data_dir: str | None) -> Path:
     if not root:
         raise JfbenchError(
             "the jfbench harness tasks read a data folder: pass --metadata '{\"data_dir\": \"DIR\"}' "
-            "or set JFBENCH_DATA_DIR (a folder in the layout of shared/data)"
+            "or set JFBENCH_DATA_DIR (layout: docs/methodology.md, Data)"
         )
     if not Path(root).is_dir():
         raise JfbenchError(f"data folder {root} does not exist: pass the folder with the benchmark data files")
