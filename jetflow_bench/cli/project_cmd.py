@@ -94,19 +94,7 @@ def project(
     written = write_projection(table, out or loaded.path)
     warn(notes)
     lines = assumptions(model, table)
-    if fmt is not TableFormat.table:  # rows on stdout for scripts; assumptions and files on stderr
-        emit(json.loads(table.to_json(orient="records")), fmt)
-        for line in [*lines, *map(str, written)]:
-            print(line, file=sys.stderr)
-        return
-    from rich.console import Console
-
-    console = Console()
-    print_table(console, projection_table(table, hw_name))
-    for line in lines:
-        console.print(line, highlight=False)
-    for path in written:
-        print(path)
+    _print(table, lambda: projection_table(table, hw_name), lines, written, fmt)
 
 
 def _replay(loaded, model, sizes: list[int], policy: str, auto_budgets: str, head_layers: int | None,
@@ -127,6 +115,12 @@ def _replay(loaded, model, sizes: list[int], policy: str, auto_budgets: str, hea
     lines.insert(-1, "replay: recorded sequence-steps of each drafter's largest static budget, grouped b at a time; "
                      "tokens = 1 + accepted nodes in the first B (counterfactual per step, stop rule ignored); "
                      "speed-up = (Σ tokens / Σ step_s) / (b / t_AR)")
+    _print(table, lambda: policy_table(table, hw_name), lines, written, fmt)
+
+
+def _print(table, rich_view, lines: list[str], written: list, fmt: TableFormat) -> None:
+    """Rows on stdout (rich table, or csv/json/markdown for scripts with the assumptions and the
+    written files on stderr), then the assumptions and the files."""
     if fmt is not TableFormat.table:
         emit(json.loads(table.to_json(orient="records")), fmt)
         for line in [*lines, *map(str, written)]:
@@ -135,7 +129,7 @@ def _replay(loaded, model, sizes: list[int], policy: str, auto_budgets: str, hea
     from rich.console import Console
 
     console = Console()
-    print_table(console, policy_table(table, hw_name))
+    print_table(console, rich_view())
     for line in lines:
         console.print(line, highlight=False)
     for path in written:
