@@ -70,6 +70,8 @@ class EagleDrafter(LearnedDrafter):
         parent = torch.full((b, 1), -1, dtype=torch.long, device=device)
         score = torch.zeros(b, 1, dtype=torch.float64, device=device)
         rows = torch.arange(b, device=device)[:, None]
+        context = cache.context_allowed(max(1, self.top_k))  # (B, top_k, L): the frontier's view of the context
+        anchors = cache.anchor_positions()[:, None]  # (B, 1)
         written = 0
         for level in range(depth):
             n = tokens.shape[1]
@@ -80,8 +82,8 @@ class EagleDrafter(LearnedDrafter):
             sees[:, own] = sees[rows, parent.clamp(min=0)] & (parent >= 0)[..., None]  # ancestors' rows
             sees[:, own, own] = True
             x = head.eagle_inputs(tokens, parent_feature)  # (B, n, H)
-            positions = cache.anchor_positions()[:, None] + level  # every frontier node sits at this depth
-            mask = join(cache.context_allowed(n), sees[:, own, : written + n], x.dtype)
+            positions = anchors + level  # every frontier node sits at this depth
+            mask = join(context[:, :n], sees[:, own, : written + n], x.dtype)
             out = head(x, positions.expand(b, n), mask, cache.scratch(written, n))  # (B, n, H)
             features[:, own] = out
             dists = top_children(head.logits(out), self.tree.fanout)  # (B, n, K)

@@ -31,9 +31,7 @@ class ScratchKV:
         self.count = count  # entries in this forward
 
     def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        b = k.shape[0]
-        slots = (self.start + torch.arange(self.count, device=k.device)).expand(b, self.count)  # (B, N)
-        self.kv.write(layer, slots, k, v)
+        self.kv.write_span(layer, self.start, k, v)  # every row's entries at slots [start, start + count)
         return self.kv.view(layer, self.start + self.count)
 
 
@@ -78,8 +76,12 @@ class ContextCache:
         fused = self.head.fuse(padded.to(self.last_feature.dtype))  # (B, n, H)
         starts = torch.tensor(self.lengths, device=device)
         slots = starts[:, None] + torch.arange(n, device=device)  # (B, n); padding lands in unused slots
+        shared_start = len(set(self.lengths)) == 1  # e.g. batch 1: one slice per layer
         for layer, (k, v) in enumerate(self.head.context_kv(fused, slots)):
-            self.kv.write(layer, slots, k, v)
+            if shared_start:
+                self.kv.write_span(layer, self.lengths[0], k, v)
+            else:
+                self.kv.write(layer, slots, k, v)
         last = torch.tensor([c - 1 for c in counts], device=device)
         self.last_feature = fused[torch.arange(len(counts), device=device), last]
         self.kv.commit([range(c) for c in counts])  # identity paths: only the lengths advance

@@ -56,7 +56,7 @@ class LearnedDrafter(Drafter):
             )
         head, info = load_head(Path(checkpoint), target, options.pop("attention", target.attention_backend))  # the head follows the target
         cls.check_head(head, info)
-        tree_keys = ("scoring", "construction", "fanout", "entropy_weight")
+        tree_keys = ("scoring", "construction", "fanout", "entropy_weight", "builder")
         tree_opts = {k: options.pop(k) for k in tree_keys if k in options}
         depth = options.pop(cls.depth_option, None)
         tree_opts["max_depth"] = head_depth(head) if depth is None else depth  # the one depth cap

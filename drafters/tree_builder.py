@@ -51,6 +51,7 @@ from jetflow_bench.tree import DraftTree
 
 SCORINGS = ("logp", "entropy")
 CONSTRUCTIONS = ("accum", "best-first", "spine-first")
+BUILDERS = ("auto", "tensor", "host")
 
 TokenPath = tuple[int, ...]  # tokens below the root, root excluded; () is the root itself
 
@@ -73,6 +74,7 @@ class TreeOptions:
     fanout: int = 7  # K: most children per node
     max_depth: int = 15  # D: deepest drafted level (root = depth 0)
     entropy_weight: float = 0.5  # gamma for scoring="entropy", per nat of entropy
+    builder: str = "auto"  # "tensor" (batched ops on the device) | "host" (this module) | "auto" (host on a CPU)
 
     def __post_init__(self) -> None:
         if self.scoring not in SCORINGS:
@@ -81,6 +83,8 @@ class TreeOptions:
             raise JfbenchError(
                 f"tree construction {self.construction!r} is unknown: choose one of {', '.join(CONSTRUCTIONS)}"
             )
+        if self.builder not in BUILDERS:
+            raise JfbenchError(f"tree builder {self.builder!r} is unknown: choose one of {', '.join(BUILDERS)}")
         if self.fanout < 1 or self.max_depth < 1:
             raise JfbenchError(f"fanout ({self.fanout}) and max depth ({self.max_depth}) must be at least 1")
 

@@ -112,9 +112,12 @@ class TreeBatch:
     scores: torch.Tensor  # (R, N) float64 cumulative score
     valid: torch.Tensor  # (R, N) bool
     known_ids: torch.Tensor  # (R, N) long: trie index in the `KnownNodes` the tree was built from, -1 if none
+    host_trees: list[DraftTree] | None = None  # the rows' trees when the host builder made them
 
     def to_trees(self) -> list[DraftTree]:
         """The engine's `DraftTree`s: ONE device-to-host transfer for the whole batch."""
+        if self.host_trees is not None:
+            return self.host_trees
         packed = torch.stack([self.tokens, self.parents, self.depths, self.valid.long()]).cpu()  # (4, R, N)
         tokens, parents, depths, valid = packed.tolist()
         scores = self.scores.cpu().tolist()
@@ -206,9 +209,17 @@ def build_trees(
     marginals: Dists | None = None,
     known: KnownNodes | None = None,
 ) -> TreeBatch:
-    """Trees of at most ``budget`` nodes (root included) for roots (R,); see the module docstring."""
+    """Trees of at most ``budget`` nodes (root included) for roots (R,); see the module docstring.
+
+    ``options.builder`` picks the implementation: these tensor ops, or the reference builder on
+    the host (`drafters.tree_host`, the faster one on a CPU; ``auto`` = host on a CPU).
+    """
     if marginals is None and known is None:
         raise ValueError("build_trees needs marginals, known nodes or both")
+    if options.builder == "host" or (options.builder == "auto" and roots.device.type == "cpu"):
+        from drafters.tree_host import build_trees_on_host  # it builds on this module's types
+
+        return build_trees_on_host(roots, budget, options, marginals, known)
     r, device = roots.shape[0], roots.device
     accum = options.construction == "accum"
     spine = options.construction == "spine-first"

@@ -3,7 +3,8 @@
 One speculative run per (drafter, budget) with a `drafters.timing.SplitTimer` active:
 
     draft   = drafter.propose + drafter.observe        (what the engine's draft_s counts)
-    head    = the head's forward, LM-head logits, context fusion and EAGLE input projection
+    head    = the head's forward, LM-head logits, context fusion, the K/V projections of the
+              newly committed context, and EAGLE's input projection
     tree    = the spans drafters mark "tree" (tree construction, frontier, refinement entries)
     rest    = draft - head - tree                      (other host work inside the drafter)
     non-forward share = (draft - head) / draft
@@ -25,7 +26,7 @@ from jetflow_bench.engine import BatchResult, StepRecord, generate
 from jetflow_bench.stopping import StopRule
 from jetflow_bench.target import TargetRunner
 
-HEAD_METHODS = ("forward", "logits", "fuse", "eagle_inputs")  # the draft head's compute
+HEAD_METHODS = ("forward", "logits", "fuse", "context_kv", "eagle_inputs")  # the draft head's compute
 
 
 @dataclass(frozen=True)

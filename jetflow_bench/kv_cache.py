@@ -75,6 +75,16 @@ class KVCache:
         self.k[layer][rows, :, slots] = k.transpose(1, 2)
         self.v[layer][rows, :, slots] = v.transpose(1, 2)
 
+    def write_span(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """`write` when every row's slots are start .. start + N - 1: a slice copy, which on a CPU
+        costs a fraction of the scattered write (the draft head's scratch entries, batch-1 context).
+
+        k, v: (B, H_kv, N, hd).
+        """
+        n = k.shape[2]
+        self.k[layer, :, :, start : start + n] = k
+        self.v[layer, :, :, start : start + n] = v
+
     def view(self, layer: int, kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of one layer over slots [0, kv_len): (B, H_kv, kv_len, hd) each."""
         return self.k[layer, :, :, :kv_len], self.v[layer, :, :, :kv_len]

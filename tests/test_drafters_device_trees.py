@@ -1,4 +1,4 @@
-"""The drafters' device path proposes exactly what their former pure-Python path proposed.
+"""The drafters propose exactly what their former pure-Python path proposed, with either tree builder.
 
 The references below are the drafters' previous per-node Python code (dicts of paths, heaps,
 per-row loops), kept here verbatim in substance; each drafter now drafts through
@@ -116,9 +116,10 @@ VARIANTS = [
 ]
 
 
+@pytest.mark.parametrize("builder", ["tensor", "host"])
 @pytest.mark.parametrize(("name", "options"), VARIANTS)
-def test_device_path_matches_the_python_path(target, checkpoints, name, options):  # noqa: F811
-    drafter = DRAFTERS.get(name).build(target, checkpoints[name.removesuffix("-refine")], **options)
+def test_device_path_matches_the_python_path(target, checkpoints, name, options, builder):  # noqa: F811
+    drafter = DRAFTERS.get(name).build(target, checkpoints[name.removesuffix("-refine")], builder=builder, **options)
     drafter.cache, seqs = observed_cache(target, drafter.head)
     reference = reference_eagle if name == "eagle" else reference_block
     with torch.inference_mode():

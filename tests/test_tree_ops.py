@@ -1,9 +1,12 @@
-"""The device tree builder (`drafters.tree_ops`) against the Python reference (`tree_builder.build_tree`).
+"""Both `build_trees` builders (tensor ops, `drafters.tree_ops`; host, `drafters.tree_host`)
+against the Python reference (`tree_builder.build_tree`).
 
 Bugs these catch: a node chosen or dropped differently (wrong stage width, wrong key order, a
 depth cap or -inf child handled differently), the same nodes in another order (parent indices,
 tie-breaks), scores summed in another order (float64 differs), a branch-conditioned child looked
-up under the wrong path, an accum pop that adds children at the wrong positions.
+up under the wrong path, an accum pop that adds children at the wrong positions; on the host
+path, a trie path indexed wrongly (wrong known_ids, so JetFlow files a conditional under another
+node) or rows padded so that they change.
 """
 
 from __future__ import annotations
@@ -46,17 +49,23 @@ def _same(batch: TreeBatch, expected: list[DraftTree]) -> None:
         assert g.depths == e.depths, f"row {row}: depths differ"
 
 
+@pytest.fixture(params=["tensor", "host"])
+def builder(request) -> str:
+    """Every test runs on both builders (``auto`` would route this CPU to the host one only)."""
+    return request.param
+
+
 CASES = list(itertools.product(CONSTRUCTIONS, [1, 2, 3, 5, 16, 37, 64, 256], [1, 2, 3, 7, 8], [1, 2, 5, 15]))
 
 
 @pytest.mark.parametrize("construction", CONSTRUCTIONS)
-def test_marginal_trees_match_the_reference(construction):
+def test_marginal_trees_match_the_reference(construction, builder):
     """DFlash-T / JetFlow pass 1: every node at depth d gets marginal d."""
     gen = torch.Generator().manual_seed(0)
     for _, budget, fanout, max_depth in (c for c in CASES if c[0] == construction):
         depth_slots = int(torch.randint(1, 17, (1,), generator=gen))  # the head may draft less than the cap
         scoring = "entropy" if budget % 2 else "logp"
-        options = TreeOptions(scoring=scoring, construction=construction, fanout=fanout, max_depth=max_depth)
+        options = TreeOptions(builder=builder, scoring=scoring, construction=construction, fanout=fanout, max_depth=max_depth)
         marg = _random_dists(gen, 3, depth_slots, 50, fanout)
         roots = torch.randint(0, 50, (3,), generator=gen)
         expected = [
@@ -81,12 +90,12 @@ def _known_from(trees: list[DraftTree], dists: Dists, max_depth: int) -> tuple[K
 
 @pytest.mark.parametrize("construction", CONSTRUCTIONS)
 @pytest.mark.parametrize("fallback", [True, False], ids=["jetflow-refine", "eagle-explored"])
-def test_known_node_trees_match_the_reference(construction, fallback):
+def test_known_node_trees_match_the_reference(construction, fallback, builder):
     """Branch-conditioned children on known paths; elsewhere the marginals (JetFlow) or nothing (EAGLE)."""
     gen = torch.Generator().manual_seed(1)
     for _, budget, fanout, max_depth in (c for c in CASES if c[0] == construction and c[1] > 1):
         scoring = "entropy" if fanout % 2 else "logp"
-        options = TreeOptions(scoring=scoring, construction=construction, fanout=fanout, max_depth=max_depth)
+        options = TreeOptions(builder=builder, scoring=scoring, construction=construction, fanout=fanout, max_depth=max_depth)
         marg = _random_dists(gen, 2, max_depth, 40, fanout)
         roots = torch.randint(0, 40, (2,), generator=gen)
         first = build_trees(roots, budget, options, marginals=marg).to_trees()
@@ -107,7 +116,7 @@ def test_known_node_trees_match_the_reference(construction, fallback):
                 assert (ids[u] >= 0) == (path in paths[b]) and (ids[u] < 0 or paths[b][ids[u]] == path)
 
 
-def test_ties_between_parent_child_and_siblings_follow_the_heap():
+def test_ties_between_parent_child_and_siblings_follow_the_heap(builder):
     """Zero increments (log q = 0) and equal sibling log-probs: the reference's heap order, kept."""
     logits = torch.full((1, 4, 6), -30.0)
     logits[0, 0, :2] = 0.0  # depth 1: two equally likely tokens
@@ -116,18 +125,18 @@ def test_ties_between_parent_child_and_siblings_follow_the_heap():
     logits[0, 3, 4] = 5.0
     marg = top_children(logits, 3)
     for construction, budget in itertools.product(CONSTRUCTIONS, [2, 4, 7, 12]):
-        options = TreeOptions(construction=construction, fanout=3, max_depth=4)
+        options = TreeOptions(builder=builder, construction=construction, fanout=3, max_depth=4)
         expected = build_tree(9, marginal_lookup([_child_dist(marg, 0, d) for d in range(4)]), budget, options)
         _same(build_trees(torch.tensor([9]), budget, options, marginals=marg), [expected])
 
 
-def test_rows_are_independent():
+def test_rows_are_independent(builder):
     """A batch gives each row the tree it gets alone (no cross-row gather or shared stage width bug)."""
     gen = torch.Generator().manual_seed(2)
     marg = _random_dists(gen, 4, 6, 30, 4)
     roots = torch.arange(4)
     for construction in CONSTRUCTIONS:
-        options = TreeOptions(construction=construction, fanout=4, max_depth=6)
+        options = TreeOptions(builder=builder, construction=construction, fanout=4, max_depth=6)
         batch = build_trees(roots, 40, options, marginals=marg).to_trees()
         for b in range(4):
             alone = build_trees(roots[b : b + 1], 40, options, marginals=Dists(
@@ -135,9 +144,9 @@ def test_rows_are_independent():
             assert (alone.tokens, alone.parents) == (batch[b].tokens, batch[b].parents)
 
 
-def test_massive_exact_ties():
-    """Logits on a 3-value grid: ties everywhere. accum stays identical to the reference; the
-    k-best constructions keep a set of the same scores (ties between unrelated branches may be
+def test_massive_exact_ties(builder):
+    """Logits on a 3-value grid: ties everywhere. accum (and the host builder, which IS the
+    reference) stays identical to the reference; the tensor k-best constructions keep a set of the same scores (ties between unrelated branches may be
     ordered differently, see the module docstring), ancestor-closed, parents first."""
     gen = torch.Generator().manual_seed(5)
     for _ in range(40):
@@ -145,11 +154,11 @@ def test_massive_exact_ties():
         marg = top_children(torch.randint(0, 3, (2, 5, 8), generator=gen).float() * 2.0, k)
         roots = torch.tensor([1, 2])
         for construction, budget in itertools.product(CONSTRUCTIONS, [3, 9, 30, 64]):
-            options = TreeOptions(construction=construction, fanout=k, max_depth=5)
+            options = TreeOptions(builder=builder, construction=construction, fanout=k, max_depth=5)
             got = build_trees(roots, budget, options, marginals=marg).to_trees()
             for b in range(2):
                 want = build_tree(b + 1, marginal_lookup([_child_dist(marg, b, d) for d in range(5)]), budget, options)
-                if construction == "accum":
+                if construction == "accum" or builder == "host":
                     assert (got[b].tokens, got[b].parents) == (want.tokens, want.parents)
                 else:
                     assert sorted(got[b].scores) == sorted(want.scores)
