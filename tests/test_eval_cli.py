@@ -44,6 +44,14 @@ def test_unknown_task(cli) -> None:
     assert_usage_error(cli(*args, "--tasks", "gsm8k,mbpp"), "--confirm-run-unsafe-code")
 
 
+def test_bad_sampling_flags(cli, tmp_path: Path) -> None:
+    # Bug: a negative temperature or an empty nucleus reaches the harness (a traceback after the model loads).
+    pytest.importorskip("lm_eval")
+    args = ("eval", "--target", "t", "--data-dir", str(tmp_path))
+    assert_usage_error(cli(*args, "--temperature", "-1"), "--temperature -1")
+    assert_usage_error(cli(*args, "--temperature", "1", "--top-p", "0"), "--top-p 0")
+
+
 @pytest.mark.slow
 def test_compare_plain_writes_the_run_folder_and_prints_both_scores(cli, micro_target: Path, tmp_path: Path) -> None:
     # Bug: the arms' outputs go missing or the comparison reads the wrong arm (identical by construction).

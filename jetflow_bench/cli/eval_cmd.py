@@ -9,7 +9,18 @@ from typing import Annotated
 import typer
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import AttentionOpt, DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
+from jetflow_bench.cli.options import (
+    AttentionOpt,
+    DataDirOpt,
+    DeviceOpt,
+    DtypeOpt,
+    SamplingSeedOpt,
+    TargetOpt,
+    TemperatureOpt,
+    ThreadsOpt,
+    TopKOpt,
+    TopPOpt,
+)
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit
 from jetflow_bench.errors import JfbenchError
 
@@ -38,8 +49,13 @@ def eval_(
         bool, typer.Option("--confirm-run-unsafe-code", help="Allow code tasks (humaneval, mbpp) to execute model code.")
     ] = False,
     strict: Annotated[
-        bool, typer.Option("--strict", help="With --compare-plain: exit 1 when an accuracy or a generation differs.")
+        bool, typer.Option("--strict", help="With --compare-plain: exit 1 when an accuracy or a generation differs "
+                           "(at temperature > 0: when the accuracies differ by more than 1.96 standard errors).")
     ] = False,
+    temperature: TemperatureOpt = 0.0,
+    top_p: TopPOpt = 1.0,
+    top_k: TopKOpt = 0,
+    seed: SamplingSeedOpt = 0,
     attention: AttentionOpt = "sdpa",
     out: Annotated[Path | None, typer.Option("--out", help="Run folder. Default: results/eval-<time>.")] = None,
     device: DeviceOpt = None,
@@ -48,28 +64,35 @@ def eval_(
     threads: ThreadsOpt = None,
     fmt: TableFormatOpt = TableFormat.table,
 ) -> None:
-    """Run lm-evaluation-harness tasks on the `jfbench` model (target + drafter, greedy).
+    """Run lm-evaluation-harness tasks on the `jfbench` model (target + drafter; greedy unless --temperature).
 
     jfbench suite names run jfbench's offline harness tasks (the suite's own prompts and answer
     checks, data from --data-dir); the chat variant is chosen when the target has a chat template,
     as jfbench's own runs do. Speculative greedy decoding is lossless, so --compare-plain must show
-    the same accuracy and the same generations; the table adds τ (tokens per verify step).
+    the same accuracy and the same generations; the table adds τ (tokens per verify step). At
+    --temperature > 0 every arm samples (one random stream per request, the same in both arms), so
+    speculative sampling is distribution-preserving: accuracies agree within their standard
+    errors, and generations agree only up to floating-point differences in the target's logits.
 
     Examples:
 
         jfbench eval --target T --drafter jetflow=HEAD --budget 64 --tasks gsm8k --limit 64 --compare-plain
 
         jfbench eval --target T --drafter ngram --tasks humaneval,mbpp --confirm-run-unsafe-code
+
+        jfbench eval --target T --drafter jetflow=HEAD --tasks gsm8k --limit 64 --compare-plain --temperature 1
     """
     from jetflow_bench.attention import get_attention
     from jetflow_bench.integrations.lm_eval_run import (
         EvalConfig,
         check_data_dir,
         default_out,
+        differs_from_plain,
         require_lm_eval,
         run_eval,
     )
     from jetflow_bench.runtime import resolve_device, set_threads
+    from jetflow_bench.sampling import SamplingParams
 
     require_lm_eval()
     names = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -77,6 +100,7 @@ def eval_(
         raise JfbenchError("--tasks is empty: name at least one, e.g. --tasks gsm8k")
     if compare_plain and drafter.strip().lower() == "none":
         raise JfbenchError("--compare-plain compares a drafter with plain decoding: pass --drafter, e.g. ngram")
+    sampling = SamplingParams(temperature, top_p, top_k, seed)  # bad values fail before any model loads
     check_data_dir(data_dir)
     # A GPU asked for where there is none is an error here (the harness model would fall back to the CPU);
     # an unknown or unavailable attention backend fails before any model loads.
@@ -86,18 +110,17 @@ def eval_(
         target=target, drafter="none" if drafter.strip().lower() == "none" else drafter.strip(), budget=budget,
         tasks=tuple(names), data_dir=data_dir, limit=limit, batch_size=batch_size, device=device, dtype=dtype,
         attention=attention, max_gen_toks=max_gen_toks, confirm_run_unsafe_code=confirm_run_unsafe_code,
-        compare_plain=compare_plain,
+        compare_plain=compare_plain, **sampling.describe(),
     )
     folder = out or default_out()
     summary = run_eval(config, folder, sys.argv)
     title = f"lm-eval accuracy — drafter {summary['config']['drafter']}, budget {summary['budget']}"
+    if not sampling.greedy:
+        title += f", sampled at T = {temperature:g} (distribution-preserving; compare accuracies within their stderr)"
     emit(display_rows(summary["rows"]), fmt, title=title, left=("task", "metric"))
     print(f"run folder: {folder} (per arm: harness results.json, samples_*.jsonl, speculation.json; eval.json)",
           file=sys.stderr)
-    differs = [
-        r for r in summary["rows"]
-        if "plain_score" in r and (r["plain_score"] != r["score"] or r["same_generations"] != r["generations"])
-    ]
+    differs = [r for r in summary["rows"] if differs_from_plain(r, sampled=not sampling.greedy)]
     if strict and differs:
         raise typer.Exit(1)
 

@@ -2,8 +2,10 @@
 
     lm_eval --model jfbench --model_args target=DIR,drafter=jetflow=HEAD,budget=64,batch_size=8 ...
 
-- ``generate_until`` decodes greedily through `jetflow_bench.engine.generate` with the chosen
-  drafter and budget, in batches of requests that share a stop rule: the harness's ``until``
+- ``generate_until`` decodes through `jetflow_bench.engine.generate` with the chosen drafter and
+  budget, greedily or, with ``temperature`` > 0 (plus ``top_p``, ``top_k``, ``seed``), by lossless
+  speculative sampling with one random stream per request (its index in the harness's request
+  list, the same in every arm), in batches of requests that share a stop rule: the harness's ``until``
   strings and ``max_gen_toks`` become a `StopRule` (EOS included), so every arm stops at the same
   token, and the text is cut before the first ``until`` string as the harness expects. Speculative
   greedy decoding is lossless, so every drafter must give plain decoding's strings and accuracy.
@@ -41,6 +43,7 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.metrics import acceptance_stats
 from jetflow_bench.prompts import encode
+from jetflow_bench.sampling import SamplingParams
 from jetflow_bench.stopping import StopRule
 from jetflow_bench.sweep.grid import parse_drafters
 from jetflow_bench.target import TargetRunner
@@ -68,6 +71,10 @@ class JfbenchLM(LM):
         attention: str = DEFAULT_ATTENTION,
         max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
         stats_path: str | None = None,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int = 0,
         **ignored: Any,  # the harness also passes max_batch_size and the like
     ) -> None:
         super().__init__()
@@ -87,6 +94,7 @@ class JfbenchLM(LM):
         self.batch_size = _batch_size(batch_size)
         self.max_gen_toks = int(max_gen_toks)
         self.stats_path = Path(stats_path) if stats_path else None
+        self.sampling = SamplingParams(float(temperature), float(top_p), int(top_k), int(seed))
         self._device = self.target.device
         self._step_rows: list[dict[str, Any]] = []  # one per (request, verify step)
         self._request_rows: list[dict[str, Any]] = []  # one per generated request
@@ -130,7 +138,7 @@ class JfbenchLM(LM):
         )
 
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
-        """Greedy continuations, each cut before its first ``until`` string."""
+        """Continuations (greedy or sampled, per ``self.sampling``), each cut before its first ``until`` string."""
         parsed = [self._generation_request(r) for r in requests]
         groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
         for i, request in enumerate(parsed):
@@ -143,7 +151,8 @@ class JfbenchLM(LM):
             for start in range(0, len(members), self.batch_size):
                 chunk = members[start : start + self.batch_size]
                 prompts = [self._prompt_ids(parsed[i].prompt) for i in chunk]
-                result = engine.generate(self.target, prompts, stop, budget=self.budget, drafter=self.drafter)
+                result = engine.generate(self.target, prompts, stop, budget=self.budget, drafter=self.drafter,
+                                         sampling=self.sampling, request_ids=chunk)
                 for res in result.requests:
                     i = chunk[res.request]
                     texts[i] = parsed[i].cut(self.tokenizer.decode(res.output_tokens, skip_special_tokens=True))
@@ -210,7 +219,7 @@ class JfbenchLM(LM):
             "model": MODEL_NAME, "target": self.target.name, "drafter": self.drafter_spec,
             "drafter_weights": self.drafter_weights, "budget": self.budget,
             "batch_size": self.batch_size, "device": str(self.target.device), "dtype": str(self.target.dtype),
-            "attention": self.target.attention_backend,
+            "attention": self.target.attention_backend, **self.sampling.describe(),
         }
 
     def get_model_info(self) -> dict[str, Any]:
@@ -220,11 +229,15 @@ class JfbenchLM(LM):
     def _generation_request(self, request) -> Request:
         context, gen_kwargs = request.args
         kwargs = dict(gen_kwargs or {})
-        if kwargs.pop("do_sample", False) or float(kwargs.pop("temperature", 0.0) or 0.0) > 0:
+        task_samples = kwargs.pop("do_sample", False) or float(kwargs.pop("temperature", 0.0) or 0.0) > 0
+        if task_samples and self.sampling.greedy:
             raise JfbenchError(
-                f"task {request.task_name!r} asks for sampling: the jfbench model decodes greedily "
-                "(set do_sample=false / temperature=0 in --gen_kwargs)"
+                f"task {request.task_name!r} asks for sampling: the jfbench model samples only at the "
+                "temperature it is given (jfbench eval --temperature T, model arg temperature=T), else "
+                "set do_sample=false / temperature=0 in --gen_kwargs"
             )
+        # A model temperature > 0 (with its top-p / top-k) applies to every task, whatever the task's
+        # gen_kwargs say: one sampling setting per run, as in jfbench's sweeps.
         until = kwargs.pop("until", None) or ()
         until = (until,) if isinstance(until, str) else tuple(until)
         max_new = int(kwargs.pop("max_gen_toks", self.max_gen_toks))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -40,6 +41,10 @@ class EvalConfig:
     max_gen_toks: int | None = None  # None: each task's own
     confirm_run_unsafe_code: bool = False
     compare_plain: bool = False
+    temperature: float = 0.0  # > 0: speculative sampling (top_p, top_k, seed as in `SamplingParams`)
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
 
 
 def require_lm_eval() -> None:
@@ -161,6 +166,7 @@ def _run_arm(
         "target": config.target, "drafter": drafter, "budget": budget, "batch_size": config.batch_size,
         "device": config.device, "dtype": config.dtype, "attention": config.attention,
         "stats_path": str(folder / "speculation.json"),
+        "temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k, "seed": config.seed,
     }
     results = simple_evaluate(
         model="jfbench", model_args={k: v for k, v in model_args.items() if v is not None}, tasks=tasks,
@@ -194,10 +200,23 @@ def comparison_rows(arms: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                    "stderr": metrics.get(key.replace(",", "_stderr,", 1)), "tau": tau.get(task)}
             if plain is not None:
                 row["plain_score"] = plain["results"][task][key]
+                row["plain_stderr"] = plain["results"][task].get(key.replace(",", "_stderr,", 1))
                 same, total = _same_generations(first["samples"].get(task, []), plain["samples"].get(task, []))
                 row["same_generations"], row["generations"] = same, total
             rows.append(row)
     return rows
+
+
+def differs_from_plain(row: dict[str, Any], sampled: bool) -> bool:
+    """Greedy: any difference in score or generations (speculative greedy decoding is lossless).
+    Sampled: the two scores differ by more than 1.96 standard errors of their difference (the
+    outputs are equal in distribution, not per request)."""
+    if "plain_score" not in row:
+        return False
+    if not sampled:
+        return row["plain_score"] != row["score"] or row["same_generations"] != row["generations"]
+    se = math.hypot(row["stderr"] or 0.0, row.get("plain_stderr") or 0.0)
+    return abs(row["score"] - row["plain_score"]) > 1.96 * se
 
 
 def _same_generations(a: list[dict], b: list[dict]) -> tuple[int, int]:
