@@ -16,6 +16,8 @@ Worked example, two blocks of three entries, causal (x = may attend):
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from jetflow_bench.errors import JfbenchError
@@ -26,7 +28,15 @@ BLOCK_MODES = ("causal", "bidirectional")
 
 
 def block_allowed(mode: str, n_blocks: int, block_len: int, device: torch.device | None = None) -> torch.Tensor:
-    """(n_blocks * block_len, n_blocks * block_len) bool for ``n_blocks`` independent blocks."""
+    """(n_blocks * block_len, n_blocks * block_len) bool for ``n_blocks`` independent blocks.
+
+    Cached: every drafting step of a block head asks for the same one. Callers must not write to it.
+    """
+    return _block_allowed(mode, n_blocks, block_len, None if device is None else torch.device(device))
+
+
+@functools.lru_cache(maxsize=64)
+def _block_allowed(mode: str, n_blocks: int, block_len: int, device: torch.device | None) -> torch.Tensor:
     if mode == "causal":
         inner = torch.ones(block_len, block_len, dtype=torch.bool, device=device).tril()
     elif mode == "bidirectional":
