@@ -19,7 +19,7 @@ from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
 from drafters.masks import block_allowed, join
 from drafters.timing import span
-from drafters.tree_ops import Dists, build_trees, top_children
+from drafters.tree_ops import Dists, build_trees
 from jetflow_bench.tree import DraftTree
 
 
@@ -39,7 +39,7 @@ class DFlashDrafter(LearnedDrafter):
         positions = cache.anchor_positions()[:, None] + offsets  # (B, n)
         mask = join(cache.context_allowed(n), block_allowed(head.cfg.mode, 1, n, device), x.dtype)
         hidden = head(x, positions, mask, cache.scratch(0, n))  # (B, n, H)
-        return top_children(head.logits(hidden[:, 1:]), self.tree.fanout)  # (B, D, K)
+        return self.children(head.logits(hidden[:, 1:]))  # (B, D, K)
 
     def roots(self, seqs: Sequence[SequenceView], cache: ContextCache) -> torch.Tensor:
         """(B,) last committed token of each row, on the head's device."""

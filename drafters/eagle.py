@@ -24,7 +24,7 @@ from drafters.learned import LearnedDrafter
 from drafters.masks import join
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
-from drafters.tree_ops import Dists, KnownNodes, build_trees, top_children
+from drafters.tree_ops import Dists, KnownNodes, build_trees
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.tree import DraftTree
 
@@ -86,7 +86,7 @@ class EagleDrafter(LearnedDrafter):
             mask = join(context[:, :n], sees[:, own, : written + n], x.dtype)
             out = head(x, positions.expand(b, n), mask, cache.scratch(written, n))  # (B, n, H)
             features[:, own] = out
-            dists = top_children(head.logits(out), self.tree.fanout)  # (B, n, K)
+            dists = self.children(head.logits(out))  # (B, n, K)
             with span("tree"):
                 trie_parent[:, own], trie_token[:, own] = parent, tokens
                 explored.record(own, dists)

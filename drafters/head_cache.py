@@ -70,10 +70,13 @@ class ContextCache:
         n = max(counts)
         self.kv.reserve(self.max_len + n)
         device = self.last_feature.device
-        padded = torch.zeros(len(features), n, *features[0].shape[1:], dtype=features[0].dtype, device=device)
-        for b, f in enumerate(features):
-            padded[b, : f.shape[0]] = f
-        fused = self.head.fuse(padded.to(self.last_feature.dtype))  # (B, n, H)
+        if len(features) == 1:
+            padded = features[0][None]  # (1, n, K, H): nothing to pad
+        else:
+            padded = torch.zeros(len(features), n, *features[0].shape[1:], dtype=features[0].dtype, device=device)
+            for b, f in enumerate(features):
+                padded[b, : f.shape[0]] = f
+        fused = self.head.fuse(padded.to(device=device, dtype=self.last_feature.dtype))  # (B, n, H)
         starts = torch.tensor(self.lengths, device=device)
         slots = starts[:, None] + torch.arange(n, device=device)  # (B, n); padding lands in unused slots
         shared_start = len(set(self.lengths)) == 1  # e.g. batch 1: one slice per layer

@@ -46,7 +46,7 @@ from drafters.head_cache import ContextCache
 from drafters.masks import join, tree_allowed
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
-from drafters.tree_ops import Dists, KnownNodes, TreeBatch, build_trees, top_children
+from drafters.tree_ops import Dists, KnownNodes, TreeBatch, build_trees
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.tree import DraftTree
 
@@ -155,7 +155,7 @@ class JetFlowDrafter(DFlashDrafter):
         hidden = head(x, positions, mask, cache.scratch(0, e))  # (B, E, H)
         asked = where >= 0  # (B, N)
         queries = hidden.gather(1, where.clamp(min=0)[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, N, H)
-        found = top_children(head.logits(queries[asked])[None], self.tree.fanout)  # (1, M, K): asked rows only
+        found = self.children(head.logits(queries[asked])[None])  # (1, M, K): asked rows only
         b, n = asked.shape
         k = found.k
         tok = torch.zeros(b, n, k, dtype=torch.long, device=asked.device)

@@ -19,6 +19,7 @@ from drafters.checkpoint import HeadInfo, load_head
 from drafters.head import DraftHead
 from drafters.head_cache import ContextCache
 from drafters.tree_builder import TreeOptions
+from drafters.tree_ops import Dists, top_children
 from jetflow_bench.errors import JfbenchError
 
 if TYPE_CHECKING:
@@ -93,6 +94,10 @@ class LearnedDrafter(Drafter):
             self.cache = ContextCache(self.head, [s.request for s in seqs])
         self.cache.align(seqs)
         self.cache.append(features)
+
+    def children(self, logits: torch.Tensor) -> Dists:
+        """Logits (R, S, V) -> each slot's top-``fanout`` children (entropies only when scored by them)."""
+        return top_children(logits, self.tree.fanout, entropy=self.tree.scoring == "entropy")
 
     def take_cost(self, rows: int) -> DraftCost:
         return self.meter.take(rows)
