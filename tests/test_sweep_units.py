@@ -280,6 +280,23 @@ def test_variant_heads_inherit_the_default_heads_recipe(tmp_path):
     assert trained_recipe(head) == {"steps": 40, "loss": "fkl", "corpus": ("gsm8k",)}
 
 
+def test_a_given_head_trained_with_another_setting_is_refused(tmp_path):
+    # Bug: `--checkpoint loss=rkl=DIR` with an fkl head runs, and its numbers are labelled rkl's.
+    head = tmp_path / "fkl"
+    head.mkdir()
+    config = {"format": "jfbench-head", "drafter": "jetflow", "training": {"config": {"drafter": "jetflow", "loss": "fkl"}}}
+    (head / "config.json").write_text(json.dumps(config))
+    specs = variants(DrafterSpec("jetflow", checkpoint=str(head)), {"loss": ["rkl"]}, {})
+    with pytest.raises(JfbenchError, match="trained with loss=fkl, not rkl"):
+        with_checkpoints(specs, {"loss=rkl": head}, train=None)
+    config["training"]["config"]["loss"] = "rkl"
+    (head / "config.json").write_text(json.dumps(config))
+    assert with_checkpoints(specs, {"loss=rkl": head}, train=None)[1].checkpoint == str(head)
+    released = tmp_path / "released"  # records no recipe: taken as given
+    released.mkdir()
+    assert with_checkpoints(specs, {"loss=rkl": released}, train=None)[1].checkpoint == str(released)
+
+
 def _requests(drafter: str, variant: str, accepted: list[int], decode_s: list[float], budget: int = 16) -> pd.DataFrame:
     n = len(accepted)
     return pd.DataFrame({

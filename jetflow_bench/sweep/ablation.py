@@ -186,6 +186,8 @@ def with_checkpoints(
     base_recipe = {**trained_recipe(default_ckpt), **(recipe or {})}
     out = []
     for spec in specs:
+        if spec.variant in given:
+            check_given_head(spec, given[spec.variant])
         ckpt = given.get(spec.variant) or spec.checkpoint or (None if spec.train else default_ckpt)
         if ckpt is None and set(dict(spec.train)) == {"seed"}:  # an inference variant's seed copy (`with_seeds`)
             ckpt = given.get(_join_seed(DEFAULT_VARIANT, dict(spec.train)["seed"]))
@@ -198,6 +200,19 @@ def with_checkpoints(
                 )
         out.append(dataclasses.replace(spec, checkpoint=str(ckpt) if ckpt else None))
     return out
+
+
+def check_given_head(spec: DrafterSpec, checkpoint: Path) -> None:
+    """A head given for a training variant must have been trained with that variant's setting:
+    ``--checkpoint loss=rkl=DIR`` with an fkl head would label fkl numbers as rkl's. Heads that
+    record no recipe (released heads, older jfbench heads) are taken as given."""
+    recorded = trained_recipe(checkpoint)
+    for key, wanted in dict(spec.train).items():
+        if key in recorded and recorded[key] != wanted:
+            raise JfbenchError(
+                f"--checkpoint {spec.variant}={checkpoint}: that head was trained with {key}={recorded[key]}, "
+                f"not {wanted}; pass a head trained with --{key.replace('_', '-')} {wanted}"
+            )
 
 
 def with_seeds(specs: Sequence[DrafterSpec], seeds: Sequence[int], own_seed: int) -> list[DrafterSpec]:
