@@ -25,6 +25,7 @@ from drafters.tree_builder import (
     marginal_lookup,
 )
 from jetflow_bench.budget_policy import (
+    EXPLORE_EVERY,
     BudgetPolicy,
     OnlineCalibration,
     best_budget,
@@ -150,9 +151,9 @@ def test_tree_prefix_equals_the_tree_built_at_the_smaller_budget(construction):
                 assert (cut.tokens, cut.parents, cut.scores) == (small.tokens, small.parents, small.scores)
 
 
-def test_draft_budget_follows_the_last_choice_and_explores_one_above():
+def test_draft_budget_follows_the_last_choice_and_explores_at_the_largest():
     """Drafting at the largest candidate every step would pay its drafting cost while verifying
-    small trees; the draft budget is the last choice, one candidate above every 8th step."""
+    small trees; the draft budget is the last choice, the largest candidate every 8th step."""
     policy = BudgetPolicy((1, 4, 16, 64), lambda n, b: 0.01 * n, draft_s=dict.fromkeys((1, 4, 16, 64), 0.0))
     assert policy.draft_budget() == 64
     tree = [[0.0, *(np.log(0.5) * np.arange(1, 64)).tolist()]]
@@ -162,10 +163,25 @@ def test_draft_budget_follows_the_last_choice_and_explores_one_above():
     for _ in range(16):
         policy.seen_steps += 1
         drafted.append(policy.draft_budget())
-    above = policy.next_budget(first)
-    assert drafted.count(above) == 2 and drafted.count(first) == 14  # steps 8 and 16 explore
+    assert drafted.count(64) == 2 and drafted.count(first) == 14  # steps 8 and 16 explore
     policy.drafted_at = 4
     assert policy.choose([[0.0, -0.1, -0.2, -0.3, -0.4, -0.5]]) <= 4  # nothing above what was drafted
+
+
+def test_exploration_escapes_a_dip_in_the_speed_up_curve():
+    """This CPU's shape at batch 1: B = 4 loses to B = 1 and B = 16 beats both. A policy at B = 1
+    that explored only one candidate above would see 4, stay at 1 and never find 16."""
+    verify = {1: 1.0, 4: 2.3, 16: 2.6, 64: 5.0}  # seconds per step of a tree of n nodes
+    policy = BudgetPolicy((1, 4, 16, 64), lambda n, b: verify[n], draft_s=dict.fromkeys((1, 4, 16, 64), 0.0))
+    # path probabilities: 0.3 for the first 3 nodes, 0.08 for the next 12, ~0 after:
+    # E[tokens | B] = 1, 1.9, 2.86, 2.86 -> tokens per second 1.0, 0.83, 1.10, 0.57
+    probs = [0.3] * 3 + [0.08] * 12 + [1e-9] * 48
+    tree = [[0.0, *np.log(probs).tolist()]]
+    policy.last, policy.seen_steps = 1, EXPLORE_EVERY - 1  # at B = 1, an exploring step next
+    assert policy.draft_budget() == 64
+    assert policy.choose(tree) == 16
+    policy.seen_steps += 1
+    assert policy.draft_budget() == 16  # and it drafts there from now on
 
 
 def test_drafting_cost_of_each_budget_is_counted_and_untried_ones_are_tried():

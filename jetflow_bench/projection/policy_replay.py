@@ -20,7 +20,7 @@ tokens of the prefix it chose. Every arm is priced by the same model:
 
 t_draft at B: the draft counters of the run's cell at B when the run has one, else B_max's. Static
 B pays t_draft(B); `auto` pays t_draft at the budget it drafted at (`BudgetPolicy.draft_budget`:
-its previous choice, one candidate above it every 8th step). Counterfactual, not a
+its previous choice, the largest candidate every 8th step). Counterfactual, not a
 re-run: each recorded step is a state the decode passed through; a smaller budget would have
 passed through other states (fewer accepted tokens per step, more steps). The stop rule is ignored
 (raw acceptance). Trees of drafters whose later passes depend on the budget (jetflow-refine's
