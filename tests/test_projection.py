@@ -191,6 +191,19 @@ def test_project_run_recorded_counters_best_budget_and_columns(tmp_path: Path):
     assert (table["eta"] == table["speedup"] / table["tau"]).all()
 
 
+def test_each_temperature_is_projected_on_its_own(tmp_path: Path):
+    # Bug: cells of a `--temperatures 0,1` run averaged into one τ per budget (a τ nobody measured).
+    folder = _run(tmp_path, {"ngram": {"draft_passes": 0.0, "draft_entries": 0.0}})
+    summary = pd.read_csv(folder / "summary.csv")
+    sampled = summary.assign(temperature=1.0, tau=lambda d: (d["tau"] - 1) / 2 + 1)
+    pd.concat([summary.assign(temperature=0.0), sampled]).to_csv(folder / "summary.csv", index=False)
+    table, _ = project_run(load_run(folder), h100_qwen8b(), [1])
+    assert len(table) == 3 * 2  # budgets × temperatures
+    greedy, hot = (table[table["temperature"] == t].set_index("budget")["tau"] for t in (0.0, 1.0))
+    assert greedy.tolist() == [2.25, 3.0, 6.0] and hot.tolist() == [1.625, 2.0, 3.5]
+    assert table.groupby("temperature")["best"].sum().tolist() == [1, 1]
+
+
 def test_run_without_counters_plugin_drafter_is_an_error_naming_the_run(tmp_path: Path):
     folder = _run(tmp_path, {"my-plugin": {}})
     with pytest.raises(JfbenchError, match=r"run '.*run' has no draft counters for drafter 'my-plugin'"):

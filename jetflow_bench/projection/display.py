@@ -15,17 +15,19 @@ def projection_table(table: pd.DataFrame, hardware: str) -> Table:
     then the speed-up the run itself measured on its own device."""
     batches = sorted(table["batch_size"].unique())
     several_suites = table["suite"].nunique() > 1
+    several_temperatures = table["temperature"].nunique() > 1
     out = Table(title=f"Projected speed-up on {hardware}, {table['target'].iloc[0]} ({PROJECTION_LABEL})")
-    for col in (["suite"] if several_suites else []) + ["drafter", "B", "τ", "passes", "entries"]:
+    lead = (["suite"] if several_suites else []) + (["T"] if several_temperatures else [])
+    for col in lead + ["drafter", "B", "τ", "passes", "entries"]:
         out.add_column(col, justify="right")
     for b in batches:
         out.add_column(f"b={b}", justify="right")
     out.add_column("measured", justify="right")
-    keys = ["suite", "drafter", "variant", "budget"]
-    for (suite, drafter, variant, budget), rows in table.groupby(keys, sort=True):
+    keys = ["suite", "temperature", "drafter", "variant", "budget"]
+    for (suite, temperature, drafter, variant, budget), rows in table.groupby(keys, sort=True):
         first = rows.iloc[0]
         name = drafter if variant == "default" else f"{drafter}[{variant}]"
-        cells = ([suite] if several_suites else []) + [
+        cells = ([suite] if several_suites else []) + ([f"{temperature:g}"] if several_temperatures else []) + [
             name, str(budget), f"{first['tau']:.2f}", f"{first['draft_passes']:g}", f"{first['draft_entries']:.0f}"]
         for b in batches:
             row = rows[rows["batch_size"] == b].iloc[0]

@@ -38,7 +38,7 @@ from jetflow_bench.projection.shapes import ModelShape, head_shape
 from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run
 
 COUNTERS = ("draft_passes", "draft_entries")
-GROUP = ["suite", "drafter", "variant", "budget", "batch_size"]
+GROUP = ["suite", "drafter", "variant", "temperature", "budget", "batch_size"]  # a cell per temperature: τ differs
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def project_run(
     if cells.empty:
         raise JfbenchError(f"run {str(run.path)!r} has no drafter cells to project (only the AR baseline)")
     specs, nominal, rows = _specs(run), [], []
-    for (_suite, drafter, variant, budget), group in cells.groupby(GROUP[:4], dropna=False):
+    for (_suite, drafter, variant, _temperature, budget), group in cells.groupby(GROUP[:-1], dropna=False):
         spec = specs.get((drafter, variant), {"name": drafter, "variant": variant})
         head = head_info(spec, run, head_layers, head_taps)
         for b in batch_sizes:
@@ -132,7 +132,7 @@ def project_run(
     table = pd.DataFrame(rows)
     notes = [f"run {str(run.path)!r} has no draft counters; nominal ones of each drafter kind used for "
              f"{', '.join(nominal)}"] if nominal else []
-    keys = ["suite", "drafter", "variant", "batch_size"]
+    keys = ["suite", "drafter", "variant", "temperature", "batch_size"]
     best = table.groupby(keys, dropna=False)["speedup"].transform("max")
     table["best"] = table["speedup"] == best
     return table.sort_values([*keys, "budget"], ignore_index=True), notes
@@ -171,7 +171,8 @@ def _row(model: CostModel, cell: pd.Series, b: int, passes: float, entries: floa
     step_s = draft_s + verify_s + bookkeeping_s
     speedup = tau * ar_s / step_s
     return {
-        "suite": cell["suite"], "drafter": cell["drafter"], "variant": cell["variant"], "budget": budget,
+        "suite": cell["suite"], "drafter": cell["drafter"], "variant": cell["variant"],
+        "temperature": float(cell["temperature"]), "budget": budget,
         "batch_size": b, "measured_batch_size": int(cell["batch_size"]), "tau": tau, "tree_nodes": nodes,
         "draft_passes": passes,
         "draft_entries": entries, "counters": source, "draft_priced": "host (measured)" if host else "cost model",
