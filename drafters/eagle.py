@@ -70,7 +70,7 @@ class EagleDrafter(LearnedDrafter):
         parent = torch.full((b, 1), -1, dtype=torch.long, device=device)
         score = torch.zeros(b, 1, dtype=torch.float64, device=device)
         rows = torch.arange(b, device=device)[:, None]
-        context = cache.context_allowed(max(1, self.top_k))  # (B, top_k, L): the frontier's view of the context
+        context = cache.context_allowed(self.top_k)  # (B, top_k, L): the frontier's view of the context
         anchors = cache.anchor_positions()[:, None]  # (B, 1)
         written = 0
         for level in range(depth):

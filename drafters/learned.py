@@ -97,7 +97,7 @@ class LearnedDrafter(Drafter):
 
     def children(self, logits: torch.Tensor) -> Dists:
         """Logits (R, S, V) -> each slot's top-``fanout`` children (entropies only when scored by them)."""
-        return top_children(logits, self.tree.fanout, entropy=self.tree.scoring == "entropy")
+        return top_children(logits, self.tree.fanout, with_entropy=self.tree.scoring == "entropy")
 
     def take_cost(self, rows: int) -> DraftCost:
         return self.meter.take(rows)

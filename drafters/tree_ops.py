@@ -73,18 +73,16 @@ class Dists:
         return self.tokens.shape[-1]
 
 
-def top_children(logits: torch.Tensor, k: int, entropy: bool = True) -> Dists:
+def top_children(logits: torch.Tensor, k: int, with_entropy: bool = True) -> Dists:
     """Logits (R, S, V) -> the top-k children of each slot; the same numbers `child_dists` gives.
 
-    ``entropy=False`` leaves the entropies at 0: only ``scoring="entropy"`` reads them, and the
+    ``with_entropy=False`` leaves the entropies at 0: only ``scoring="entropy"`` reads them, and the
     full-vocabulary pass they need is a visible share of a CPU drafting step.
     """
     r, s, v = logits.shape
     logp = torch.log_softmax(logits.reshape(r * s, v).float(), dim=-1)  # (R*S, V)
     top = logp.topk(min(k, v), dim=-1)
-    if not entropy:
-        return Dists(top.indices.view(r, s, -1), top.values.view(r, s, -1), logp.new_zeros(r, s))
-    entropy = -(logp.exp() * logp).sum(-1)  # (R*S,)
+    entropy = -(logp.exp() * logp).sum(-1) if with_entropy else logp.new_zeros(r * s)  # (R*S,)
     return Dists(top.indices.view(r, s, -1), top.values.view(r, s, -1), entropy.view(r, s))
 
 

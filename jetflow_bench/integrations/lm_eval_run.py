@@ -196,11 +196,12 @@ def comparison_rows(arms: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         for key, value in metrics.items():
             if not isinstance(value, int | float) or "_stderr" in key or key == "sample_len":
                 continue
+            stderr_key = key.replace(",", "_stderr,", 1)  # "exact_match,none" -> "exact_match_stderr,none"
             row = {"task": task, "metric": key.split(",")[0], "arm": name, "score": value,
-                   "stderr": metrics.get(key.replace(",", "_stderr,", 1)), "tau": tau.get(task)}
+                   "stderr": metrics.get(stderr_key), "tau": tau.get(task)}
             if plain is not None:
                 row["plain_score"] = plain["results"][task][key]
-                row["plain_stderr"] = plain["results"][task].get(key.replace(",", "_stderr,", 1))
+                row["plain_stderr"] = plain["results"][task].get(stderr_key)
                 same, total = _same_generations(first["samples"].get(task, []), plain["samples"].get(task, []))
                 row["same_generations"], row["generations"] = same, total
             rows.append(row)
