@@ -19,7 +19,7 @@ from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
 from drafters.masks import block_allowed, join
 from drafters.timing import span
-from drafters.tree_ops import Dists, build_trees
+from drafters.tree_ops import Dists, draft_trees
 from jetflow_bench.tree import DraftTree
 
 
@@ -28,14 +28,14 @@ class DFlashDrafter(LearnedDrafter):
     training = "drafters.block_training:DFLASH_TRAINING"
 
     @torch.inference_mode()
-    def marginals(self, seqs: Sequence[SequenceView], cache: ContextCache) -> Dists:
-        """Pass 1: the top-K candidates of q_1..q_D for every row, (B, D, K), from one head forward."""
+    def marginals(self, anchors: torch.Tensor, cache: ContextCache) -> Dists:
+        """Pass 1: the top-K candidates of q_1..q_D for every row (anchors (B,): `roots`), (B, D, K),
+        from one head forward."""
         head = self.head
         n = head.cfg.block_size  # anchor + D masks
         device = cache.last_feature.device
-        anchors = self.roots(seqs, cache)  # (B,)
         offsets = torch.arange(n, device=device)  # (n,)
-        x = head.block_inputs(anchors[:, None].expand(-1, n), (offsets > 0).expand(len(seqs), n))  # (B, n, H)
+        x = head.block_inputs(anchors[:, None].expand(-1, n), (offsets > 0).expand(len(anchors), n))  # (B, n, H)
         positions = cache.anchor_positions()[:, None] + offsets  # (B, n)
         mask = join(cache.context_allowed(n), block_allowed(head.cfg.mode, 1, n, device), x.dtype)
         hidden = head(x, positions, mask, cache.scratch(0, n))  # (B, n, H)
@@ -47,6 +47,7 @@ class DFlashDrafter(LearnedDrafter):
 
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
         cache = self.require_cache(seqs)
-        marginals = self.marginals(seqs, cache)
+        roots = self.roots(seqs, cache)
+        marginals = self.marginals(roots, cache)
         with span("tree"):
-            return build_trees(self.roots(seqs, cache), budget, self.tree, marginals=marginals).to_trees()
+            return draft_trees(roots, budget, self.tree, marginals=marginals)

@@ -24,7 +24,7 @@ from drafters.learned import LearnedDrafter
 from drafters.masks import join
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
-from drafters.tree_ops import Dists, KnownNodes, build_trees
+from drafters.tree_ops import Dists, KnownNodes, draft_trees
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.tree import DraftTree
 
@@ -94,7 +94,7 @@ class EagleDrafter(LearnedDrafter):
             written += n
         with span("tree"):
             known = KnownNodes(trie_parent, trie_token, explored.has, explored.store)
-            return build_trees(trie_token[:, 0], budget, self.tree, known=known).to_trees()
+            return draft_trees(trie_token[:, 0], budget, self.tree, known=known)
 
     def _next_frontier(
         self, score: torch.Tensor, dists: Dists, own: torch.Tensor

@@ -165,8 +165,11 @@ class JetFlowDrafter(DFlashDrafter):
         return asked, Dists(tok, lp, ent)
 
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
+        if not self.refine_passes:
+            return super().propose(seqs, budget)  # pass 1 only: DFlash-T's pipeline on a causal head
         cache = self.require_cache(seqs)
-        roots, marginals = self.roots(seqs, cache), self.marginals(seqs, cache)
+        roots = self.roots(seqs, cache)
+        marginals = self.marginals(roots, cache)
         with span("tree"):
             trees = build_trees(roots, budget, self.tree, marginals=marginals)
         known: KnownNodes | None = None

@@ -50,11 +50,10 @@ def trie_index(parents: list[int], tokens: list[int]) -> dict[TokenPath, int]:
     return index
 
 
-def build_trees_on_host(
+def host_trees(
     roots: torch.Tensor, budget: int, options: TreeOptions, marginals: Dists | None, known: KnownNodes | None
-) -> TreeBatch:
-    """`tree_ops.build_trees` computed by the reference builder, one row at a time, on the host."""
-    device = roots.device
+) -> tuple[list[DraftTree], list[list[int]]]:
+    """One tree per row by the reference builder, and each node's trie index in ``known`` (-1: none)."""
     marg = host_dists(marginals.tokens, marginals.logps, marginals.entropy) if marginals is not None else None
     if known is not None:
         k_parent, k_token, k_has = known.parent.tolist(), known.token.tolist(), known.has_dist.tolist()
@@ -73,10 +72,18 @@ def build_trees_on_host(
         tree = build_tree(root, children, budget, options)
         trees.append(tree)
         ids.append([index.get(path, -1) for path in tree_paths(tree)] if known is not None else [-1] * len(tree))
+    return trees, ids
+
+
+def build_trees_on_host(
+    roots: torch.Tensor, budget: int, options: TreeOptions, marginals: Dists | None, known: KnownNodes | None
+) -> TreeBatch:
+    """`tree_ops.build_trees` computed by the reference builder (`host_trees`), packed as a `TreeBatch`."""
+    trees, ids = host_trees(roots, budget, options, marginals, known)
     width = max(len(t) for t in trees)
 
     def padded(rows: list[list], fill, dtype: torch.dtype) -> torch.Tensor:
-        return torch.tensor([row + [fill] * (width - len(row)) for row in rows], dtype=dtype, device=device)
+        return torch.tensor([row + [fill] * (width - len(row)) for row in rows], dtype=dtype, device=roots.device)
 
     return TreeBatch(
         tokens=padded([t.tokens for t in trees], 0, torch.long),

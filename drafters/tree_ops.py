@@ -206,6 +206,23 @@ def _sort_key(score: torch.Tensor, live: torch.Tensor, chain: torch.Tensor | Non
     return key if chain is None else torch.where(chain, -math.inf, key)
 
 
+def on_host(options: TreeOptions, roots: torch.Tensor) -> bool:
+    """Whether trees are built by the reference builder on the host (``builder=auto``: on a CPU)."""
+    return options.builder == "host" or (options.builder == "auto" and roots.device.type == "cpu")
+
+
+def draft_trees(
+    roots: torch.Tensor, budget: int, options: TreeOptions, marginals: Dists | None = None,
+    known: KnownNodes | None = None,
+) -> list[DraftTree]:
+    """``build_trees(...).to_trees()``, without packing host-built trees into tensors nobody reads."""
+    if on_host(options, roots) and (marginals is not None or known is not None):
+        from drafters.tree_host import host_trees
+
+        return host_trees(roots, budget, options, marginals, known)[0]
+    return build_trees(roots, budget, options, marginals, known).to_trees()
+
+
 def build_trees(
     roots: torch.Tensor,
     budget: int,
@@ -220,7 +237,7 @@ def build_trees(
     """
     if marginals is None and known is None:
         raise ValueError("build_trees needs marginals, known nodes or both")
-    if options.builder == "host" or (options.builder == "auto" and roots.device.type == "cpu"):
+    if on_host(options, roots):
         from drafters.tree_host import build_trees_on_host  # it builds on this module's types
 
         return build_trees_on_host(roots, budget, options, marginals, known)

@@ -38,7 +38,7 @@ def _rows(dists, b: int) -> list[ChildDist]:
 def reference_block(drafter, seqs, budget: int) -> list[DraftTree]:
     """dflash / jetflow: pass-1 marginals, Python trees, r refinement passes with path dicts."""
     cache = drafter.require_cache(seqs)
-    marg = drafter.marginals(seqs, cache)
+    marg = drafter.marginals(drafter.roots(seqs, cache), cache)
     fallbacks = [marginal_lookup(_rows(marg, b)) for b in range(len(seqs))]
     roots = [s.tokens[-1] for s in seqs]
     trees = [build_tree(r, f, budget, drafter.tree) for r, f in zip(roots, fallbacks, strict=True)]

@@ -46,7 +46,7 @@ def train(
     seq_len: Annotated[int, typer.Option("--seq-len", min=4, help="Tokens per training sequence.")] = _DEFAULTS.seq_len,
     lr: Annotated[float, typer.Option("--lr", help="Peak AdamW learning rate.")] = _DEFAULTS.lr,
     layers: Annotated[
-        int | None, typer.Option("--layers", min=1, help="Draft layers. Default: 1 for eagle, 2 for block heads.")
+        int | None, typer.Option("--layers", min=1, help="Draft layers. Default: 1 for eagle; block heads about 1/7 of the target's layers, at least 2 (5 for 36 layers).")
     ] = None,
     block_size: Annotated[
         int, typer.Option("--block-size", min=2, help="Anchor + drafted positions of block heads.")
