@@ -77,16 +77,21 @@ class ContextCache:
             for b, f in enumerate(features):
                 padded[b, : f.shape[0]] = f
         fused = self.head.fuse(padded.to(device=device, dtype=self.last_feature.dtype))  # (B, n, H)
-        starts = torch.tensor(self.lengths, device=device)
-        slots = starts[:, None] + torch.arange(n, device=device)  # (B, n); padding lands in unused slots
         shared_start = len(set(self.lengths)) == 1  # e.g. batch 1: one slice per layer
+        if shared_start:
+            slots = torch.arange(self.lengths[0], self.lengths[0] + n, device=device).expand(len(counts), n)
+        else:  # (B, n); padding lands in unused slots
+            slots = torch.tensor(self.lengths, device=device)[:, None] + torch.arange(n, device=device)
         for layer, (k, v) in enumerate(self.head.context_kv(fused, slots)):
             if shared_start:
                 self.kv.write_span(layer, self.lengths[0], k, v)
             else:
                 self.kv.write(layer, slots, k, v)
-        last = torch.tensor([c - 1 for c in counts], device=device)
-        self.last_feature = fused[torch.arange(len(counts), device=device), last]
+        if len(set(counts)) == 1:  # every row's newest token is the last column (always at batch 1)
+            self.last_feature = fused[:, -1]
+        else:
+            last = torch.tensor([c - 1 for c in counts], device=device)
+            self.last_feature = fused[torch.arange(len(counts), device=device), last]
         self.kv.commit([range(c) for c in counts])  # identity paths: only the lengths advance
 
     def scratch(self, start: int, count: int) -> ScratchKV:

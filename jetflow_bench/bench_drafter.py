@@ -3,8 +3,9 @@
 One speculative run per (drafter, budget) with a `drafters.timing.SplitTimer` active:
 
     draft   = drafter.propose + drafter.observe        (what the engine's draft_s counts)
-    head    = the head's forward, LM-head logits, context fusion, the K/V projections of the
-              newly committed context, and EAGLE's input projection
+    head    = the head's input embedding (block heads' anchor and MASK rows; EAGLE's input
+              projection), its forward, LM-head logits, context fusion, and the K/V projections
+              of the newly committed context
     tree    = the spans drafters mark "tree" (tree construction, frontier, refinement entries)
     rest    = draft - head - tree                      (other host work inside the drafter)
     non-forward share = (draft - head) / draft
@@ -26,7 +27,9 @@ from jetflow_bench.engine import BatchResult, StepRecord, generate
 from jetflow_bench.stopping import StopRule
 from jetflow_bench.target import TargetRunner
 
-HEAD_METHODS = ("forward", "logits", "fuse", "context_kv", "eagle_inputs")  # the draft head's compute
+# The draft head's compute: its input embedding (block heads' anchor + MASK rows, EAGLE's fused
+# inputs), its forward, LM-head logits, context fusion and the context K/V projections.
+HEAD_METHODS = ("block_inputs", "eagle_inputs", "forward", "logits", "fuse", "context_kv")
 
 
 @dataclass(frozen=True)
