@@ -127,7 +127,8 @@ PRESETS: dict[str, ToyPreset] = {
     # The paper's proportions: a 2-layer block head is 1/7 of its 14 layers and the taps (1, 6, 11)
     # skip the last three, as for a 36-layer target with a 5-layer head. Narrow (192 wide, 7.0M
     # parameters, 6.2M of them in the layers) so that depth, not width, sets the cost, with the
-    # same data and schedule as tiny so the two compare. Training time on 2 cores: not yet measured.
+    # same data and schedule as tiny so the two compare. 40.4 min on 2 idle cores (~2.0k tok/s, bf16
+    # autocast), held-out perplexity 38.4 (tiny: 38.6).
     "deep": ToyPreset(
         name="deep",
         vocab_size=4096,
