@@ -241,7 +241,7 @@ def draft_trees(
     known: KnownNodes | None = None,
 ) -> list[DraftTree]:
     """``build_trees(...).to_trees()``, without packing host-built trees into tensors nobody reads."""
-    if on_host(options, roots) and (marginals is not None or known is not None):
+    if on_host(options, roots) and (marginals is not None or known is not None):  # neither: build_trees refuses
         from drafters.tree_host import host_trees
 
         return host_trees(roots, budget, options, marginals, known)[0]

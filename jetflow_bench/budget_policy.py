@@ -10,9 +10,11 @@ the budget they were drafted at:
 The trees are drafted at `draft_budget`: the largest candidate at the first step, then the previous
 choice, except every EXPLORE_EVERY-th step, which drafts at the largest candidate again so that the
 choice can grow to any budget. (Exploring only one candidate above gets stuck where the speed-up
-curve dips before it rises: on a CPU, B = 4 can lose to B = 1 while B = 16 beats both.) Drafting at the previous choice (not always at the largest candidate) keeps a drafter
-whose cost grows with the budget from paying for trees it does not verify. The "+ 1" is the bonus token; a node counts once, whatever its depth, because the accepted length
-is the number of accepted nodes on the accepted path (greedy acceptance keeps one root path). The
+curve dips before it rises: on a CPU, B = 4 can lose to B = 1 while B = 16 beats both.) Drafting
+at the previous choice (not always at the largest candidate) keeps a drafter whose cost grows
+with the budget from paying for trees it does not verify. The "+ 1" is the bonus token; a node
+counts once, whatever its depth, because the accepted length is the number of accepted nodes on
+the accepted path (greedy acceptance keeps one root path). The
 prefix T_r[:B] is what the drafter would build at B: accum, best-first and spine-first add nodes
 in an order that does not depend on the budget (tested), so truncation equals a fresh build.
 draft_s(D) is the running mean of measured drafting seconds when drafting at budget D, so step_s(B)
