@@ -10,6 +10,7 @@ target + prompts + decoding settings; ``raw`` appends the corpus' own answer ins
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import random
@@ -136,15 +137,19 @@ def training_sequences(
     path = runtime.cache_dir() / "train_data" / f"regen-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     if path.is_file():
         return json.loads(path.read_text())["sequences"]
-    if show_progress:
-        print(f"regenerating {len(prompts)} training continuations with the target (cached at {path})", file=sys.stderr)
-    outputs = regenerate(target, prompts, config.max_new_tokens, show_progress)
-    sequences = [p + o for p, o in zip(prompts, outputs, strict=True)]
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"key": json.loads(key), "sequences": sequences}))
-    tmp.rename(path)
-    return sequences
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # trainers of the same seed started together regenerate once
+        if path.is_file():
+            return json.loads(path.read_text())["sequences"]
+        if show_progress:
+            print(f"regenerating {len(prompts)} training continuations with the target (cached at {path})", file=sys.stderr)
+        outputs = regenerate(target, prompts, config.max_new_tokens, show_progress)
+        sequences = [p + o for p, o in zip(prompts, outputs, strict=True)]
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"key": json.loads(key), "sequences": sequences}))
+        tmp.rename(path)
+        return sequences
 
 
 def _joined(pair: Pair) -> str:
