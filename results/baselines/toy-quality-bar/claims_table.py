@@ -1,0 +1,155 @@
+"""The paper's four claims, as measured: tables from the issue-13 runs recorded in ``claims/``.
+
+    python claims_table.py collect RUNS_DIR claims/   # once, from the raw run folders
+    python claims_table.py table claims/              # prints the markdown tables
+
+``collect`` copies each run's manifest and summary (and the ablations' ``ablation.csv``) and keeps
+the per-request counts of the main sweeps in ``requests.csv.gz``: enough to recompute every τ and
+its bootstrap CI without the multi-megabyte parquet files. ``table`` then prints
+
+1. τ per arm and budget (pooled over head seeds), τ(256)/τ(16) with a 95% bootstrap CI over
+   seeds × prompts and the per-seed spread, τ at 512 / 1024 where the extension run has them, and
+   the τ ratio of arm pairs at each budget (JetFlow / DFlash-T, ...);
+2. the ablations' Δτ with their CIs (computed by ``jfbench ablate``, copied as they are);
+3. divergences from the AR output in every run (unexcused and excused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ARMS = ("jetflow", "jetflow-refine", "dflash", "eagle")
+REQUEST_COLUMNS = ["suite", "drafter", "variant", "budget", "request", "steps", "emitted", "lossless", "excused"]
+N_BOOT = 2000
+
+
+def collect(runs: Path, out: Path) -> None:
+    """Copy the small files of every run under ``runs`` into ``out``; main sweeps' requests trimmed."""
+    frames = []
+    for run in sorted(p for p in runs.iterdir() if (p / "manifest.json").exists()):
+        if not re.fullmatch(r"(main-s\d+|ext-s\d+|abl-\w+)", run.name):
+            continue
+        dest = out / run.name
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in ("manifest.json", "summary.csv", "ablation.csv"):
+            if (run / name).exists():
+                shutil.copy(run / name, dest / name)
+        requests = pd.read_parquet(run / "requests.parquet", columns=REQUEST_COLUMNS)
+        frames.append(requests.assign(run=run.name))
+    pd.concat(frames).to_csv(out / "requests.csv.gz", index=False)
+
+
+def _tau(emitted: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    return emitted.sum(axis=-1) / steps.sum(axis=-1)
+
+
+def tau_ratio(requests: pd.DataFrame, suite: str, top: tuple[str, int], bottom: tuple[str, int]) -> dict[str, float]:
+    """τ of cell ``top`` over τ of cell ``bottom`` ((arm, budget) each), pooled over head seeds, with a
+    bootstrap CI that resamples seeds and prompts together (the same draw for both cells, so prompt
+    difficulty and the seed cancel), and the ratio of each seed alone."""
+    rows = requests[(requests["suite"] == suite) & requests["run"].str.startswith("main-")]
+
+    def counts(arm: str, budget: int) -> tuple[np.ndarray, np.ndarray]:
+        cell = rows[(rows["drafter"] == arm) & (rows["budget"] == budget)]
+        table = cell.pivot_table(index="run", columns="request", values=["emitted", "steps"], aggfunc="sum")
+        return table["emitted"].to_numpy(float), table["steps"].to_numpy(float)  # (seeds, prompts)
+
+    (e_top, s_top), (e_bot, s_bot) = counts(*top), counts(*bottom)
+    n_seeds, n = e_top.shape
+    rng = np.random.default_rng(0)
+    seeds = rng.integers(0, n_seeds, size=(N_BOOT, n_seeds))[:, :, None]
+    prompts = rng.integers(0, n, size=(N_BOOT, n))[:, None, :]
+
+    def pick(a: np.ndarray) -> np.ndarray:  # (draws, seeds x prompts)
+        return a[seeds, prompts].reshape(N_BOOT, -1)
+
+    point = _tau(e_top.ravel(), s_top.ravel()) / _tau(e_bot.ravel(), s_bot.ravel())
+    lo, hi = np.percentile(_tau(pick(e_top), pick(s_top)) / _tau(pick(e_bot), pick(s_bot)), [2.5, 97.5])
+    per_seed = _tau(e_top, s_top) / _tau(e_bot, s_bot)
+    return {"ratio": float(point), "lo": float(lo), "hi": float(hi), "seed_min": float(per_seed.min()),
+            "seed_max": float(per_seed.max())}
+
+
+def _ratio_cell(r: dict[str, float]) -> str:
+    return f"{r['ratio']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}] (seeds {r['seed_min']:.2f} – {r['seed_max']:.2f})"
+
+
+def tau_table(requests: pd.DataFrame, suite: str) -> list[str]:
+    """Claim 1 and EAGLE: τ by budget, and how far it grows from 16 to 256."""
+    main = requests[requests["run"].str.startswith("main-") & (requests["suite"] == suite)]
+    ext = requests[requests["run"].str.startswith("ext-") & (requests["suite"] == suite)]
+    lines = [f"| arm ({suite}) | τ@16 | τ@64 | τ@256 | τ@512 (seed 0) | τ@1024 (seed 0) | τ(256)/τ(16) [95% CI] |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for arm in ARMS:
+        mine = main[main["drafter"] == arm]
+        if mine.empty:
+            continue
+        per_budget = mine.groupby("budget")[["emitted", "steps"]].sum()
+        tau = (per_budget["emitted"] / per_budget["steps"]).to_dict()
+        theirs = ext[ext["drafter"] == arm].groupby("budget")[["emitted", "steps"]].sum()
+        big = (theirs["emitted"] / theirs["steps"]).to_dict()
+        cells = [f"{tau.get(b, np.nan):.2f}" for b in (16, 64, 256)] + [f"{big[b]:.2f}" if b in big else "–" for b in (512, 1024)]
+        lines.append(f"| {arm} | {' | '.join(cells)} | {_ratio_cell(tau_ratio(requests, suite, (arm, 256), (arm, 16)))} |")
+    return lines
+
+
+def head_to_head(requests: pd.DataFrame, suite: str, pairs: tuple[tuple[str, str], ...] = (
+        ("jetflow", "dflash"), ("jetflow-refine", "jetflow"), ("eagle", "jetflow"))) -> list[str]:
+    """τ of one arm over another's at each budget: does the gap widen with the budget?"""
+    lines = [f"| τ ratio ({suite}) | B = 16 | B = 64 | B = 256 |", "| --- | --- | --- | --- |"]
+    for top, bottom in pairs:
+        cells = [_ratio_cell(tau_ratio(requests, suite, (top, b), (bottom, b))) for b in (16, 64, 256)]
+        lines.append(f"| {top} / {bottom} | {' | '.join(cells)} |")
+    return lines
+
+
+def ablation_lines(claims: Path) -> list[str]:
+    """Claims 2-4: every ablation row as `jfbench ablate` computed it."""
+    lines = ["| suite | B | variant | compared with | τ variant | τ compared | Δτ [95% CI, seeds × prompts] | Δτ per seed |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for path in sorted(claims.glob("abl-*/ablation.csv")):
+        for row in pd.read_csv(path).itertuples():
+            lines.append(f"| {row.suite} | {row.budget} | {row.variant} | {row.compared_with} | {row.tau:.2f} | "
+                         f"{row.tau_default:.2f} | {row.tau_delta:+.2f} [{row.tau_delta_lo:+.2f}, {row.tau_delta_hi:+.2f}] | "
+                         f"{row.tau_delta_seed_min:+.2f} … {row.tau_delta_seed_max:+.2f} |")
+    return lines
+
+
+def divergence_lines(claims: Path) -> list[str]:
+    lines = ["| run | cells | requests | unexcused divergences | excused (fp near-ties) |", "| --- | --- | --- | --- | --- |"]
+    for path in sorted(claims.glob("*/summary.csv")):
+        s = pd.read_csv(path)
+        lines.append(f"| {path.parent.name} | {len(s)} | {int(s['n_requests'].sum())} | "
+                     f"{int(s['lossless_unexcused'].sum())} | {int(s['lossless_excused'].sum())} |")
+    return lines
+
+
+def table(claims: Path) -> None:
+    requests = pd.read_csv(claims / "requests.csv.gz")
+    for suite in sorted(requests["suite"].unique()):
+        print("\n".join(tau_table(requests, suite)), end="\n\n")
+        print("\n".join(head_to_head(requests, suite)), end="\n\n")
+    print("\n".join(ablation_lines(claims)), end="\n\n")
+    print("\n".join(divergence_lines(claims)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("collect", help="copy the small files of the raw runs")
+    c.add_argument("runs", type=Path)
+    c.add_argument("out", type=Path)
+    t = sub.add_parser("table", help="print the tables")
+    t.add_argument("claims", type=Path)
+    args = parser.parse_args()
+    collect(args.runs, args.out) if args.command == "collect" else table(args.claims)
+
+
+if __name__ == "__main__":
+    main()
