@@ -8,8 +8,9 @@ the per-request counts of the main sweeps in ``requests.csv.gz``: enough to reco
 its bootstrap CI without the multi-megabyte parquet files. ``table`` then prints
 
 1. τ per arm and budget (pooled over head seeds), τ(256)/τ(16) with a 95% bootstrap CI over
-   seeds × prompts and the per-seed spread, τ at 512 / 1024 where the extension run has them, and
-   the τ ratio of arm pairs at each budget (JetFlow / DFlash-T, ...);
+   seeds × prompts and the per-seed spread, and the τ ratio of arm pairs at each budget
+   (JetFlow / DFlash-T, ...); τ at 512 / 1024 (the ``ext-`` runs) beside the same head's 16 / 64 /
+   256 on the same prompts;
 2. the ablations' Δτ with their CIs (computed by ``jfbench ablate``, copied as they are);
 3. divergences from the AR output in every run (unexcused and excused).
 """
@@ -80,22 +81,34 @@ def _ratio_cell(r: dict[str, float]) -> str:
     return f"{r['ratio']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}] (seeds {r['seed_min']:.2f} – {r['seed_max']:.2f})"
 
 
+def _taus(rows: pd.DataFrame) -> dict[int, float]:
+    per_budget = rows.groupby("budget")[["emitted", "steps"]].sum()
+    return (per_budget["emitted"] / per_budget["steps"]).to_dict()
+
+
 def tau_table(requests: pd.DataFrame, suite: str) -> list[str]:
     """Claim 1 and EAGLE: τ by budget, and how far it grows from 16 to 256."""
     main = requests[requests["run"].str.startswith("main-") & (requests["suite"] == suite)]
-    ext = requests[requests["run"].str.startswith("ext-") & (requests["suite"] == suite)]
-    lines = [f"| arm ({suite}) | τ@16 | τ@64 | τ@256 | τ@512 (seed 0) | τ@1024 (seed 0) | τ(256)/τ(16) [95% CI] |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [f"| arm ({suite}) | τ@16 | τ@64 | τ@256 | τ(256)/τ(16) [95% CI] |", "| --- | --- | --- | --- | --- |"]
     for arm in ARMS:
-        mine = main[main["drafter"] == arm]
-        if mine.empty:
+        tau = _taus(main[main["drafter"] == arm])
+        if tau:
+            lines.append(f"| {arm} | {' | '.join(f'{tau[b]:.2f}' for b in (16, 64, 256))} | "
+                         f"{_ratio_cell(tau_ratio(requests, suite, (arm, 256), (arm, 16)))} |")
+    return lines
+
+
+def extension_table(requests: pd.DataFrame) -> list[str]:
+    """Budgets 512 / 1024 (the ``ext-s<seed>`` runs) beside the same head's 16 / 64 / 256 on the same prompts."""
+    lines = ["| arm (suite, head seed, prompts) | τ@16 | τ@64 | τ@256 | τ@512 | τ@1024 |", "| --- | --- | --- | --- | --- | --- |"]
+    for (run, suite, arm), ext in requests[requests["run"].str.startswith("ext-")].groupby(["run", "suite", "drafter"]):
+        if arm == "ar":
             continue
-        per_budget = mine.groupby("budget")[["emitted", "steps"]].sum()
-        tau = (per_budget["emitted"] / per_budget["steps"]).to_dict()
-        theirs = ext[ext["drafter"] == arm].groupby("budget")[["emitted", "steps"]].sum()
-        big = (theirs["emitted"] / theirs["steps"]).to_dict()
-        cells = [f"{tau.get(b, np.nan):.2f}" for b in (16, 64, 256)] + [f"{big[b]:.2f}" if b in big else "–" for b in (512, 1024)]
-        lines.append(f"| {arm} | {' | '.join(cells)} | {_ratio_cell(tau_ratio(requests, suite, (arm, 256), (arm, 16)))} |")
+        same = requests[(requests["run"] == run.replace("ext-", "main-")) & (requests["suite"] == suite)
+                        & (requests["drafter"] == arm) & requests["request"].isin(ext["request"].unique())]
+        tau = {**_taus(same), **_taus(ext)}
+        cells = " | ".join(f"{tau[b]:.2f}" if b in tau else "–" for b in (16, 64, 256, 512, 1024))
+        lines.append(f"| {arm} ({suite}, seed {run.removeprefix('ext-s')}, first {ext['request'].nunique()}) | {cells} |")
     return lines
 
 
@@ -135,6 +148,7 @@ def table(claims: Path) -> None:
     for suite in sorted(requests["suite"].unique()):
         print("\n".join(tau_table(requests, suite)), end="\n\n")
         print("\n".join(head_to_head(requests, suite)), end="\n\n")
+    print("\n".join(extension_table(requests)), end="\n\n")
     print("\n".join(ablation_lines(claims)), end="\n\n")
     print("\n".join(divergence_lines(claims)))
 
