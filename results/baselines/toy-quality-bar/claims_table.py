@@ -11,7 +11,9 @@ its bootstrap CI without the multi-megabyte parquet files. ``table`` then prints
    seeds × prompts and the per-seed spread, and the τ ratio of arm pairs at each budget
    (JetFlow / DFlash-T, ...); τ at 512 / 1024 (the ``ext-`` runs) beside the same head's 16 / 64 /
    256 on the same prompts;
-2. the ablations' Δτ with their CIs (computed by ``jfbench ablate``, copied as they are);
+2. the ablations' Δτ with their CIs (computed by ``jfbench ablate``, copied as they are), plus the
+   training layout's own effect (``layout.csv``: the head ablation's reference arm, prefix layout,
+   against the default, packed; the same delta code);
 3. divergences from the AR output in every run (unexcused and excused).
 """
 
@@ -41,9 +43,21 @@ def collect(runs: Path, out: Path) -> None:
         for name in ("manifest.json", "summary.csv", "ablation.csv"):
             if (run / name).exists():
                 shutil.copy(run / name, dest / name)
+        if run.name.startswith("abl-"):
+            layout_effect(pd.read_parquet(run / "requests.parquet")).to_csv(dest / "layout.csv", index=False)
         requests = pd.read_parquet(run / "requests.parquet", columns=REQUEST_COLUMNS)
         frames.append(requests.assign(run=run.name))
     pd.concat(frames).to_csv(out / "requests.csv.gz", index=False)
+
+
+def layout_effect(requests: pd.DataFrame) -> pd.DataFrame:
+    """The head ablation's reference arm (the causal head trained on the prefix layout) against the
+    default (the same head on the packed layout): one factor, the training layout. `jfbench ablate`
+    gives a reference arm no row of its own, so this asks its delta table for that one contrast."""
+    from jetflow_bench.sweep.ablation import Comparison, ablation_table
+
+    table = ablation_table(requests, comparisons={"layout=prefix": Comparison("layout=prefix", "layout=prefix")})
+    return table[table["variant"] == "layout=prefix"]
 
 
 def _tau(emitted: np.ndarray, steps: np.ndarray) -> np.ndarray:
@@ -126,7 +140,7 @@ def ablation_lines(claims: Path) -> list[str]:
     """Claims 2-4: every ablation row as `jfbench ablate` computed it."""
     lines = ["| suite | B | variant | compared with | τ variant | τ compared | Δτ [95% CI, seeds × prompts] | Δτ per seed |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for path in sorted(claims.glob("abl-*/ablation.csv")):
+    for path in sorted([*claims.glob("abl-*/ablation.csv"), *claims.glob("abl-*/layout.csv")]):
         for row in pd.read_csv(path).itertuples():
             lines.append(f"| {row.suite} | {row.budget} | {row.variant} | {row.compared_with} | {row.tau:.2f} | "
                          f"{row.tau_default:.2f} | {row.tau_delta:+.2f} [{row.tau_delta_lo:+.2f}, {row.tau_delta_hi:+.2f}] | "
