@@ -36,7 +36,7 @@ def collect(runs: Path, out: Path) -> None:
     """Copy the small files of every run under ``runs`` into ``out``; main sweeps' requests trimmed."""
     frames = []
     for run in sorted(p for p in runs.iterdir() if (p / "manifest.json").exists()):
-        if not re.fullmatch(r"(main-s\d+|ext-s\d+|abl-\w+)", run.name):
+        if not re.fullmatch(r"(main-s\d+|ext-s\d+|abl-\w+)(-[\w-]+)?", run.name):
             continue
         dest = out / run.name
         dest.mkdir(parents=True, exist_ok=True)
@@ -118,11 +118,12 @@ def extension_table(requests: pd.DataFrame) -> list[str]:
     for (run, suite, arm), ext in requests[requests["run"].str.startswith("ext-")].groupby(["run", "suite", "drafter"]):
         if arm == "ar":
             continue
-        same = requests[(requests["run"] == run.replace("ext-", "main-")) & (requests["suite"] == suite)
+        seed = re.match(r"ext-s(\d+)", run).group(1)
+        same = requests[requests["run"].str.fullmatch(rf"main-s{seed}(-[\w-]+)?") & (requests["suite"] == suite)
                         & (requests["drafter"] == arm) & requests["request"].isin(ext["request"].unique())]
         tau = {**_taus(same), **_taus(ext)}
         cells = " | ".join(f"{tau[b]:.2f}" if b in tau else "–" for b in (16, 64, 256, 512, 1024))
-        lines.append(f"| {arm} ({suite}, seed {run.removeprefix('ext-s')}, first {ext['request'].nunique()}) | {cells} |")
+        lines.append(f"| {arm} ({suite}, seed {seed}, first {ext['request'].nunique()}) | {cells} |")
     return lines
 
 
