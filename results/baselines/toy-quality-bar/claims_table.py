@@ -3,7 +3,7 @@
     python claims_table.py collect RUNS_DIR claims/   # once, from the raw run folders
     python claims_table.py table claims/              # prints the markdown tables
 
-``collect`` copies each run's manifest and summary (and the ablations' ``ablation.csv``) and keeps
+``collect`` copies each run's manifest (its data folder written as ``<JFBENCH_DATA_DIR>``) and summary (and the ablations' ``ablation.csv``) and keeps
 the per-request counts of the main sweeps in ``requests.csv.gz``: enough to recompute every τ and
 its bootstrap CI without the multi-megabyte parquet files. ``table`` then prints
 
@@ -20,6 +20,7 @@ its bootstrap CI without the multi-megabyte parquet files. ``table`` then prints
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 from pathlib import Path
@@ -40,9 +41,12 @@ def collect(runs: Path, out: Path) -> None:
             continue
         dest = out / run.name
         dest.mkdir(parents=True, exist_ok=True)
-        for name in ("manifest.json", "summary.csv", "ablation.csv"):
+        for name in ("summary.csv", "ablation.csv"):
             if (run / name).exists():
                 shutil.copy(run / name, dest / name)
+        manifest = (run / "manifest.json").read_text()
+        data_dir = json.loads(manifest).get("data_dir")
+        (dest / "manifest.json").write_text(manifest.replace(data_dir, "<JFBENCH_DATA_DIR>") if data_dir else manifest)
         if run.name.startswith("abl-"):
             layout_effect(pd.read_parquet(run / "requests.parquet")).to_csv(dest / "layout.csv", index=False)
         requests = pd.read_parquet(run / "requests.parquet", columns=REQUEST_COLUMNS)
