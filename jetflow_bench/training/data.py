@@ -135,8 +135,6 @@ def training_sequences(
         "format": FORMAT_VERSION,
     }, sort_keys=True)
     path = runtime.cache_dir() / "train_data" / f"regen-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
-    if path.is_file():
-        return json.loads(path.read_text())["sequences"]
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # trainers of the same seed started together regenerate once

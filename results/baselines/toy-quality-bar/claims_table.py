@@ -3,9 +3,10 @@
     python claims_table.py collect RUNS_DIR claims/   # once, from the raw run folders
     python claims_table.py table claims/              # prints the markdown tables
 
-``collect`` copies each run's manifest (its data folder written as ``<JFBENCH_DATA_DIR>``) and summary (and the ablations' ``ablation.csv``) and keeps
-the per-request counts of the main sweeps in ``requests.csv.gz``: enough to recompute every τ and
-its bootstrap CI without the multi-megabyte parquet files. ``table`` then prints
+``collect`` copies each run's manifest (its data folder written as ``<JFBENCH_DATA_DIR>``),
+summary and, for ablations, ``ablation.csv``, and keeps every run's per-request counts in
+``requests.csv.gz``: enough to recompute every τ and its bootstrap CI without the multi-megabyte
+parquet files. ``table`` then prints
 
 1. τ per arm and budget (pooled over head seeds), τ(256)/τ(16) with a 95% bootstrap CI over
    seeds × prompts and the per-seed spread, and the τ ratio of arm pairs at each budget
@@ -34,7 +35,7 @@ N_BOOT = 2000
 
 
 def collect(runs: Path, out: Path) -> None:
-    """Copy the small files of every run under ``runs`` into ``out``; main sweeps' requests trimmed."""
+    """Copy the small files of every run under ``runs`` into ``out``, with their requests trimmed."""
     frames = []
     for run in sorted(p for p in runs.iterdir() if (p / "manifest.json").exists()):
         if not re.fullmatch(r"(main-s\d+|ext-s\d+|abl-\w+)(-[\w-]+)?", run.name):
@@ -47,10 +48,10 @@ def collect(runs: Path, out: Path) -> None:
         manifest = (run / "manifest.json").read_text()
         data_dir = json.loads(manifest).get("data_dir")
         (dest / "manifest.json").write_text(manifest.replace(data_dir, "<JFBENCH_DATA_DIR>") if data_dir else manifest)
+        requests = pd.read_parquet(run / "requests.parquet")
         if run.name.startswith("abl-"):
-            layout_effect(pd.read_parquet(run / "requests.parquet")).to_csv(dest / "layout.csv", index=False)
-        requests = pd.read_parquet(run / "requests.parquet", columns=REQUEST_COLUMNS)
-        frames.append(requests.assign(run=run.name))
+            layout_effect(requests).to_csv(dest / "layout.csv", index=False)
+        frames.append(requests[REQUEST_COLUMNS].assign(run=run.name))
     pd.concat(frames).to_csv(out / "requests.csv.gz", index=False)
 
 
