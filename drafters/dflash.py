@@ -17,7 +17,7 @@ import torch
 from drafters.base import SequenceView
 from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
-from drafters.masks import block_allowed, join
+from drafters.masks import block_allowed, block_layout
 from drafters.timing import span
 from drafters.tree_ops import Dists, draft_trees
 from jetflow_bench.tree import DraftTree
@@ -33,11 +33,10 @@ class DFlashDrafter(LearnedDrafter):
         from one head forward."""
         head = self.head
         n = head.cfg.block_size  # anchor + D masks
-        device = cache.last_feature.device
-        offsets = torch.arange(n, device=device)  # (n,)
-        x = head.block_inputs(anchors[:, None].expand(-1, n), (offsets > 0).expand(len(anchors), n))  # (B, n, H)
+        offsets, is_mask = block_layout(n, cache.last_feature.device)  # (n,) each
+        x = head.block_inputs(anchors[:, None].expand(-1, n), is_mask.expand(len(anchors), n))  # (B, n, H)
         positions = cache.anchor_positions()[:, None] + offsets  # (B, n)
-        mask = join(cache.context_allowed(n), block_allowed(head.cfg.mode, 1, n, device), x.dtype)
+        mask = cache.mask(block_allowed(head.cfg.mode, 1, n, offsets.device), x.dtype)
         hidden = head(x, positions, mask, cache.scratch(0, n))  # (B, n, H)
         return self.children(head.logits(hidden[:, 1:]))  # (B, D, K)
 

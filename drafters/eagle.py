@@ -21,7 +21,6 @@ from drafters.base import SequenceView
 from drafters.checkpoint import HeadInfo
 from drafters.head import DraftHead
 from drafters.learned import LearnedDrafter
-from drafters.masks import join
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import Dists, KnownNodes, draft_trees
@@ -70,7 +69,6 @@ class EagleDrafter(LearnedDrafter):
         parent = torch.full((b, 1), -1, dtype=torch.long, device=device)
         score = torch.zeros(b, 1, dtype=torch.float64, device=device)
         rows = torch.arange(b, device=device)[:, None]
-        context = cache.context_allowed(self.top_k)  # (B, top_k, L): the frontier's view of the context
         anchors = cache.anchor_positions()[:, None]  # (B, 1)
         written = 0
         for level in range(depth):
@@ -83,7 +81,7 @@ class EagleDrafter(LearnedDrafter):
             sees[:, own, own] = True
             x = head.eagle_inputs(tokens, parent_feature)  # (B, n, H)
             positions = anchors + level  # every frontier node sits at this depth
-            mask = join(context[:, :n], sees[:, own, : written + n], x.dtype)
+            mask = cache.mask(sees[:, own, : written + n], x.dtype)
             out = head(x, positions.expand(b, n), mask, cache.scratch(written, n))  # (B, n, H)
             features[:, own] = out
             dists = self.children(head.logits(out))  # (B, n, K)

@@ -18,7 +18,7 @@ import torch
 
 from drafters.base import SequenceView
 from drafters.head import DraftHead
-from drafters.masks import context_allowed
+from jetflow_bench.kernels.mask import TreeMask
 from jetflow_bench.kv_cache import KVCache
 
 
@@ -45,6 +45,7 @@ class ContextCache:
         self.requests = list(requests)  # request id of each row
         self.kv = KVCache(cfg.num_layers, len(requests), cfg.num_kv_heads, cfg.head_dim, capacity, param.dtype, param.device)
         self.last_feature = torch.zeros(len(requests), cfg.hidden_size, dtype=param.dtype, device=param.device)  # (B, H)
+        self._positions: torch.Tensor | None = None  # `anchor_positions`, until the lengths change
 
     @property
     def lengths(self) -> list[int]:
@@ -62,6 +63,7 @@ class ContextCache:
             self.kv.keep_rows(rows)
             self.last_feature = self.last_feature[rows]
             self.requests = wanted
+            self._positions = None
 
     @torch.inference_mode()
     def append(self, features: Sequence[torch.Tensor]) -> None:
@@ -81,7 +83,7 @@ class ContextCache:
         if shared_start:
             slots = torch.arange(self.lengths[0], self.lengths[0] + n, device=device).expand(len(counts), n)
         else:  # (B, n); padding lands in unused slots
-            slots = torch.tensor(self.lengths, device=device)[:, None] + torch.arange(n, device=device)
+            slots = self.anchor_positions()[:, None] + torch.arange(n, device=device)
         for layer, (k, v) in enumerate(self.head.context_kv(fused, slots)):
             if shared_start:
                 self.kv.write_span(layer, self.lengths[0], k, v)
@@ -92,18 +94,24 @@ class ContextCache:
         else:
             last = torch.tensor([c - 1 for c in counts], device=device)
             self.last_feature = fused[torch.arange(len(counts), device=device), last]
-        self.kv.commit([range(c) for c in counts])  # identity paths: only the lengths advance
+        self.kv.advance(counts)
+        self._positions = None
 
     def scratch(self, start: int, count: int) -> ScratchKV:
         """A store whose entries occupy scratch slots [max_len + start, max_len + start + count)."""
         self.kv.reserve(self.max_len + start + count)
         return ScratchKV(self.kv, self.max_len + start, count)
 
-    def context_allowed(self, entries: int) -> torch.Tensor:
-        """(B, entries, max_len) bool: each row sees its own committed context only."""
-        lengths = torch.tensor(self.lengths, device=self.last_feature.device)
-        return context_allowed(lengths[:, None].expand(-1, entries), self.max_len)
+    def mask(self, entries: torch.Tensor, dtype: torch.dtype) -> TreeMask:
+        """The mask of a forward over scratch entries: every entry of row b sees row b's committed
+        context (and nothing of the other rows' longer contexts), then the entries ``entries``
+        (B, N, E) or (N, E) allows. The same as ``join(context_allowed(...), entries, dtype)``
+        without building the (B, N, max_len) boolean rows."""
+        n = entries.shape[-2]
+        return TreeMask.after_prefixes(self.anchor_positions()[:, None].expand(-1, n), self.max_len, entries, dtype)
 
     def anchor_positions(self) -> torch.Tensor:
         """(B,) position of each row's root / anchor (= its committed context length)."""
-        return torch.tensor(self.lengths, device=self.last_feature.device)
+        if self._positions is None:
+            self._positions = torch.tensor(self.lengths, device=self.last_feature.device)
+        return self._positions

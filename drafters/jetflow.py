@@ -43,7 +43,7 @@ import torch
 from drafters.base import SequenceView
 from drafters.dflash import DFlashDrafter
 from drafters.head_cache import ContextCache
-from drafters.masks import join, tree_allowed
+from drafters.masks import tree_allowed
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import Dists, KnownNodes, TreeBatch, build_trees
@@ -151,7 +151,7 @@ class JetFlowDrafter(DFlashDrafter):
         e = tokens.shape[1]
         x = head.block_inputs(tokens, is_mask)  # (B, E, H)
         positions = cache.anchor_positions()[:, None] + depths  # (B, E)
-        mask = join(cache.context_allowed(e), tree_allowed(parents, depths), x.dtype)
+        mask = cache.mask(tree_allowed(parents, depths), x.dtype)
         hidden = head(x, positions, mask, cache.scratch(0, e))  # (B, E, H)
         asked = where >= 0  # (B, N)
         queries = hidden.gather(1, where.clamp(min=0)[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, N, H)

@@ -47,6 +47,21 @@ def _block_allowed(mode: str, n_blocks: int, block_len: int, device: torch.devic
     return torch.kron(eye.int(), inner.int()).bool()
 
 
+def block_layout(block_len: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(offsets (n,), is_mask (n,)) of one inference block [anchor, MASK x (n - 1)].
+
+    Cached like `block_allowed`: every drafting step of a block head lays out the same block.
+    Callers must not write to them.
+    """
+    return _block_layout(block_len, None if device is None else torch.device(device))
+
+
+@functools.lru_cache(maxsize=16)
+def _block_layout(block_len: int, device: torch.device | None) -> tuple[torch.Tensor, torch.Tensor]:
+    offsets = torch.arange(block_len, device=device)
+    return offsets, offsets > 0
+
+
 def tree_allowed(parents: torch.Tensor, depths: torch.Tensor) -> torch.Tensor:
     """(B, N, N) bool: each entry sees itself and its ancestors (tree mode)."""
     return ancestor_mask(parents, depths)

@@ -112,10 +112,14 @@ def conditional_lookup(
     return lambda path: conditionals.get(path) or fallback(path)
 
 
+def level_penalty(dist: ChildDist, options: TreeOptions) -> float:
+    """What every child of ``dist`` pays on top of its log-prob: gamma * H under entropy scoring, else 0."""
+    return options.entropy_weight * dist.entropy if options.scoring == "entropy" else 0.0
+
+
 def child_score(parent_score: float, dist: ChildDist, rank: int, options: TreeOptions) -> float:
     """Score of the ``rank``-th child of a node scored ``parent_score`` (see module docstring)."""
-    penalty = options.entropy_weight * dist.entropy if options.scoring == "entropy" else 0.0
-    return parent_score + dist.logps[rank] - penalty
+    return parent_score + dist.logps[rank] - level_penalty(dist, options)
 
 
 def build_tree(
@@ -166,7 +170,7 @@ def build_tree(
         _, _, parent, rank, dist = heapq.heappop(heap)
         node = add(parent, dist, rank)
         push(node, dist_of(node), 0)
-    return DraftTree(tokens, parents, scores, logps)
+    return DraftTree.trusted(tokens, parents, scores, [len(path) for path in paths], logps)
 
 
 def _accum_tree(
@@ -176,26 +180,38 @@ def _accum_tree(
 
     The heap holds (-score, node index); node indices grow in insertion order, so equal scores pop
     the earlier-added node first. Children are added whatever their log-prob (a -inf child is
-    still a token the target may pick), exactly as the authors' builder does.
+    still a token the target may pick), exactly as the authors' builder does. Only popped nodes
+    need their token path (about budget / K of them), so it is walked up from the parents then.
     """
-    tokens, parents, scores, logps, paths = [root], [-1], [0.0], [0.0], [()]
+    tokens, parents, scores, logps, depths = [root], [-1], [0.0], [0.0], [0]
     heap: list[tuple[float, int]] = [(0.0, 0)]  # (-score, node)
     while heap and len(tokens) < budget:
         _, node = heapq.heappop(heap)
-        if len(paths[node]) >= options.max_depth:
+        depth = depths[node]
+        if depth >= options.max_depth:
             continue  # at the depth cap: popped, adds nothing, costs no budget
-        dist = children(paths[node])
+        dist = children(_path_to(node, tokens, parents))
         if dist is None:
             continue
+        base, penalty = scores[node], level_penalty(dist, options)
         for rank in range(min(options.fanout, len(dist.tokens), budget - len(tokens))):
-            child = len(tokens)
+            score = base + dist.logps[rank] - penalty  # = child_score(base, dist, rank, options)
+            heapq.heappush(heap, (-score, len(tokens)))
             tokens.append(dist.tokens[rank])
             parents.append(node)
-            scores.append(child_score(scores[node], dist, rank, options))
+            scores.append(score)
             logps.append(dist.logps[rank])
-            paths.append((*paths[node], dist.tokens[rank]))
-            heapq.heappush(heap, (-scores[child], child))
-    return DraftTree(tokens, parents, scores, logps)
+            depths.append(depth + 1)
+    return DraftTree.trusted(tokens, parents, scores, depths, logps)
+
+
+def _path_to(node: int, tokens: list[int], parents: list[int]) -> TokenPath:
+    """Tokens below the root down to ``node`` (root excluded)."""
+    path = []
+    while node > 0:
+        path.append(tokens[node])
+        node = parents[node]
+    return tuple(reversed(path))
 
 
 def tree_paths(tree: DraftTree) -> list[TokenPath]:

@@ -12,6 +12,8 @@ One speculative run per (drafter, budget) with a `drafters.timing.SplitTimer` ac
 
 plus the verify time of that run and the step time of a plain AR run on the same prompts. Every
 span synchronises the device, so on a GPU the split is exact but the run is slower than a sweep.
+The prompts are decoded in batches one after another and every batched forward weighs the same:
+one prompt gives 30-70 steps, whose split moves by a point or two from run to run.
 """
 
 from __future__ import annotations
@@ -89,25 +91,28 @@ def _timed(drafter: Drafter, timer: SplitTimer) -> Iterator[None]:
             restore()
 
 
-def ar_step_ms(target: TargetRunner, prompts: Sequence[Sequence[int]], stop: StopRule) -> float:
-    """Mean wall time of one plain decode step (after a warm-up run)."""
-    generate(target, prompts, stop)
-    steps = _batched(generate(target, prompts, stop).steps)
+Batches = Sequence[Sequence[Sequence[int]]]  # batches of prompts (token ids), decoded one after another
+
+
+def ar_step_ms(target: TargetRunner, batches: Batches, stop: StopRule) -> float:
+    """Mean wall time of one plain decode step over every batch (after a warm-up on the first)."""
+    generate(target, batches[0], stop)
+    steps = [s for prompts in batches for s in _batched(generate(target, prompts, stop).steps)]
     return 1e3 * sum(s.draft_s + s.verify_s + s.other_s for s in steps) / len(steps)
 
 
 def split_drafter(
-    name: str, drafter: Drafter, target: TargetRunner, prompts: Sequence[Sequence[int]], stop: StopRule,
-    budget: int, ar_ms: float,
+    name: str, drafter: Drafter, target: TargetRunner, batches: Batches, stop: StopRule, budget: int, ar_ms: float,
 ) -> DraftSplit:
-    """Warm up, then one timed speculative run -> the per-step split."""
-    generate(target, prompts, stop, budget=budget, drafter=drafter)
+    """Warm up on the first batch, then one timed speculative run over every batch -> the per-step split."""
+    generate(target, batches[0], stop, budget=budget, drafter=drafter)
     timer = SplitTimer(target.device)
     with _timed(drafter, timer):
-        result: BatchResult = generate(target, prompts, stop, budget=budget, drafter=drafter)
-    steps = _batched(result.steps)
+        results: list[BatchResult] = [generate(target, prompts, stop, budget=budget, drafter=drafter) for prompts in batches]
+    rows = [s for r in results for s in r.steps]
+    steps = [s for r in results for s in _batched(r.steps)]
     n = len(steps)
     draft, head, tree = (1e3 * timer.seconds[k] / n for k in ("draft", "head", "tree"))
-    tau = sum(s.emitted for s in result.steps) / len(result.steps)
+    tau = sum(s.emitted for s in rows) / len(rows)
     verify = 1e3 * sum(s.verify_s for s in steps) / n
-    return DraftSplit(name, budget, len(prompts), n, tau, draft, head, tree, draft - head - tree, verify, ar_ms)
+    return DraftSplit(name, budget, len(batches[0]), n, tau, draft, head, tree, draft - head - tree, verify, ar_ms)

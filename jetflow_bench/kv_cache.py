@@ -114,6 +114,11 @@ class KVCache:
             self.k[:, rows_t, :, dst_t] = self.k[:, rows_t, :, src_t]
             self.v[:, rows_t, :, dst_t] = self.v[:, rows_t, :, src_t]
 
+    def advance(self, counts: Sequence[int]) -> None:
+        """Commit the ``counts[b]`` slots just written after each row's prefix where they lie
+        (`commit` with identity paths, without walking them)."""
+        self.lengths = [n + c for n, c in zip(self.lengths, counts, strict=True)]
+
     def keep_rows(self, rows: Sequence[int]) -> None:
         """Drop finished sequences so later forwards skip them (one copy per finish event)."""
         index = torch.tensor(list(rows), device=self.k.device)

@@ -61,11 +61,17 @@ class DraftTree:
         self.depths = depths
 
     @classmethod
-    def trusted(cls, tokens: list[int], parents: list[int], scores: list[float], depths: list[int]) -> DraftTree:
-        """A tree built on the device with its depths already known: no O(N) Python pass over it."""
+    def trusted(
+        cls, tokens: list[int], parents: list[int], scores: list[float], depths: list[int],
+        draft_logps: list[float] | None = None,
+    ) -> DraftTree:
+        """A tree from a builder that already knows its depths: no O(N) Python pass to check it.
+
+        ``draft_logps`` None: the builder did not record them (the device builder).
+        """
         tree = cls.__new__(cls)
         tree.tokens, tree.parents, tree.scores, tree.depths = tokens, parents, scores, depths
-        tree.draft_logps = None  # the device builder does not record them
+        tree.draft_logps = draft_logps
         return tree
 
     @classmethod

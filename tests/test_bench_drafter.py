@@ -16,6 +16,7 @@ import torch
 from drafters import DRAFTERS, timing
 from drafters.timing import SplitTimer, span
 from jetflow_bench.bench_drafter import split_drafter
+from jetflow_bench.errors import JfbenchError
 from jetflow_bench.stopping import StopRule
 from tests.conftest import shared_data_dir
 from tests.test_drafters_head import PROMPTS, checkpoints, target  # noqa: F401 - fixtures
@@ -37,13 +38,23 @@ def test_split_adds_up_and_unwraps(target, checkpoints):  # noqa: F811
     stop = StopRule(12)
     for name in ("eagle", "dflash", "jetflow"):
         drafter = DRAFTERS.get(name).build(target, checkpoints[name])
-        split = split_drafter(name, drafter, target, PROMPTS, stop, 16, ar_ms=1.0)
+        split = split_drafter(name, drafter, target, [PROMPTS], stop, 16, ar_ms=1.0)
         assert split.steps > 0 and split.draft_ms > 0
         assert split.head_ms > 0 and split.tree_ms > 0
         assert split.head_ms + split.tree_ms <= split.draft_ms * 1.001
         assert 0 <= split.non_forward_share <= 1
         assert "propose" not in vars(drafter) and "forward" not in vars(drafter.head)  # class methods again
     assert timing._ACTIVE is None
+
+
+def test_every_batch_is_timed(target, checkpoints):  # noqa: F811
+    """Two batches of one prompt: the split counts both runs' forwards (a bug timing only the first,
+    or the warm-up, would count one) and stays batch 1."""
+    stop = StopRule(12)
+    drafter = DRAFTERS.get("dflash").build(target, checkpoints["dflash"])
+    one = [split_drafter("dflash", drafter, target, [[p]], stop, 16, ar_ms=1.0) for p in PROMPTS]
+    both = split_drafter("dflash", drafter, target, [[p] for p in PROMPTS], stop, 16, ar_ms=1.0)
+    assert both.steps == sum(s.steps for s in one) and both.batch_size == 1
 
 
 @pytest.mark.skipif(shared_data_dir() is None, reason="benchmark data not found (set JFBENCH_DATA_DIR)")
@@ -63,3 +74,6 @@ def test_cli_rows_per_arm_and_budget(target, checkpoints):  # noqa: F811
     assert [(r["drafter"], r["budget"]) for r in rows] == [
         ("dflash", 4), ("dflash", 8), ("jetflow[refine_passes=1]", 4), ("jetflow[refine_passes=1]", 8)]
     assert all(r["draft_ms"] > 0 and 0 <= r["non_forward_share"] <= 1 for r in rows)
+    uneven = CliRunner().invoke(app, [*args[:-2], "--prompts", "3", "--batch-size", "2"])
+    assert isinstance(uneven.exception, JfbenchError)  # `main` prints it as one line, exit code 2
+    assert "--prompts 3 is not a multiple of --batch-size 2" in str(uneven.exception)

@@ -16,7 +16,7 @@ import torch
 
 from drafters import DRAFTERS
 from drafters.jetflow import refinement_entries
-from drafters.masks import join, tree_allowed
+from drafters.masks import tree_allowed
 from drafters.tree_builder import (
     ChildDist,
     build_tree,
@@ -51,7 +51,7 @@ def reference_block(drafter, seqs, budget: int) -> list[DraftTree]:
         e = tokens.shape[1]
         is_mask = (torch.arange(e) >= n_nodes[:, None]) & valid
         x = head.block_inputs(tokens, is_mask)
-        mask = join(cache.context_allowed(e), tree_allowed(parents, depths), x.dtype)
+        mask = cache.mask(tree_allowed(parents, depths), x.dtype)
         hidden = head(x, cache.anchor_positions()[:, None] + depths, mask, cache.scratch(0, e))
         index = torch.tensor([(b, len(t) + j) for b, t in enumerate(trees) for j in range(len(built[b][1]))])
         dists = iter(child_dists(head.logits(hidden[index[:, 0], index[:, 1]]), drafter.tree.fanout))
@@ -90,7 +90,7 @@ def reference_eagle(drafter, seqs, budget: int) -> list[DraftTree]:
         sees[:, own] = sees[rows, parent.clamp(min=0)] & (parent >= 0)[..., None]
         sees[:, own, own] = True
         x = head.eagle_inputs(tokens, parent_feature)
-        mask = join(cache.context_allowed(n), sees[:, own, : written + n], x.dtype)
+        mask = cache.mask(sees[:, own, : written + n], x.dtype)
         out = head(x, (cache.anchor_positions()[:, None] + level).expand(b, n), mask, cache.scratch(written, n))
         features[:, own] = out
         dists = child_dists(head.logits(out).flatten(0, 1), drafter.tree.fanout)

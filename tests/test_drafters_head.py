@@ -18,7 +18,7 @@ from drafters.base import SequenceView
 from drafters.checkpoint import TargetShape, default_taps, load_head, save_head
 from drafters.head import DraftHead, HeadConfig
 from drafters.head_cache import ContextCache
-from drafters.masks import block_allowed, join, tree_allowed
+from drafters.masks import block_allowed, context_allowed, join, tree_allowed
 from jetflow_bench.engine import generate
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.stopping import StopRule
@@ -102,7 +102,7 @@ def run_entries(head: DraftHead, cache: ContextCache, tokens, parents, is_mask, 
     depths = pad_trees([DraftTree(tokens[0].tolist(), parents)])[2]
     x = head.block_inputs(tokens, torch.tensor(is_mask)[None])
     positions = cache.anchor_positions()[:, None] + depths
-    mask = join(cache.context_allowed(tokens.shape[1]), allowed, x.dtype)
+    mask = cache.mask(allowed, x.dtype)
     with torch.inference_mode():
         return head(x, positions, mask, cache.scratch(0, tokens.shape[1]))[0]
 
@@ -157,6 +157,29 @@ def test_rows_follow_the_engine_when_requests_finish(target, checkpoints):
     cache.align(seqs[1:])
     assert cache.requests == [1]
     torch.testing.assert_close(cache.kv.k[:, :, :, : len(PROMPTS[1])], kept)
+
+
+def test_cache_mask_sees_each_rows_own_context_and_follows_the_lengths(target, checkpoints):
+    """`ContextCache.mask` is ``join(context_allowed(lengths), entries)`` without the boolean rows.
+
+    Bugs: a row seeing another row's longer context, anchor positions kept from before an append or
+    a finished row (the cache memoises them until the lengths change).
+    """
+    head, _ = load_head(checkpoints["dflash"], target)
+    cache, seqs = observed_cache(target, head)
+    entries = block_allowed("causal", 1, 3)
+    lengths = [len(p) for p in PROMPTS]
+    for _ in range(2):
+        assert cache.anchor_positions().tolist() == lengths
+        limits = torch.tensor(lengths)[:, None].expand(-1, 3)
+        reference = join(context_allowed(limits, max(lengths)), entries, torch.float32)
+        mask = cache.mask(entries, torch.float32)
+        assert torch.equal(mask.allowed(), reference.allowed()) and mask.kv_len == reference.kv_len
+        out = target.score(PROMPTS, taps=head.cfg.taps)
+        cache.append([out.hidden[0, :2], out.hidden[1, :1]])  # rows grow unequally
+        lengths = [lengths[0] + 2, lengths[1] + 1]
+    cache.align(seqs[1:])
+    assert cache.anchor_positions().tolist() == [lengths[1]]
 
 
 @pytest.mark.parametrize("name", sorted(HEADS))

@@ -78,7 +78,7 @@ class NextTokenDrafter(LearnedDrafter):
         roots = torch.tensor([[s.tokens[-1], 0] for s in seqs], device=device)  # (B, 2); the MASK's token is unused
         x, _ = one_step_blocks(self.head, roots)
         positions = cache.anchor_positions()[:, None] + torch.arange(2, device=device)  # (B, 2)
-        mask = join(cache.context_allowed(2), block_allowed(self.head.cfg.mode, 1, 2, device), x.dtype)
+        mask = cache.mask(block_allowed(self.head.cfg.mode, 1, 2, device), x.dtype)
         hidden = self.head(x, positions, mask, cache.scratch(0, 2))  # (B, 2, H)
         guesses = self.head.logits(hidden[:, 1]).argmax(-1).tolist()  # (B,)
         return [DraftTree.chain([s.tokens[-1], g][:budget]) for s, g in zip(seqs, guesses, strict=True)]

@@ -84,6 +84,10 @@ def drafter(
     budgets: Annotated[str, typer.Option(help="Comma-separated budgets B (tree nodes incl. root).")] = "16,64,256",
     suite: Annotated[str, typer.Option(help="Suite whose first prompts are used.")] = "gsm8k",
     batch_size: Annotated[int, typer.Option(min=1, help="Prompts decoded together.")] = 1,
+    prompts: Annotated[
+        int, typer.Option("--prompts", min=1, help="Prompts timed, decoded in batches of --batch-size one after another "
+                          "(a multiple of it): more prompts, a steadier split.")
+    ] = 8,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per prompt (no early EOS).")] = 128,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -109,22 +113,26 @@ def drafter(
     from jetflow_bench.sweep.grid import DEFAULT_VARIANT, parse_budgets, parse_drafters
     from jetflow_bench.target import TargetRunner
 
+    if prompts % batch_size:
+        raise JfbenchError(f"--prompts {prompts} is not a multiple of --batch-size {batch_size}: "
+                           f"use e.g. --prompts {prompts - prompts % batch_size or batch_size}")
     set_threads(threads)
     sizes = parse_budgets(budgets)
     specs = [arm_spec(name, options, ckpt) for text in drafters for name, options, ckpt in
              parse_drafters(text, "--drafter")]
     runner = TargetRunner.load(target, device=device, dtype=dtype)
-    requests = suite_requests(runner, suite, resolve_data_dir(data_dir), limit=batch_size)
-    if len(requests) < batch_size:
-        raise JfbenchError(f"suite {suite!r} has only {len(requests)} prompts: lower --batch-size")
-    prompts = [encode(runner, r.prompt) for r in requests]
+    requests = suite_requests(runner, suite, resolve_data_dir(data_dir), limit=prompts)
+    if len(requests) < prompts:
+        raise JfbenchError(f"suite {suite!r} has only {len(requests)} prompts: lower --prompts")
+    encoded = [encode(runner, r.prompt) for r in requests]
+    batches = [encoded[i : i + batch_size] for i in range(0, prompts, batch_size)]
     stop = StopRule(max_new_tokens)  # no early EOS: every run decodes the same length
-    ar_ms = ar_step_ms(runner, prompts, stop)
+    ar_ms = ar_step_ms(runner, batches, stop)
     splits = []
     for spec in specs:
         built = DRAFTERS.get(spec.name).build(runner, checkpoint=spec.checkpoint, **dict(spec.options))
         label = spec.name if spec.variant == DEFAULT_VARIANT else f"{spec.name}[{spec.variant}]"
-        splits += [split_drafter(label, built, runner, prompts, stop, budget, ar_ms) for budget in sizes]
+        splits += [split_drafter(label, built, runner, batches, stop, budget, ar_ms) for budget in sizes]
     if fmt in (TableFormat.json, TableFormat.csv):
         emit([s.row() for s in splits], fmt)
         return
@@ -133,7 +141,8 @@ def drafter(
         "head fwd": f"{s.head_ms:.2f}", "tree": f"{s.tree_ms:.2f}", "rest": f"{s.rest_ms:.2f}",
         "non-fwd share": f"{s.non_forward_share:.0%}", "verify": f"{s.verify_ms:.2f}", "AR step": f"{s.ar_step_ms:.2f}",
     } for s in splits], fmt, left=("drafter",),
-        title=f"drafting time per verify step (ms) — {runner.name}, batch {batch_size}, {max_new_tokens} new tokens",
+        title=f"drafting time per verify step (ms) — {runner.name}, {prompts} prompts in batches of {batch_size}, "
+              f"{max_new_tokens} new tokens",
         caption=f"device {runner.device}, dtype {runner.dtype}; non-fwd share = (draft - head fwd) / draft")
 
 

@@ -61,10 +61,18 @@ class TreeMask:
         """Draft head: context (B, N, T) bool whose rows are prefixes (entry i sees positions < some
         limit, as ``drafters.masks.context_allowed`` builds them) and entries (B, N, E) or (N, E)
         stored right after the T context slots."""
-        b, n, t = context.shape
+        return cls.after_prefixes(context.sum(-1), context.shape[-1], entries, dtype)
+
+    @classmethod
+    def after_prefixes(
+        cls, prefix_lens: torch.Tensor, context_len: int, entries: torch.Tensor, dtype: torch.dtype
+    ) -> TreeMask:
+        """`for_block` given each query's prefix length (B, N) instead of its (B, N, T) context row:
+        what an inference head knows without building the boolean rows."""
+        b, n = prefix_lens.shape
         entries = entries.expand(b, n, entries.shape[-1])
-        start = torch.full((b,), t, dtype=torch.long, device=context.device)
-        return cls(context.sum(-1), start, entries, t + entries.shape[-1], dtype)
+        start = torch.full((b,), context_len, dtype=torch.long, device=prefix_lens.device)
+        return cls(prefix_lens, start, entries, context_len + entries.shape[-1], dtype)
 
     @classmethod
     def full(cls, batch: int, queries: int, kv_len: int, dtype: torch.dtype, device: torch.device) -> TreeMask:
