@@ -43,6 +43,7 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -56,9 +57,12 @@ BUILDERS = ("auto", "tensor", "host")
 TokenPath = tuple[int, ...]  # tokens below the root, root excluded; () is the root itself
 
 
-@dataclass(frozen=True)
-class ChildDist:
-    """Candidate children of one node: distinct tokens in descending log-prob order."""
+class ChildDist(NamedTuple):
+    """Candidate children of one node: distinct tokens in descending log-prob order.
+
+    A named tuple rather than a frozen dataclass: the host builder makes one per depth (or per known
+    node) every drafting step, and a frozen dataclass costs several times as much to construct.
+    """
 
     tokens: tuple[int, ...]  # (K,)
     logps: tuple[float, ...]  # (K,) log q(token), non-increasing
