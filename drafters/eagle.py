@@ -73,32 +73,33 @@ class EagleDrafter(LearnedDrafter):
         written = 0
         for level in range(depth):
             n = tokens.shape[1]
-            parent_feature = torch.where(
-                (parent >= 0)[..., None], features[rows, parent.clamp(min=0)], cache.last_feature[:, None]
-            )  # (B, n, H)
-            own = written + torch.arange(n, device=device)  # (n,) entry index of each frontier node
-            sees[:, own] = sees[rows, parent.clamp(min=0)] & (parent >= 0)[..., None]  # ancestors' rows
-            sees[:, own, own] = True
+            own = slice(written, written + n)  # entries of this frontier (they follow the levels above)
+            if level == 0:  # the root: its input feature is the target's, it sees no entry but itself
+                parent_feature = cache.last_feature[:, None]  # (B, 1, H)
+            else:  # every frontier node's parent is an entry of the level above
+                parent_feature = features[rows, parent]  # (B, n, H)
+                sees[:, own] = sees[rows, parent]  # ancestors' rows
+            sees[:, own].diagonal(written, 1, 2).fill_(True)  # and itself
             x = head.eagle_inputs(tokens, parent_feature)  # (B, n, H)
             positions = anchors + level  # every frontier node sits at this depth
-            mask = cache.mask(sees[:, own, : written + n], x.dtype)
+            mask = cache.mask(sees[:, own, : written + n], x.dtype)  # rows of this level: never written again
             out = head(x, positions.expand(b, n), mask, cache.scratch(written, n))  # (B, n, H)
             features[:, own] = out
             dists = self.children(head.logits(out))  # (B, n, K)
             with span("tree"):
                 trie_parent[:, own], trie_token[:, own] = parent, tokens
                 explored.record(own, dists)
-                tokens, parent, score = self._next_frontier(score, dists, own)
+                tokens, parent, score = self._next_frontier(score, dists, written)
             written += n
         with span("tree"):
             known = KnownNodes(trie_parent, trie_token, explored.has, explored.store)
             return draft_trees(trie_token[:, 0], budget, self.tree, known=known)
 
     def _next_frontier(
-        self, score: torch.Tensor, dists: Dists, own: torch.Tensor
+        self, score: torch.Tensor, dists: Dists, first: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The best ``top_k`` children of the frontier by score (ties: frontier order, then rank) ->
-        their tokens, parent entries and scores, (B, top_k) each."""
+        """The best ``top_k`` children of the frontier (entries ``first``, ``first + 1``, ...) by score
+        (ties: frontier order, then rank) -> their tokens, parent entries and scores, (B, top_k) each."""
         b, n, _ = dists.tokens.shape
         fanout = min(self.tree.fanout, dists.k)
         penalty = self.tree.entropy_weight * dists.entropy.double() if self.tree.scoring == "entropy" else 0.0
@@ -107,7 +108,7 @@ class EagleDrafter(LearnedDrafter):
         )  # (B, n, K), as `child_score` adds
         best = (-child.reshape(b, -1)).sort(dim=-1, stable=True).indices[:, : self.top_k]  # (B, top_k)
         tokens = dists.tokens[..., :fanout].reshape(b, -1).gather(1, best)
-        parent = own[best // fanout]
+        parent = first + best // fanout
         return tokens, parent, child.reshape(b, -1).gather(1, best)
 
 
@@ -119,9 +120,9 @@ class _Explored:
         self.has: torch.Tensor | None = None  # (B, capacity) bool
         self.store: Dists | None = None
 
-    def record(self, entries: torch.Tensor, dists: Dists) -> None:
+    def record(self, entries: slice, dists: Dists) -> None:
         if self.store is None:  # K = the heads' top-k width, min(fanout, vocab)
-            shape, device = (self.rows, self.capacity), entries.device
+            shape, device = (self.rows, self.capacity), dists.tokens.device
             self.has = torch.zeros(shape, dtype=torch.bool, device=device)
             self.store = Dists(dists.tokens.new_zeros(*shape, dists.k), dists.logps.new_zeros(*shape, dists.k),
                                dists.entropy.new_zeros(shape))
