@@ -12,8 +12,9 @@ One speculative run per (drafter, budget) with a `drafters.timing.SplitTimer` ac
 
 plus the verify time of that run and the step time of a plain AR run on the same prompts. Every
 span synchronises the device, so on a GPU the split is exact but the run is slower than a sweep.
-The prompts are decoded in batches one after another and every batched forward weighs the same:
-one prompt gives 30-70 steps, whose split moves by a point or two from run to run.
+The prompts are decoded in batches, one after another, and each batched forward counts once in
+the means. Several prompts, not one: one prompt gives only 30-70 steps, whose split moves by a
+point or two between runs.
 """
 
 from __future__ import annotations
