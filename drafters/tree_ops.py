@@ -78,9 +78,9 @@ def top_children(logits: torch.Tensor, k: int, with_entropy: bool = True) -> Dis
 
     ``with_entropy=False`` leaves the entropies at 0: only ``scoring="entropy"`` reads them, and the
     full-vocabulary pass they need is a visible share of a CPU drafting step. One ``topk`` over the
-    vocabulary, not a blocked two-stage one: the two stages win in a hot loop (~45 vs ~55 us for
-    15 x 4096 rows here) but lose inside a drafting step (~100 vs ~60 us), where each of their ten
-    small ops runs with cold caches between the head's matrix products.
+    vocabulary, not a blocked two-stage one: the two stages won in a hot loop on 15 x 4096 rows but
+    lost inside a drafting step, where each of their ten small ops runs with cold caches between the
+    head's matrix products (measure such cuts in place, with ``jfbench bench drafter``).
     """
     r, s, v = logits.shape
     logp = torch.log_softmax(logits.reshape(r * s, v).float(), dim=-1)  # (R*S, V)
