@@ -17,10 +17,11 @@ import torch
 from drafters.base import SequenceView
 from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
-from drafters.masks import block_allowed, block_layout
 from drafters.timing import span
-from drafters.tree_ops import Dists, draft_trees
+from drafters.tree_ops import draft_trees
+from drafters.tree_tensors import Dists
 from jetflow_bench.engine.tree import DraftTree
+from jetflow_bench.heads.masks import block_allowed, block_layout
 
 
 class DFlashDrafter(LearnedDrafter):

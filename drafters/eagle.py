@@ -18,14 +18,15 @@ from collections.abc import Sequence
 import torch
 
 from drafters.base import SequenceView
-from drafters.checkpoint import HeadInfo
-from drafters.head import DraftHead
 from drafters.learned import LearnedDrafter
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
-from drafters.tree_ops import Dists, KnownNodes, draft_trees
+from drafters.tree_ops import draft_trees
+from drafters.tree_tensors import Dists, KnownNodes
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.heads.checkpoint import HeadInfo
+from jetflow_bench.heads.head import DraftHead
 
 
 class EagleDrafter(LearnedDrafter):

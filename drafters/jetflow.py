@@ -43,12 +43,13 @@ import torch
 from drafters.base import SequenceView
 from drafters.dflash import DFlashDrafter
 from drafters.head_cache import ContextCache
-from drafters.masks import tree_allowed
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
-from drafters.tree_ops import Dists, KnownNodes, TreeBatch, build_trees
+from drafters.tree_ops import build_trees
+from drafters.tree_tensors import Dists, KnownNodes, TreeBatch
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.heads.masks import tree_allowed
 
 
 def refinement_entries(tree: DraftTree, max_depth: int) -> tuple[DraftTree, list[int]]:

@@ -21,9 +21,12 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Name -> plug-in, with aliases, lazy imports, duplicate checks and "did you mean"."""
 
-    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
+    def __init__(self, kind: str, entry_point_group: str | None = None, builtins: str | None = None) -> None:
         self.kind = kind  # e.g. "drafter"; used in error messages
         self.entry_point_group = entry_point_group
+        # The module that registers the built-ins, imported before the first lookup: code below the
+        # plug-in package (training) finds plug-ins by name without importing that package.
+        self.builtins = builtins
         self._entries: dict[str, T | str] = {}
         self._aliases: dict[str, str] = {}
         self._entry_points_loaded = False
@@ -43,6 +46,8 @@ class Registry(Generic[T]):
         return add(obj) if obj is not None else add
 
     def _load_entry_points(self) -> None:
+        if self.builtins is not None:
+            importlib.import_module(self.builtins)
         if self._entry_points_loaded or self.entry_point_group is None:
             return
         self._entry_points_loaded = True

@@ -25,7 +25,8 @@ from drafters.tree_builder import (
     marginal_lookup,
     tree_paths,
 )
-from drafters.tree_ops import Dists, KnownNodes, TreeBatch, build_trees, top_children
+from drafters.tree_ops import build_trees
+from drafters.tree_tensors import Dists, KnownNodes, TreeBatch, top_children
 from jetflow_bench.engine.tree import DraftTree, pad_trees
 
 

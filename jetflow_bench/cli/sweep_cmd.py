@@ -138,15 +138,13 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     """Validate every flag (before any model loads) and resolve the config."""
     import torch
 
-    from jetflow_bench.budget_policy import AUTO_BUDGET
     from jetflow_bench.engine.attention import get_attention
+    from jetflow_bench.sweep.engines import ENGINES
     from jetflow_bench.sweep.grid import SweepConfig, parse_budgets, parse_ints, parse_names
-    from jetflow_bench.sweep.runner import ENGINES
 
     temperatures = grid_temperatures(grid)
-    budgets = parse_budgets(grid.budgets)
-    if AUTO_BUDGET in budgets:
-        extra = (*extra, ("auto_budgets", parse_budgets(grid.auto_budgets, "--auto-budgets", allow_auto=False)))
+    budgets = parse_budgets(grid.budgets, grid.auto_budgets)
+    if any(b.policy for b in budgets):
         _check_auto_drafters(drafters)
     sizes = parse_ints(grid.batch_sizes, "--batch-sizes")
     suites = tuple(dict.fromkeys(SUITES.canonical(n) for n in parse_names(grid.suites, "--suites")))
@@ -170,13 +168,11 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
 def _check_auto_drafters(drafters: list[DrafterSpec]) -> None:
     """--budgets auto needs node scores that are log-probs: refuse the others before any model loads."""
     from drafters import DRAFTERS
+    from jetflow_bench.budget_policy import require_logp_scores
 
     for spec in drafters:
-        if DRAFTERS.get(spec.name).node_scores != "logp" or dict(spec.options).get("scoring") == "entropy":
-            raise JfbenchError(
-                f"--budgets auto: drafter {spec.label!r} does not score nodes by cumulative draft log-prob, which the "
-                "per-step policy needs; run it with static budgets only (a separate sweep)"
-            )
+        entropy = dict(spec.options).get("scoring") == "entropy"  # such an instance drops its class's "logp"
+        require_logp_scores(None if entropy else DRAFTERS.get(spec.name).node_scores, spec.label)
 
 
 def grid_temperatures(grid: GridFlags) -> tuple[float, ...]:
@@ -292,8 +288,8 @@ def sweep(
         jfbench vllm setup && jfbench sweep --engine vllm --target T --drafters vllm:none,vllm:ngram,vllm:suffix
             --suites gsm8k --limit 8 --budgets 4,8 --repeats 1 --out results/vllm
     """
+    from jetflow_bench.sweep.engines import ENGINES
     from jetflow_bench.sweep.grid import parse_drafters
-    from jetflow_bench.sweep.runner import ENGINES
 
     engine = ENGINES.canonical(grid.engine)
     options = None

@@ -17,7 +17,7 @@ import torch
 
 from drafters.base import DraftCost, Drafter, SequenceView
 from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import BudgetPolicy
+from jetflow_bench.budget_policy import BudgetPolicy, check_budget, require_logp_scores
 from jetflow_bench.engine.sampling import GREEDY, RandomStreams, SamplingParams, draw
 from jetflow_bench.engine.speculative_sampling import sample_accept
 from jetflow_bench.engine.stopping import StopRule
@@ -25,8 +25,6 @@ from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import synchronize
-
-MAX_BUDGET = 1024
 
 
 @dataclass
@@ -81,11 +79,6 @@ class BatchResult:
     steps: list[StepRecord] = field(default_factory=list)
     wall_s: float = 0.0
     nodes: list[NodeBlock] = field(default_factory=list)  # drafters whose node scores are log-probs
-
-
-def check_budget(budget: int, max_budget: int = MAX_BUDGET) -> None:
-    if not 1 <= budget <= max_budget:
-        raise JfbenchError(f"budget {budget} is out of range: use 1 <= budget <= {max_budget} (nodes incl. root)")
 
 
 class _Clock:
@@ -180,12 +173,7 @@ def generate(
     the drafter builds at ``policy.draft_budget()`` and the trees are cut to the chosen prefix.
     """
     if policy is not None:
-        if drafter is None or drafter.node_scores != "logp":
-            name = drafter.name if drafter else AR_ARM
-            raise JfbenchError(
-                f"budget auto needs a drafter whose node scores are cumulative draft log-probs; {name!r} has "
-                f"scores of kind {drafter.node_scores if drafter else None!r}: use static budgets for it"
-            )
+        require_logp_scores(drafter.node_scores if drafter else None, drafter.name if drafter else AR_ARM)
         budget = policy.max_budget
     check_budget(budget)
     if drafter is None and budget != 1:

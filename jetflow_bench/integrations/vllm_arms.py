@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jetflow_bench.budget_policy import Budget
 from jetflow_bench.errors import JfbenchError
 
 PREFIX = "vllm:"
@@ -103,9 +104,9 @@ class VLLMArm:
         return config
 
 
-def budgets_of(name: str) -> tuple[int, ...] | None:
+def budgets_of(name: str) -> tuple[Budget, ...] | None:
     """Plain decoding verifies one position per step whatever the grid's budgets: it runs at B = 1."""
-    return (1,) if name == PREFIX + NONE else None
+    return (Budget.fixed(1),) if name == PREFIX + NONE else None
 
 
 def is_vllm_arm(name: str) -> bool:

@@ -39,7 +39,7 @@ from jetflow_bench.integrations.vllm_metrics import SpecCounters, spec_counters
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, group_peak_rss, http_get
 from jetflow_bench.integrations.vllm_steps import batch_result
 from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
-from jetflow_bench.sweep.runner import HFEngine
+from jetflow_bench.sweep.hf_engine import HFEngine
 
 
 @dataclass(frozen=True)

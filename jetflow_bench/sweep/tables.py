@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import AUTO_BUDGET
+from jetflow_bench.budget_policy import AUTO_COLUMN
 from jetflow_bench.calibration import calibration_by
 from jetflow_bench.metrics import DRAFT_COST_COLUMNS, baseline_stats, summarize
 from jetflow_bench.sweep.grid import CELL_KEYS, PAIR_KEYS, Cell
@@ -88,7 +88,7 @@ def cell_frames(
     requests["first_divergence"] = requests["first_divergence"].astype("Int64")
     requests["correct"] = requests["correct"].astype("boolean")
     requests["tie_gap"] = requests["tie_gap"].astype(float)
-    slots = cell.budget - 1 if cell.budget != AUTO_BUDGET else 0  # auto: no single budget to fill
+    slots = 0 if cell.budget.policy else cell.budget.nodes - 1  # auto: no single budget to fill
     drafted_mean = float(steps["drafted"].mean()) if len(steps) else np.nan
     row = {
         "run_id": run_id, **keys, "cell_id": cell.cell_id, "config_hash": config_hash, "engine": engine,
@@ -169,7 +169,7 @@ def summary_table(
 
 def chosen_budgets(steps: pd.DataFrame) -> pd.DataFrame:
     """Per `--budgets auto` cell, the share of its step rows at each chosen budget ('4:0.10,16:0.90')."""
-    auto = steps[steps["budget"] == AUTO_BUDGET] if "step_budget" in steps else steps.iloc[:0]
+    auto = steps[steps["budget"] == AUTO_COLUMN] if "step_budget" in steps else steps.iloc[:0]
     rows = []
     for key, group in auto.groupby(CELL_KEYS):
         shares = group["step_budget"].value_counts(normalize=True).sort_index()
