@@ -98,7 +98,7 @@ Batches = Sequence[Sequence[Sequence[int]]]  # batches of prompts (token ids), d
 def ar_step_ms(target: TargetRunner, batches: Batches, stop: StopRule) -> float:
     """Mean wall time of one plain decode step over every batch (after a warm-up on the first)."""
     generate(target, batches[0], stop)
-    steps = [s for prompts in batches for s in _batched(generate(target, prompts, stop).steps)]
+    steps = [s for prompts in batches for s in _batched(generate(target, prompts, stop, profile=True).steps)]
     return 1e3 * sum(s.draft_s + s.verify_s + s.other_s for s in steps) / len(steps)
 
 
@@ -109,7 +109,8 @@ def split_drafter(
     generate(target, batches[0], stop, budget=budget, drafter=drafter)
     timer = SplitTimer(target.device)
     with _timed(drafter, timer):
-        results: list[BatchResult] = [generate(target, prompts, stop, budget=budget, drafter=drafter) for prompts in batches]
+        results: list[BatchResult] = [generate(target, prompts, stop, budget=budget, drafter=drafter, profile=True)
+                                      for prompts in batches]
     rows = [s for r in results for s in r.steps]
     steps = [s for r in results for s in _batched(r.steps)]
     n = len(steps)

@@ -139,7 +139,7 @@ def time_stats(
     Columns: keys..., new_tokens, tokens_per_s, seq_tokens_per_s, wall_s, tpot_s, ttft_s,
     draft_s, verify_s, other_s, other_share.
     """
-    step_times = _grouped(batch_step_times(steps, keys), keys)[list(STEP_TIME_COLUMNS)].sum()
+    step_times = _grouped(batch_step_times(steps, keys), keys)[list(STEP_TIME_COLUMNS)].sum(min_count=1)  # untimed: NaN
     per_request = requests.assign(
         latency_s=requests["ttft_s"] + requests["decode_s"], decoded=requests["new_tokens"] - 1
     )

@@ -117,7 +117,10 @@ def drafter(
         raise JfbenchError(f"--prompts {prompts} is not a multiple of --batch-size {batch_size}: "
                            f"use e.g. --prompts {prompts - prompts % batch_size or batch_size}")
     set_threads(threads)
-    sizes = parse_budgets(budgets)
+    parsed = parse_budgets(budgets)
+    if any(b.policy for b in parsed):
+        raise JfbenchError(f"--budgets {budgets}: bench drafter times fixed budgets; give sizes only, e.g. --budgets 16,64")
+    sizes = [b.nodes for b in parsed]
     specs = [arm_spec(name, options, ckpt) for text in drafters for name, options, ckpt in
              parse_drafters(text, "--drafter")]
     runner = TargetRunner.load(target, device=device, dtype=dtype)

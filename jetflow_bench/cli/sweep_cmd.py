@@ -67,6 +67,9 @@ TieEpsOpt = Annotated[
 StrictOpt = Annotated[
     bool, typer.Option("--strict", help="Exit 1 (after writing results) on any unexcused divergence.")
 ]
+ProfileOpt = Annotated[bool, typer.Option(
+    "--profile", help="Time every step's draft / verify / other split on a GPU (a device sync at each phase "
+                      "boundary; by default one sync per step and no split). Always timed on a CPU.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Discard results of another config in --out.")]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress display on stderr.")]
 MaxMemoryOpt = Annotated[
@@ -100,6 +103,7 @@ class GridFlags:
     seed: SeedOpt = 0
     engine: EngineOpt = "hf"
     tie_eps: TieEpsOpt = 1e-4
+    profile: ProfileOpt = False
     strict: StrictOpt = False
     force: ForceOpt = False
     progress: ProgressOpt = True
@@ -160,7 +164,7 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
         dtype=str(resolve_dtype(grid.dtype, dev)).removeprefix("torch."), threads=torch.get_num_threads(),
         limit=grid.limit, max_new_tokens=grid.max_new_tokens, temperatures=temperatures,
         top_p=grid.top_p, top_k=grid.top_k,
-        sample_seed=grid.sample_seed, seed=grid.seed, engine=engine, tie_eps=grid.tie_eps, attention=grid.attention,
+        sample_seed=grid.sample_seed, seed=grid.seed, engine=engine, tie_eps=grid.tie_eps, attention=grid.attention, profile=grid.profile,
         extra=extra,
     )
 

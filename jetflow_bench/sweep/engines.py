@@ -21,15 +21,23 @@ from jetflow_bench.registry import Registry
 if TYPE_CHECKING:
     import torch
 
-    from drafters.base import Drafter
     from jetflow_bench.budget_policy import BudgetPolicy
     from jetflow_bench.engine.loop import BatchResult
     from jetflow_bench.engine.stopping import StopRule
     from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
 
 
+class Arm(Protocol):
+    """What an engine's ``build_drafter`` returns and its ``generate`` takes: a jfbench `Drafter`, or
+    an engine's own kind of arm (a vLLM method, `integrations.vllm_arms.VLLMArm`). The sweep only
+    caches it and hands it back to the engine that built it."""
+
+    @property
+    def name(self) -> str: ...
+
+
 class Engine(Protocol):
-    """What the sweep needs from a decoding engine."""
+    """What the sweep needs from a decoding engine: every method is required (no optional parts)."""
 
     name: str
     tokenizer: Any
@@ -37,16 +45,25 @@ class Engine(Protocol):
 
     def encode(self, text: str) -> list[int]: ...  # prompt text -> ids exactly as the model sees them
 
-    def build_drafter(self, spec: DrafterSpec, checkpoint: Path | None) -> Drafter: ...
+    def build_drafter(self, spec: DrafterSpec, checkpoint: Path | None) -> Arm: ...
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None,
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Arm | None,
         sampling: SamplingParams = GREEDY, request_ids: Sequence[int] | None = None,
         policy: BudgetPolicy | None = None,
     ) -> BatchResult: ...  # sampling: draw token t of request r with the uniform U[(seed, r), t] (`sampling`)
+    # ``policy``: the budget is chosen per step among its candidates (`--budgets auto`); ``budget`` is
+    # then the largest one.
 
-    # Optional (engines that support `--budgets auto`): a fresh per-cell policy priced on this device.
+    # `--budgets auto`: a fresh per-cell policy priced on this device (a `JfbenchError` naming the
+    # fix where the engine cannot run one).
     def budget_policy(self, candidates: Sequence[int], batch_size: int, context: int) -> BudgetPolicy: ...
+
+    # The target KV cache `generate` would allocate, and the memory free for it; the sweep checks
+    # the grid against them before any cell runs. None: the engine manages its own cache pool.
+    def kv_cache_bytes(self, batch: int, capacity: int) -> int | None: ...
+
+    def available_memory_bytes(self) -> int | None: ...
 
     def next_token_logits(self, context: list[int]) -> torch.Tensor: ...  # (V,) float32
 
@@ -58,15 +75,11 @@ class Engine(Protocol):
 
     def describe(self) -> dict[str, Any]: ...
 
-    def label(self, drafter: Drafter | None) -> str: ...  # the `engine` column of a cell run with it
+    def label(self, drafter: Arm | None) -> str: ...  # the `engine` column of a cell run with it
 
-    def baseline_arm(self, drafter: Drafter | None) -> str: ...  # the arm its speed-ups divide by
+    def baseline_arm(self, drafter: Arm | None) -> str: ...  # the arm its speed-ups divide by
 
     def close(self) -> None: ...  # release servers, processes (called once, at the end of a sweep)
-
-    # Optional: `kv_cache_bytes(batch, capacity) -> int`, the target KV cache `generate` would
-    # allocate, and `available_memory_bytes() -> int | None`; the sweep checks the grid against
-    # them before any cell runs. An engine that manages its own cache pool leaves them out.
 
 
 EngineFactory = Callable[["SweepConfig", Path, Any], Engine]  # (config, run folder, engine options)

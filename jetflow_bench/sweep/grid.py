@@ -91,6 +91,7 @@ class SweepConfig:
     warmup_tokens: int = 8  # new tokens of the untimed warm-up generate before each cell
     n_boot: int = 1000  # bootstrap resamples for speed-up CIs
     attention: str = "sdpa"  # attention backend of the target and heads (jetflow_bench.engine.attention)
+    profile: bool = False  # time each step's draft / verify / other split on a GPU (`--profile`)
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)  # e.g. the ablation's flags
 
 
@@ -173,6 +174,8 @@ def _identity(config: SweepConfig) -> dict[str, Any]:
                 "drafters": [_spec_identity(s) for s in config.drafters]}
     if identity["attention"] == "sdpa":
         del identity["attention"]
+    if not identity["profile"]:  # the default leaves the hashes of runs made before `--profile` existed
+        del identity["profile"]
     return identity
 
 

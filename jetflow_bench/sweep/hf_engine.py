@@ -30,14 +30,15 @@ class HFEngine:
 
     name = "hf"
 
-    def __init__(self, target: TargetRunner) -> None:
+    def __init__(self, target: TargetRunner, profile: bool = False) -> None:
         self.target = target
+        self.profile = profile  # time each step's split (`loop.generate`)
         self.tokenizer = target.tokenizer
         self.eos_token_ids = target.eos_token_ids
 
     @classmethod
-    def load(cls, target: str, device: str, dtype: str, attention: str = "sdpa") -> HFEngine:
-        return cls(TargetRunner.load(target, device, dtype, attention))
+    def load(cls, target: str, device: str, dtype: str, attention: str = "sdpa", profile: bool = False) -> HFEngine:
+        return cls(TargetRunner.load(target, device, dtype, attention), profile)
 
     def encode(self, text: str) -> list[int]:
         return encode(self.target, text)
@@ -51,7 +52,7 @@ class HFEngine:
         policy: BudgetPolicy | None = None,
     ) -> BatchResult:
         return hf_engine.generate(self.target, prompts, stop, budget=budget, drafter=drafter, sampling=sampling,
-                                  request_ids=request_ids, policy=policy)
+                                  request_ids=request_ids, policy=policy, profile=self.profile)
 
     def budget_policy(self, candidates: Sequence[int], batch_size: int, context: int) -> BudgetPolicy:
         """`--budgets auto`: a fresh policy priced by this device's measured verify steps."""
@@ -118,4 +119,4 @@ def _cpu_name() -> str:
 
 def load_engine(config: SweepConfig, run_dir: Path, options: Any = None) -> HFEngine:
     """The `ENGINES` factory for ``hf``."""
-    return HFEngine.load(config.target, config.device, config.dtype, attention=config.attention)
+    return HFEngine.load(config.target, config.device, config.dtype, attention=config.attention, profile=config.profile)

@@ -52,8 +52,8 @@ def largest_cache(engine: Engine, config: SweepConfig, prompts: Mapping[str, Seq
                 max_new = max(p.stop.max_new_tokens for p in chunk)
                 for budget in {1, *(size for b in config.budgets for size in b.sizes)}:  # auto: every candidate
                     capacity = cache_capacity(longest, max_new, budget)
-                    need = engine.kv_cache_bytes(len(chunk), capacity)  # type: ignore[attr-defined]
-                    if need > worst:
+                    need = engine.kv_cache_bytes(len(chunk), capacity)
+                    if need is not None and need > worst:
                         worst = need
                         where = (f"{suite}, batch {len(chunk)} x ({longest} prompt + {max_new} new + {budget} budget "
                                  f"= {capacity} slots)")  # fmt: skip
@@ -64,9 +64,7 @@ def check_memory(
     engine: Engine, config: SweepConfig, prompts: Mapping[str, Sequence[Prompt]], max_memory: int | None
 ) -> None:
     """Raise a `JfbenchError` with the numbers when the largest KV cache exceeds the memory allowed."""
-    if not hasattr(engine, "kv_cache_bytes"):  # the engine runs its own cache pool
-        return
-    available = max_memory if max_memory is not None else engine.available_memory_bytes()  # type: ignore[attr-defined]
+    available = max_memory if max_memory is not None else engine.available_memory_bytes()
     if available is None:
         return
     need, where = largest_cache(engine, config, prompts)

@@ -13,7 +13,6 @@ from drafters import Drafter
 from jetflow_bench.engine.loop import NodeBlock, RequestResult, StepRecord
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 from jetflow_bench.engine.stopping import StopRule
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.sweep.engines import Engine
 from jetflow_bench.sweep.grid import Cell
 
@@ -83,8 +82,6 @@ def run_cell(
                     request_ids=[p.request for p in chunks[0]])
     policy = None
     if cell.budget.policy:
-        if not hasattr(engine, "budget_policy"):
-            raise JfbenchError(f"--budgets auto runs on the hf engine only; engine {engine.name!r} chooses its own budget")
         context = round(sum(len(p.tokens) for p in prompts) / len(prompts))
         policy = engine.budget_policy(cell.budget.sizes, cell.batch_size, context)
     engine.reset_peak_memory()
@@ -97,8 +94,7 @@ def run_cell(
     offset = 0  # cell-wide batch_step of the current chunk's first forward
     for chunk in chunks:
         result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), budget, drafter,
-                                 sampling=sampling, request_ids=[p.request for p in chunk],
-                                 **({"policy": policy} if policy is not None else {}))
+                                 sampling=sampling, request_ids=[p.request for p in chunk], policy=policy)
         for record in result.steps:
             steps.append((chunk[record.request].request, replace(record, batch_step=record.batch_step + offset)))
         nodes.extend((chunk[block.request].request, block) for block in result.nodes)
