@@ -198,6 +198,20 @@ def request_time(requests: pd.DataFrame, kind: TimeKind) -> pd.Series:
     return pd.Series(time.to_numpy(dtype=float), index=requests["request"].to_numpy())
 
 
+def bootstrap_draws(n_prompts: int, n_seeds: int = 1, n_boot: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Index draws of the two-level bootstrap over head seeds x prompts, both with replacement.
+
+    Returns (seeds (n_boot, n_seeds), prompts (n_boot, n_prompts)): resample r pools the drawn
+    seeds x the drawn prompts, one prompt draw for all of them, so prompt difficulty stays paired
+    across seeds and across the arms a statistic compares. The prompt draws come first from
+    ``np.random.default_rng(seed)``, so with one seed this is the plain prompt bootstrap, draw for draw.
+    """
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(0, n_prompts, size=(n_boot, n_prompts))  # (n_boot, n)
+    seeds = rng.integers(0, n_seeds, size=(n_boot, n_seeds))  # (n_boot, S)
+    return seeds, prompts
+
+
 def paired_ratio_ci(
     baseline_s: np.ndarray, method_s: np.ndarray, n_boot: int = 1000, seed: int = 0
 ) -> dict[str, float]:
@@ -206,7 +220,7 @@ def paired_ratio_ci(
         micro = Σ baseline_s / Σ method_s        (time-weighted: long prompts count more)
         macro = mean_i (baseline_s[i] / method_s[i])  (every prompt counts once)
     The bootstrap resamples prompts with replacement, keeping each (baseline, method) pair
-    together, `n_boot` times with `np.random.default_rng(seed)`; lo/hi are the 2.5th/97.5th
+    together, `n_boot` times (`bootstrap_draws`); lo/hi are the 2.5th/97.5th
     percentiles of the resampled statistic. No pairs → all NaN; n_boot = 0 → NaN bounds.
     """
     baseline_s, method_s = np.asarray(baseline_s, dtype=float), np.asarray(method_s, dtype=float)
@@ -215,7 +229,7 @@ def paired_ratio_ci(
         return dict.fromkeys(SPEEDUP_FIELDS, float("nan"))
     ratios = _div(baseline_s, method_s)  # (n,)
     out = {"micro": float(_div(baseline_s.sum(), method_s.sum())), "macro": float(ratios.mean())}
-    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))  # (n_boot, n) prompt draws
+    idx = bootstrap_draws(n, n_boot=n_boot, seed=seed)[1]  # (n_boot, n) prompt draws
     boot = {
         "micro": _div(baseline_s[idx].sum(axis=1), method_s[idx].sum(axis=1)),  # (n_boot,)
         "macro": ratios[idx].mean(axis=1),  # (n_boot,)

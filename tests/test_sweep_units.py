@@ -29,7 +29,7 @@ from jetflow_bench.sweep.grid import (
     spec_for,
 )
 from jetflow_bench.sweep.lossless import first_divergence, judge, tie_gap
-from jetflow_bench.sweep.store import LOCK, RunLock, RunStore
+from jetflow_bench.sweep.store import HOLDER, RunLock, RunStore
 from jetflow_bench.sweep.tables import REQUEST_COLUMNS, STEP_COLUMNS
 
 
@@ -169,16 +169,16 @@ def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
     second = RunLock(tmp_path)
     second.acquire()  # free again after release
     second.release()
-    assert not (tmp_path / LOCK).exists()
+    assert not (tmp_path / HOLDER).exists()  # a released lock names no holder
 
 
 def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path, capsys):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (tmp_path / LOCK).write_text(json.dumps({"pid": dead.pid, "host": "elsewhere", "since": "then"}))
+    (tmp_path / HOLDER).write_text(json.dumps({"pid": dead.pid, "host": "elsewhere", "since": "then"}))
     lock = RunLock(tmp_path)
     lock.acquire()
-    assert json.loads((tmp_path / LOCK).read_text())["pid"] == os.getpid()
+    assert json.loads((tmp_path / HOLDER).read_text())["pid"] == os.getpid()
     assert f"stale lock of pid {dead.pid}" in capsys.readouterr().err
     lock.release()
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from drafters import Drafter
 from jetflow_bench.budget_policy import BudgetPolicy
 from jetflow_bench.engine.loop import BatchResult
@@ -213,7 +215,7 @@ class VLLMEngine:
         """Read the external server's model, version and speculative config once (mismatches refused per cell)."""
         try:
             entry = self._served_model(self.url)
-        except OSError as err:
+        except httpx.TransportError as err:
             raise JfbenchError(f"--vllm-url {self.url}: nothing answers there ({err}); start the server first") from None
         served = str(Path(entry.get("root") or entry["id"]).expanduser())
         target = self.config.target
@@ -244,7 +246,7 @@ class VLLMEngine:
     def _counters(self, url: str) -> SpecCounters:
         try:
             status, body = http_get(f"{url}/metrics")
-        except OSError as err:
+        except httpx.TransportError as err:
             if self.server is not None:
                 self.server.check_alive()
             raise JfbenchError(f"cannot read {url}/metrics ({err})") from None

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from jetflow_bench.metrics import bootstrap_draws
+
 ARMS = ("jetflow", "jetflow-refine", "dflash", "eagle")
 REQUEST_COLUMNS = ["suite", "drafter", "variant", "budget", "request", "steps", "emitted", "lossless", "excused"]
 N_BOOT = 2000
@@ -82,9 +84,8 @@ def tau_ratio(requests: pd.DataFrame, suite: str, top: tuple[str, int], bottom: 
 
     (e_top, s_top), (e_bot, s_bot) = counts(*top), counts(*bottom)
     n_seeds, n = e_top.shape
-    rng = np.random.default_rng(0)
-    seeds = rng.integers(0, n_seeds, size=(N_BOOT, n_seeds))[:, :, None]
-    prompts = rng.integers(0, n, size=(N_BOOT, n))[:, None, :]
+    seeds, prompts = bootstrap_draws(n, n_seeds, N_BOOT)
+    seeds, prompts = seeds[:, :, None], prompts[:, None, :]
 
     def pick(a: np.ndarray) -> np.ndarray:  # (draws, seeds x prompts)
         return a[seeds, prompts].reshape(N_BOOT, -1)
