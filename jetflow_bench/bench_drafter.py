@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 
 from drafters.base import Drafter
 from drafters.timing import SplitTimer, span, timing
+from jetflow_bench import metrics
 from jetflow_bench.engine.loop import BatchResult, StepRecord, generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
@@ -115,6 +116,6 @@ def split_drafter(
     steps = [s for r in results for s in _batched(r.steps)]
     n = len(steps)
     draft, head, tree = (1e3 * timer.seconds[k] / n for k in ("draft", "head", "tree"))
-    tau = sum(s.emitted for s in rows) / len(rows)
+    tau = float(metrics.tau(sum(s.emitted for s in rows), len(rows)))
     verify = 1e3 * sum(s.verify_s for s in steps) / n
     return DraftSplit(name, budget, len(batches[0]), n, tau, draft, head, tree, draft - head - tree, verify, ar_ms)

@@ -37,12 +37,19 @@ SPEEDUP_FIELDS = ("micro", "micro_lo", "micro_hi", "macro", "macro_lo", "macro_h
 TimeKind = Literal["decode", "e2e"]
 
 
-def _div(num: np.ndarray | pd.Series | float, den: np.ndarray | pd.Series | float) -> np.ndarray:
-    """num / den elementwise, NaN where den == 0 (an empty denominator has no rate)."""
+def rate(num: np.ndarray | pd.Series | float, den: np.ndarray | pd.Series | float) -> np.ndarray:
+    """num / den elementwise, NaN where den == 0 (an empty denominator has no rate): every rate here
+    and in the tables and scripts that report one is this division."""
     num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
     out = np.full(np.broadcast(num, den).shape, np.nan)
     np.divide(num, den, out=out, where=den != 0)
     return out
+
+
+def tau(emitted: np.ndarray | pd.Series | float, steps: np.ndarray | pd.Series | float) -> np.ndarray:
+    """τ = Σemitted / Σverify steps, from those two sums: tokens per target forward, the bonus
+    token included (so plain decoding has τ = 1); NaN without steps."""
+    return rate(emitted, steps)
 
 
 def _grouped(frame: pd.DataFrame, keys: list[str]) -> DataFrameGroupBy:
@@ -93,17 +100,17 @@ def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None
     )
     at_least = counts.to_numpy()[:, ::-1].cumsum(axis=1)[:, ::-1]  # (cells, H+1); at_least[:, 0] = N
     out = sums[["n_steps", "drafted", "accepted", "accepted_raw"]].copy()
-    out["tau"] = _div(sums["emitted"], sums["n_steps"])
-    out["accepted_per_step"] = _div(sums["accepted"], sums["n_steps"])
-    out["tau_per_draft"] = 1 + _div(sums["accepted"], sums["drafting"])
-    out["alpha"] = _div(sums["accepted"], sums["drafted"])
-    out["budget_efficiency"] = _div(sums["accepted"], sums["slots"])
+    out["tau"] = tau(sums["emitted"], sums["n_steps"])
+    out["accepted_per_step"] = rate(sums["accepted"], sums["n_steps"])
+    out["tau_per_draft"] = 1 + rate(sums["accepted"], sums["drafting"])
+    out["alpha"] = rate(sums["accepted"], sums["drafted"])
+    out["budget_efficiency"] = rate(sums["accepted"], sums["slots"])
     for c in COST_COLUMNS:
         out[c] = sums[c]
     for d in range(1, depth + 1):
-        out[f"a_{d}"] = _div(at_least[:, d], at_least[:, 0])
+        out[f"a_{d}"] = rate(at_least[:, d], at_least[:, 0])
     for d in range(1, depth + 1):
-        out[f"p_{d}"] = _div(at_least[:, d], at_least[:, d - 1])
+        out[f"p_{d}"] = rate(at_least[:, d], at_least[:, d - 1])
     out["accept_hist"] = [json.dumps(row) for row in counts.to_numpy().tolist()]
     return out.reset_index()
 
@@ -154,12 +161,12 @@ def time_stats(
         if cells.duplicated(keys).any():
             raise ValueError("`cells` must hold one row per cell")
         out = out.merge(cells[[*keys, "wall_s"]], on=keys, how="left")
-    out["seq_tokens_per_s"] = _div(out["new_tokens"], out["latency_s"])
+    out["seq_tokens_per_s"] = rate(out["new_tokens"], out["latency_s"])
     out["tokens_per_s"] = np.where(
-        out["wall_s"].notna(), _div(out["new_tokens"], out["wall_s"]), out["seq_tokens_per_s"]
+        out["wall_s"].notna(), rate(out["new_tokens"], out["wall_s"]), out["seq_tokens_per_s"]
     )
-    out["tpot_s"] = _div(out["decode_s"], out["decoded"])
-    out["other_share"] = _div(out["other_s"], out[list(STEP_TIME_COLUMNS)].sum(axis=1, min_count=1))
+    out["tpot_s"] = rate(out["decode_s"], out["decoded"])
+    out["other_share"] = rate(out["other_s"], out[list(STEP_TIME_COLUMNS)].sum(axis=1, min_count=1))
     columns = ["tokens_per_s", "seq_tokens_per_s", "wall_s", "tpot_s", "ttft_s", *STEP_TIME_COLUMNS]
     return out[[*keys, "new_tokens", *columns, "other_share"]]
 
@@ -227,11 +234,11 @@ def paired_ratio_ci(
     n = len(baseline_s)
     if n == 0:
         return dict.fromkeys(SPEEDUP_FIELDS, float("nan"))
-    ratios = _div(baseline_s, method_s)  # (n,)
-    out = {"micro": float(_div(baseline_s.sum(), method_s.sum())), "macro": float(ratios.mean())}
+    ratios = rate(baseline_s, method_s)  # (n,)
+    out = {"micro": float(rate(baseline_s.sum(), method_s.sum())), "macro": float(ratios.mean())}
     idx = bootstrap_draws(n, n_boot=n_boot, seed=seed)[1]  # (n_boot, n) prompt draws
     boot = {
-        "micro": _div(baseline_s[idx].sum(axis=1), method_s[idx].sum(axis=1)),  # (n_boot,)
+        "micro": rate(baseline_s[idx].sum(axis=1), method_s[idx].sum(axis=1)),  # (n_boot,)
         "macro": ratios[idx].mean(axis=1),  # (n_boot,)
     }
     for name, samples in boot.items():

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.projection.calibration import Calibration, fit_profile, load_calibration, write_calibration
 from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.hardware import resolve_hardware
 from jetflow_bench.projection.project import project_run
 from jetflow_bench.projection.resolve import build_cost_model
 from jetflow_bench.projection.shapes import DTYPE_BYTES, head_shape, presets, resolve_target
+from jetflow_bench.projection.verify_cost import Calibration, fit_profile, load_calibration, write_calibration
 from jetflow_bench.report.loading import load_run
 
 REPO = Path(__file__).resolve().parents[1]

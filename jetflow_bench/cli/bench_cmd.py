@@ -111,7 +111,7 @@ def drafter(
     from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.prompts import encode, suite_requests
     from jetflow_bench.sweep.arms import arm_spec
-    from jetflow_bench.sweep.grid import DEFAULT_VARIANT, parse_budgets, parse_drafters
+    from jetflow_bench.sweep.grid import parse_budgets, parse_drafters
 
     if prompts % batch_size:
         raise JfbenchError(f"--prompts {prompts} is not a multiple of --batch-size {batch_size}: "
@@ -134,7 +134,7 @@ def drafter(
     splits = []
     for spec in specs:
         built = DRAFTERS.get(spec.name).build(runner, checkpoint=spec.checkpoint, **dict(spec.options))
-        label = spec.name if spec.variant == DEFAULT_VARIANT else f"{spec.name}[{spec.variant}]"
+        label = spec.label
         splits += [split_drafter(label, built, runner, batches, stop, budget, ar_ms) for budget in sizes]
     if fmt in (TableFormat.json, TableFormat.csv):
         emit([s.row() for s in splits], fmt)
@@ -181,9 +181,9 @@ def verify_cost(
     Example: jfbench bench verify-cost --target ~/.cache/jfbench/targets/micro-seed0-... --sizes 1,4,16,64 --out cal.json
     """
     from jetflow_bench.engine.target import TargetRunner
-    from jetflow_bench.projection.calibration import write_calibration
     from jetflow_bench.projection.measure import measure
     from jetflow_bench.projection.shapes import shape_from_config
+    from jetflow_bench.projection.verify_cost import write_calibration
 
     set_threads(threads)
     tree_sizes = sorted({1, *_int_list(sizes, "--sizes")})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -62,13 +61,3 @@ SamplingSeedOpt = Annotated[
 ]
 
 
-class OutputFormat(str, Enum):
-    """Result format on stdout: rich text for people, JSON for scripts."""
-
-    text = "text"
-    json = "json"
-
-
-FormatOpt = Annotated[
-    OutputFormat, typer.Option("--format", help="text (rich tables) for people, json (one object on stdout) for scripts."),
-]

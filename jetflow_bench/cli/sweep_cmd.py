@@ -459,6 +459,7 @@ def ablate(
     the manifest and the table (compared_with, held_fixed) say so.
     """
     from drafters import DRAFTERS
+    from jetflow_bench.arms import DEFAULT_VARIANT
     from jetflow_bench.sweep.ablation import (
         AXES,
         ablation_table,
@@ -469,7 +470,7 @@ def ablate(
         with_seeds,
     )
     from jetflow_bench.sweep.arms import arm_label, arm_spec, check_option_names
-    from jetflow_bench.sweep.grid import DEFAULT_VARIANT, parse_drafters, parse_ints, parse_value
+    from jetflow_bench.sweep.grid import parse_drafters, parse_ints, parse_value
     from jetflow_bench.training.config import canonical_head
 
     parsed = parse_drafters(drafter, "--drafter")

@@ -27,7 +27,7 @@ from jetflow_bench.runtime import resolve_device, resolve_dtype
 
 
 @dataclass
-class TreeBatch:
+class PreparedTrees:
     """Padded trees of every row, ready for one target forward."""
 
     tokens: torch.Tensor  # (B, N) node tokens
@@ -45,7 +45,7 @@ class TreeBatch:
 class ForwardOutput:
     logits: torch.Tensor  # (B, N, V) float32, one row per tree node (padding rows are garbage)
     hidden: torch.Tensor | None  # (B, N, K, H) tapped layer outputs in the order asked for, None without taps
-    trees: TreeBatch  # what was run
+    trees: PreparedTrees  # what was run
 
 
 class TargetRunner:
@@ -157,7 +157,7 @@ class TargetRunner:
         """ONE forward over every row's tree (tree-causal mask, positions = length + depth)."""
         return self.forward(self.prepare(trees), taps)
 
-    def prepare(self, trees: Sequence[DraftTree]) -> TreeBatch:
+    def prepare(self, trees: Sequence[DraftTree]) -> PreparedTrees:
         """Pad the trees and build masks, slots and positions (engine work, not model work)."""
         cache = self._require_cache()
         if len(trees) != cache.batch:
@@ -177,9 +177,9 @@ class TargetRunner:
         # kernel backends still get the (trivial) mask, built once here rather than once per layer.
         plain = cache.batch == 1 and n == 1 and self.attention_backend == "sdpa"
         mask = None if plain else TreeMask.for_tree(ancestors, lengths, kv_len, self.dtype)
-        return TreeBatch(tokens, parents, depths, valid, ancestors, slots, lengths[:, None] + depths, mask, kv_len)
+        return PreparedTrees(tokens, parents, depths, valid, ancestors, slots, lengths[:, None] + depths, mask, kv_len)
 
-    def forward(self, batch: TreeBatch, taps: Sequence[int] = ()) -> ForwardOutput:
+    def forward(self, batch: PreparedTrees, taps: Sequence[int] = ()) -> ForwardOutput:
         """The target forward over a prepared tree batch; writes the nodes' KV into the cache.
 
         ``taps``: layers whose outputs come back in ``hidden``, in exactly this order.

@@ -20,8 +20,8 @@ import torch
 from jetflow_bench.engine.acceptance import accept_tree
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.projection.calibration import fit_profile
 from jetflow_bench.projection.shapes import ModelShape
+from jetflow_bench.projection.verify_cost import fit_profile
 from jetflow_bench.runtime import synchronize
 
 FANOUT = 4  # children per node of the timed trees
@@ -63,7 +63,7 @@ def measure(
     runner: TargetRunner, shape: ModelShape, sizes: Sequence[int], batch_sizes: Sequence[int], context: int,
     repeats: int, progress: Callable[[], None] | None = None, seed: int = 0,
 ) -> dict:
-    """The calibration file's content (see jetflow_bench.projection.calibration)."""
+    """The calibration file's content (see jetflow_bench.projection.verify_cost)."""
     generator = torch.Generator().manual_seed(seed)
     vocab = shape.vocab
     points, flops = [], []

@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.arms import AR_ARM
+from jetflow_bench.arms import AR_ARM, DEFAULT_VARIANT
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.metrics import _div, bootstrap_draws
+from jetflow_bench.metrics import bootstrap_draws, rate, tau
 from jetflow_bench.report.loading import with_cell_keys
-from jetflow_bench.sweep.grid import DEFAULT_VARIANT, DrafterSpec
+from jetflow_bench.sweep.grid import DrafterSpec
 
 # Ablation flag -> (stage, drafter option). "train" options need their own weights.
 AXES: dict[str, tuple[str, str]] = {
@@ -257,7 +257,7 @@ def _stats(arm: np.ndarray, ar: np.ndarray, seeds: np.ndarray, prompts: np.ndarr
     picked = arm[seeds[:, :, None], prompts[:, None, :]]  # (R, S, n, 3)
     emitted, steps, time = (picked[..., k].sum(axis=(1, 2)) for k in range(3))
     ar_time = ar[prompts].sum(axis=-1) * seeds.shape[1]  # the AR baseline, once per drawn seed
-    return {"tau": _div(emitted, steps), "speedup": _div(ar_time, time)}
+    return {"tau": tau(emitted, steps), "speedup": rate(ar_time, time)}
 
 
 def ablation_table(

@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 
 from drafters import Drafter
+from jetflow_bench.arms import arm_label
 from jetflow_bench.budget_policy import AUTO_COLUMN
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.errors import JfbenchError
@@ -292,7 +293,7 @@ def fill_notes(summary: pd.DataFrame) -> list[str]:
     for (drafter, variant, budget), group in arms.groupby(["drafter", "variant", "budget"]):
         most = int(group["drafted_max"].max())
         if budget != AUTO_COLUMN and most < budget - 1:
-            arm = drafter if variant == "default" else f"{drafter}[{variant}]"
+            arm = arm_label(drafter, variant)
             notes.append(f"note: {arm} drafted at most {most} of {budget - 1} nodes at budget {budget} "
                          f"(mean {group['drafted_mean'].mean():.1f}); the budget is reported as given, not shrunk")
     return notes

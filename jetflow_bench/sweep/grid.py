@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.arms import AR_ARM, ARM_SYNTAX
+from jetflow_bench.arms import AR_ARM, ARM_SYNTAX, DEFAULT_VARIANT, arm_label
 from jetflow_bench.budget_policy import DEFAULT_CANDIDATES, Budget, check_budget
 from jetflow_bench.engine.sampling import SamplingParams
 from jetflow_bench.errors import JfbenchError
@@ -37,7 +37,6 @@ from jetflow_bench.sweep.engines import ENGINES
 
 CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat", "temperature"]
 PAIR_KEYS = ["suite", "batch_size", "repeat", "temperature"]  # a drafter cell's AR baseline shares these
-DEFAULT_VARIANT = "default"
 GRID_FIELDS = ("drafters", "suites", "budgets", "batch_sizes", "repeats", "temperatures")  # not in a cell's hash
 SAMPLING_DEFAULTS = {"temperatures": [0.0], "top_p": 1.0, "top_k": 0}  # a greedy config's sampling fields
 
@@ -60,7 +59,7 @@ class DrafterSpec:
 
     @property
     def label(self) -> str:
-        return self.name if self.variant == DEFAULT_VARIANT else f"{self.name}[{self.variant}]"
+        return arm_label(self.name, self.variant)
 
 
 AR_SPEC = DrafterSpec(AR_ARM)
@@ -132,7 +131,7 @@ class Cell:
         return "__".join([*safe, f"B{self.budget.label}", f"bs{self.batch_size}", f"r{self.repeat}", *sampled])
 
     def label(self) -> str:
-        arm = self.drafter if self.variant == DEFAULT_VARIANT else f"{self.drafter}[{self.variant}]"
+        arm = arm_label(self.drafter, self.variant)
         sampled = f" T={self.temperature:g}" if self.temperature else ""
         return f"{self.suite} {arm} B={self.budget.label} bs={self.batch_size} r{self.repeat}{sampled}"
 

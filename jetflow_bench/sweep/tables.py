@@ -17,7 +17,7 @@ import pandas as pd
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import AUTO_COLUMN
 from jetflow_bench.calibration import calibration_by
-from jetflow_bench.metrics import DRAFT_COST_COLUMNS, baseline_stats, summarize
+from jetflow_bench.metrics import DRAFT_COST_COLUMNS, baseline_stats, rate, summarize, tau
 from jetflow_bench.sweep.grid import CELL_KEYS, PAIR_KEYS, Cell
 from jetflow_bench.sweep.lossless import Verdict
 from jetflow_bench.sweep.runner import CellRun
@@ -80,7 +80,7 @@ def cell_frames(
             "output_ids": list(result.output_tokens), "output": output_text,
             "new_tokens": len(result.output_tokens), "finish_reason": result.finish_reason,
             "ttft_s": result.ttft_s, "decode_s": result.decode_s, "steps": result.steps, **counts,
-            "tau": counts["emitted"] / result.steps if result.steps else np.nan,
+            "tau": float(tau(counts["emitted"], result.steps)),
             "lossless": verdict.lossless, "excused": verdict.excused, "first_divergence": verdict.first_divergence,
             "tie_gap": verdict.tie_gap, "correct": correct[request], "config_hash": config_hash,
         })
@@ -94,7 +94,7 @@ def cell_frames(
         "run_id": run_id, **keys, "cell_id": cell.cell_id, "config_hash": config_hash, "engine": engine,
         "n_requests": len(requests), "n_steps": len(steps), "wall_s": run.wall_s, "peak_mem_bytes": run.peak_memory_bytes,
         "drafted_mean": drafted_mean, "drafted_max": int(steps["drafted"].max()) if len(steps) else 0,
-        "budget_fill": drafted_mean / slots if slots else np.nan, "started": run.started, "finished": run.finished,
+        "budget_fill": float(rate(drafted_mean, slots)), "started": run.started, "finished": run.finished,
         "baseline": baseline,
     }
     return steps, requests, row

@@ -9,13 +9,13 @@ loss, its own option checks — comes from the objective. This package names no 
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.masks import BLOCK_MODES
 from jetflow_bench.plugins import DRAFTERS
+from jetflow_bench.registry import load_attr
 
 if TYPE_CHECKING:
     import torch
@@ -82,8 +82,7 @@ def objective_for(drafter: str) -> tuple[str, TrainingObjective]:
             f"--drafter {drafter!r} declares no training objective: train one of {', '.join(trainable_drafters())}"
         )
     if isinstance(hook, str):
-        module_name, _, attr = hook.partition(":")
-        hook = getattr(importlib.import_module(module_name), attr)
+        hook = load_attr(hook)
     return _family_of(drafter_cls), hook
 
 

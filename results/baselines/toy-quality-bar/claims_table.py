@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.metrics import bootstrap_draws
+from jetflow_bench.metrics import bootstrap_draws, tau
 
 ARMS = ("jetflow", "jetflow-refine", "dflash", "eagle")
 REQUEST_COLUMNS = ["suite", "drafter", "variant", "budget", "request", "steps", "emitted", "lossless", "excused"]
@@ -68,7 +68,7 @@ def layout_effect(requests: pd.DataFrame) -> pd.DataFrame:
 
 
 def _tau(emitted: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    return emitted.sum(axis=-1) / steps.sum(axis=-1)
+    return tau(emitted.sum(axis=-1), steps.sum(axis=-1))
 
 
 def tau_ratio(requests: pd.DataFrame, suite: str, top: tuple[str, int], bottom: tuple[str, int]) -> dict[str, float]:
@@ -103,7 +103,7 @@ def _ratio_cell(r: dict[str, float]) -> str:
 
 def _taus(rows: pd.DataFrame) -> dict[int, float]:
     per_budget = rows.groupby("budget")[["emitted", "steps"]].sum()
-    return (per_budget["emitted"] / per_budget["steps"]).to_dict()
+    return dict(zip(per_budget.index, tau(per_budget["emitted"], per_budget["steps"]).tolist(), strict=True))
 
 
 def tau_table(requests: pd.DataFrame, suite: str) -> list[str]:
