@@ -116,3 +116,19 @@ def test_linear_dflash_at_block_size_is_one_greedy_chain():
             (tree,) = build_trees(torch.tensor([7]), 16, options, marginals).to_trees()
             assert tree.tokens == [7, *range(100, 115)]
             assert tree.parents == list(range(-1, 15))
+
+
+def test_construction_is_an_axis_of_every_learned_drafter():
+    """`--construction` variants and `NAME[construction=...,top_k=...]` arms reach every learned drafter."""
+    from jetflow_bench.sweep.ablation import variants
+    from jetflow_bench.sweep.arms import arm_spec
+    from jetflow_bench.sweep.grid import DEFAULT_VARIANT
+
+    for name in ("dflash", "jetflow", "jetflow-refine", "eagle", "eagle3"):
+        base = arm_spec(name, {}, None, variant=DEFAULT_VARIANT)
+        specs = variants(base, {"construction": ["accum", "best-first", "frontier"]}, {})
+        assert [dict(s.options)["construction"] for s in specs[1:]] == ["accum", "best-first", "frontier"]
+        assert arm_spec(name, {"top_k": 3, "construction": "frontier"}, None).options  # both accepted
+    assert arm_spec("eagle", {"construction": "frontier"}, None).variant == "default"  # EAGLE's own rule
+    assert arm_spec("eagle3", {"top_k": 10, "fanout": 10, "depth": 8}, None).variant == "default"
+    assert arm_spec("eagle3", {"total_tokens": 64}, None).variant == "total_tokens=64"
