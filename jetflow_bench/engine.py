@@ -19,6 +19,7 @@ from drafters.base import DraftCost, Drafter, SequenceView
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import BudgetPolicy
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.faithfulness import branch_gaps
 from jetflow_bench.runtime import synchronize
 from jetflow_bench.sampling import GREEDY, RandomStreams, SamplingParams, draw
 from jetflow_bench.speculative_sampling import sample_accept
@@ -50,6 +51,8 @@ class StepRecord:
     draft_s: float  # drafter: propose + observe (head forwards, tree building inside the drafter)
     verify_s: float  # the target forward only
     other_s: float  # engine overhead: tree checks, masks, acceptance, KV commit, stop rules
+    rank1_len: int = 0  # drafted tokens on the top-ranked branch (jetflow_bench.faithfulness); 0 = none
+    rank1_gap: float = float("nan")  # nats that branch falls short of the target's greedy choices along it
 
 
 @dataclass
@@ -280,6 +283,8 @@ def _speculative_step(
         committed = [[trees[r].tokens[u] for u in acc.paths[r][1:]] + [acc.bonus[r]] for r in range(len(rows))]
         policy.observe(drafted, committed, (t1 - t0) + (t5 - t4))
     t6 = clock()
+    # A measurement, not part of decoding: outside every timed span (its host transfer syncs).
+    rank1_len, rank1_gap = branch_gaps(trees, ver.logits) if drafting else ([0] * len(rows), [0.0] * len(rows))
     cost = drafter.take_cost(len(rows)) if drafter else DraftCost.free(len(rows))
     batch.batch_steps += 1
     return [
@@ -290,6 +295,7 @@ def _speculative_step(
             draft_passes=cost.passes, draft_entries=cost.entries[row], draft_flops=cost.flops[row],
             verify_flops=target.shape.forward_flops(len(trees[row]), before[row] - 1 + len(trees[row])),
             draft_s=(t1 - t0) + (t5 - t4), verify_s=t3 - t2, other_s=(t2 - t1) + (t4 - t3) + (t6 - t5),
+            rank1_len=rank1_len[row], rank1_gap=rank1_gap[row],
         )
         for row, i in enumerate(rows)
     ]
