@@ -38,8 +38,8 @@ from drafters.learned import LearnedDrafter
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import Dists, KnownNodes, draft_trees
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.tree import DraftTree
 
 
 class EagleDrafter(LearnedDrafter):

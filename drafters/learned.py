@@ -23,7 +23,7 @@ from drafters.tree_ops import Dists, top_children
 from jetflow_bench.errors import JfbenchError
 
 if TYPE_CHECKING:
-    from jetflow_bench.target import TargetRunner
+    from jetflow_bench.engine.target import TargetRunner
 
 
 def head_depth(head: DraftHead) -> int:

@@ -55,8 +55,8 @@ from typing import NamedTuple
 
 import torch
 
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.tree import DraftTree
 
 SCORINGS = ("logp", "entropy")
 CONSTRUCTIONS = ("accum", "best-first", "spine-first", "frontier")

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 import torch
 
 from drafters.tree_builder import TreeOptions
-from jetflow_bench.tree import DraftTree
+from jetflow_bench.engine.tree import DraftTree
 
 _NO_KEY = torch.iinfo(torch.long).max
 _TOKEN_SPAN = 1 << 31  # trie keys: parent id * span + token (token ids < 2^31)

@@ -26,7 +26,7 @@ from drafters.tree_builder import (
     marginal_lookup,
     tree_paths,
 )
-from jetflow_bench.tree import DraftTree, pad_trees
+from jetflow_bench.engine.tree import DraftTree, pad_trees
 from tests.test_drafters_head import checkpoints, observed_cache, target  # noqa: F401 - fixtures
 
 

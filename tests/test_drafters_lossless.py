@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from drafters import DRAFTERS
-from jetflow_bench.engine import generate
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
+from jetflow_bench.engine.loop import generate
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
 from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
 
 QUESTIONS = [

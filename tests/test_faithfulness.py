@@ -15,11 +15,11 @@ import torch
 
 from drafters import DRAFTERS
 from drafters.oracle import OracleDrafter
-from jetflow_bench.engine import generate
-from jetflow_bench.faithfulness import branch_gaps, top_branch
+from jetflow_bench.engine.faithfulness import branch_gaps, top_branch
+from jetflow_bench.engine.loop import generate
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.metrics import FAITHFUL_NATS, acceptance_stats
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.tree import DraftTree
 from tests.test_engine import repetitive_prompts, runner  # noqa: F401 - fixture
 
 A, B, C, X = 1, 2, 3, 4

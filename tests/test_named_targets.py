@@ -70,9 +70,9 @@ def _greedy_reference(folder: Path, prompt: list[int], tokens: int) -> list[int]
 def _decode_both(folder: Path, tokens: int = 24):
     """Plain transformers greedy tokens, jfbench AR tokens, and jfbench's ngram batch result."""
     from drafters.ngram import NgramDrafter
-    from jetflow_bench.engine import generate
-    from jetflow_bench.stopping import StopRule
-    from jetflow_bench.target import TargetRunner
+    from jetflow_bench.engine.loop import generate
+    from jetflow_bench.engine.stopping import StopRule
+    from jetflow_bench.engine.target import TargetRunner
 
     runner = TargetRunner.load(folder)
     messages = [{"role": "user", "content": "the theme: the the the"}]

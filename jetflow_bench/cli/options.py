@@ -58,7 +58,7 @@ ThreadsOpt = Annotated[
 
 
 # Sampling (sweep, ablate, demo; `jfbench eval` takes the same): temperature 0 is greedy, which
-# ignores top-p and top-k. Build `jetflow_bench.sampling.SamplingParams` from them inside the command:
+# ignores top-p and top-k. Build `jetflow_bench.engine.sampling.SamplingParams` from them inside the command:
 # it range-checks them with one-line errors.
 TemperatureOpt = Annotated[
     float, typer.Option("--temperature", help="Sampling temperature; 0 = greedy (default).")

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from jetflow_bench.tree import DraftTree
+from jetflow_bench.engine.tree import DraftTree
 
 
 def top_branch(tree: DraftTree) -> list[int]:

@@ -16,15 +16,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from jetflow_bench.attention import DEFAULT_ATTENTION, get_attention
+from jetflow_bench.engine.attention import DEFAULT_ATTENTION, get_attention
+from jetflow_bench.engine.kv_cache import KVCache
+from jetflow_bench.engine.rope import rotate
+from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.flops import TransformerShape
 from jetflow_bench.kernels.mask import TreeMask
-from jetflow_bench.kv_cache import KVCache
-from jetflow_bench.rope import rotate
 from jetflow_bench.runtime import resolve_device, resolve_dtype
 from jetflow_bench.targets import resolve_target
-from jetflow_bench.tree import DraftTree, ancestor_mask, pad_trees
 
 
 @dataclass
@@ -63,7 +63,7 @@ class TargetRunner:
         self.tokenizer = tokenizer
         self.name = name
         self.config = model.config
-        self.attention_backend = attention  # sdpa | triton | flex (jetflow_bench.attention)
+        self.attention_backend = attention  # sdpa | triton | flex (jetflow_bench.engine.attention)
         decoder = model.model
         self.embed = decoder.embed_tokens
         self.layers = list(decoder.layers)

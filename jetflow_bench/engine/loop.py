@@ -3,7 +3,7 @@
 The AR baseline is this engine with no drafter (every tree is just its root); a speculative arm
 passes a drafter. Batches of prompts decode together with ragged acceptance; finished rows leave
 the batch. Greedy by default; with `SamplingParams` (temperature > 0) every token is a sample of
-the target, drawn with its request's random stream (`jetflow_bench.sampling`). Every verify step
+the target, drawn with its request's random stream (`jetflow_bench.engine.sampling`). Every verify step
 leaves raw counters and timings; all rates are derived later (`jetflow_bench.metrics`).
 """
 
@@ -18,14 +18,14 @@ import torch
 from drafters.base import DraftCost, Drafter, SequenceView
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import BudgetPolicy
+from jetflow_bench.engine.faithfulness import branch_gaps
+from jetflow_bench.engine.sampling import GREEDY, RandomStreams, SamplingParams, draw
+from jetflow_bench.engine.speculative_sampling import sample_accept
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.faithfulness import branch_gaps
 from jetflow_bench.runtime import synchronize
-from jetflow_bench.sampling import GREEDY, RandomStreams, SamplingParams, draw
-from jetflow_bench.speculative_sampling import sample_accept
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
-from jetflow_bench.tree import DraftTree
 
 MAX_BUDGET = 1024
 
@@ -236,7 +236,7 @@ def _speculative_step(
     Acceptance: the target's token after every node is drawn (its argmax when greedy); keep the
     deepest node whose whole root path matches the target's token at each parent, then append the
     target's token at that node (the bonus). At temperature > 0 this is rejection sampling with
-    point-mass drafts, which keeps the target's distribution (`jetflow_bench.speculative_sampling`).
+    point-mass drafts, which keeps the target's distribution (`jetflow_bench.engine.speculative_sampling`).
     Counting: a row's `accepted` is what survives the stop rule — when EOS, a stop string or
     max_new_tokens cuts the final step, the accepted tokens past the cut were never emitted.
     """
