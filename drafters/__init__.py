@@ -8,6 +8,7 @@ from jetflow_bench.plugins import DRAFTERS
 DRAFTERS.register("ngram", "drafters.ngram:NgramDrafter", aliases=("prompt-lookup", "pld"))
 DRAFTERS.register("oracle", "drafters.oracle:OracleDrafter")
 DRAFTERS.register("eagle", "drafters.eagle:EagleDrafter")
+DRAFTERS.register("eagle3", "drafters.eagle:Eagle3Drafter")
 DRAFTERS.register("dflash", "drafters.dflash:DFlashDrafter", aliases=("dflash-t",))
 DRAFTERS.register("jetflow", "drafters.jetflow:JetFlowDrafter")
 DRAFTERS.register("jetflow-refine", "drafters.jetflow:JetFlowRefineDrafter")

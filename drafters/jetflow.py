@@ -196,4 +196,4 @@ class JetFlowRefineDrafter(JetFlowDrafter):
     name = "jetflow-refine"
     trained_as = "jetflow"
     default_refine_passes = 1
-    default_construction = "best-first"
+    tree_defaults = {"construction": "best-first"}

@@ -25,6 +25,9 @@ VARIANTS = [
     ("jetflow-refine", {}),  # the extension on the same head: r = 1, best-first
     ("jetflow", {"refine_passes": 2, "construction": "spine-first", "scoring": "entropy"}),
     ("dflash", {"fanout": 1}),  # linear DFlash
+    ("eagle3", {}),  # the EAGLE-3 reference drafting config on the eagle head
+    ("eagle", {"depth": 4, "construction": "best-first"}),  # a frontier as wide as the budget
+    ("dflash", {"construction": "frontier"}),
 ]
 
 

@@ -416,7 +416,7 @@ def ablate(
     ] = None,
     refine_passes: Annotated[str | None, typer.Option("--refine-passes", help="Refinement passes, e.g. 0,1,2.")] = None,
     scoring: Annotated[str | None, typer.Option("--scoring", help="Tree scoring variants: entropy.")] = None,
-    construction: Annotated[str | None, typer.Option("--construction", help="Tree construction: spine-first.")] = None,
+    construction: Annotated[str | None, typer.Option("--construction", help="Tree constructions: accum, best-first, spine-first, frontier.")] = None,
     option: Annotated[
         list[str] | None, typer.Option("--option", help="Any build option's values: KEY=V1,V2 (repeatable).")
     ] = None,

@@ -16,6 +16,7 @@ module here:
     sampling              `SamplingParams`, per-request random streams, the target's distribution
     speculative_sampling  lossless tree acceptance at temperature > 0 (recursive rejection)
     stopping              stop rules, identical in every arm
+    faithfulness          the rank-1 branch's distance from the target's greedy choices (a counter)
 
 Drafters (`drafters/`) plug in through `drafters.base.Drafter`; measurement (`metrics`), sweeps,
 reports, projection, training and integrations sit above this package and import from it, never

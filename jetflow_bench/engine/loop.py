@@ -19,6 +19,7 @@ import torch
 from drafters.base import DraftCost, Drafter, SequenceView
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import BudgetPolicy, check_budget, require_logp_scores
+from jetflow_bench.engine.faithfulness import branch_gaps
 from jetflow_bench.engine.sampling import GREEDY, RandomStreams, SamplingParams, draw
 from jetflow_bench.engine.speculative_sampling import sample_accept
 from jetflow_bench.engine.stopping import StopRule
@@ -51,6 +52,8 @@ class StepRecord:
     verify_s: float  # the target forward only
     other_s: float  # engine overhead: tree checks, masks, acceptance, KV commit, stop rules
     timing: str  # "split": a device sync at every phase boundary; "step": one per step; "none": not timed
+    rank1_len: int = 0  # drafted tokens on the top-ranked branch (jetflow_bench.faithfulness); 0 = none
+    rank1_gap: float = float("nan")  # nats that branch falls short of the target's greedy choices along it
 
 
 @dataclass
@@ -289,6 +292,8 @@ def _speculative_step(
     split = (t1 - t0) + (t5 - t4), t3 - t2, (t2 - t1) + (t4 - t3) + (t6 - t5)  # draft, verify, other
     if not clock.split:
         split = (math.nan,) * 3
+    # A measurement, not part of decoding: outside every timed span (its host transfer syncs).
+    rank1_len, rank1_gap = branch_gaps(trees, ver.logits) if drafting else ([0] * len(rows), [0.0] * len(rows))
     cost = drafter.take_cost(len(rows)) if drafter else DraftCost.free(len(rows))
     batch.batch_steps += 1
     return [
@@ -299,6 +304,7 @@ def _speculative_step(
             draft_passes=cost.passes, draft_entries=cost.entries[row], draft_flops=cost.flops[row],
             verify_flops=target.shape.forward_flops(len(trees[row]), before[row] - 1 + len(trees[row])),
             draft_s=split[0], verify_s=split[1], other_s=split[2], timing="split" if clock.split else "step",
+            rank1_len=rank1_len[row], rank1_gap=rank1_gap[row],
         )
         for row, i in enumerate(rows)
     ]
