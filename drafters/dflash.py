@@ -10,7 +10,8 @@ comes from the checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -27,6 +28,11 @@ from jetflow_bench.heads.masks import block_allowed, block_layout
 class DFlashDrafter(LearnedDrafter):
     name = "dflash"
     training = "drafters.block_training:DFLASH_TRAINING"
+
+    @classmethod
+    def nominal_counters(cls, budget: int, block_size: int | None, options: Mapping[str, Any]) -> tuple[float, float] | None:
+        """One forward over the block: anchor + block - 1 MASK positions."""
+        return None if block_size is None else (1.0, float(block_size))
 
     @torch.inference_mode()
     def marginals(self, anchors: torch.Tensor, cache: ContextCache) -> Dists:
