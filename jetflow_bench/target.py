@@ -18,7 +18,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from jetflow_bench.attention import DEFAULT_ATTENTION, get_attention
-from jetflow_bench.compiled import StaticForward, buckets_up_to, check_compile, round_capacity, timed_warm_up, tree_bucket
+from jetflow_bench.compiled import (
+    StaticForward,
+    buckets_up_to,
+    check_compile,
+    round_capacity,
+    timed_warm_up,
+    tree_bucket,
+)
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.flops import TransformerShape
 from jetflow_bench.kernels.mask import TreeMask
