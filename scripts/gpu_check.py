@@ -51,7 +51,8 @@ class Check:
         self.start = time.perf_counter()
         self.env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                     "HF_HUB_OFFLINE": "1", "JFBENCH_DATA_DIR": str(args.data_dir), "JFBENCH_TEST_DEVICE": "cuda",
-                    "OMP_WAIT_POLICY": "PASSIVE"}
+                    "OMP_WAIT_POLICY": "PASSIVE",
+                    "TORCH_LOGS": "perf_hints"}  # the logs then say when and why CUDA graphs were skipped
         self.env.pop("TRITON_INTERPRET", None)  # compiled kernels, not the interpreter
 
     def run(self, part: str, commands: list[list[str]]) -> None:

@@ -282,10 +282,11 @@ def compile_(
     caption = (f"device {eager.device}, dtype {eager.dtype}, torch threads {torch.get_num_threads()}, torch "
                f"{torch.__version__}; compile (untimed warm-up): {forward_compile_s:.1f} s for the forwards, "
                f"{decode_compile_s:.1f} s more for the decodes")
+    if fmt != TableFormat.table:  # json, csv and markdown have no caption: the compile time goes to stderr
+        console.print(caption)
     if fmt in (TableFormat.json, TableFormat.csv):
         emit([{"kind": "forward", **vars(f), "speedup": f.speedup} for f in forwards]
              + [{"kind": "decode", **vars(d), "speedup": d.speedup} for d in decodes], fmt)
-        console.print(caption)
         return
     emit([{"batch": f.batch, "N": f.tokens, "eager ms": f"{f.eager_ms:.2f}", "compiled ms": f"{f.compiled_ms:.2f}",
            "speed-up": f"{f.speedup:.2f}x"} for f in forwards], fmt,
