@@ -1,6 +1,6 @@
 """Does `--compile` pay on this machine? Eager vs compiled target, paired in one run.
 
-Two runners share one model's weights, one eager and one compiled (`jetflow_bench.compiled`).
+Two runners share one model's weights, one eager and one compiled (`jetflow_bench.engine.compiled`).
 
 * Forwards: for every batch size both prefill the same random context, then one verify step of
   each tree size N — `prepare` + `forward`, N = 1 being the AR step — is timed round-robin over
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import torch
 
 from drafters.base import Drafter
-from jetflow_bench.engine import BatchResult, cache_capacity, generate
+from jetflow_bench.engine.loop import BatchResult, cache_capacity, generate
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.projection.measure import complete_tree, interleaved
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
 
 
 @dataclass(frozen=True)

@@ -116,8 +116,8 @@ EIGHT_B = """
 import json, sys, torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 from jetflow_bench.bench_compile import compare_decodes, compare_forwards
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
 config = Qwen3Config(**json.loads(sys.argv[1]))
 print('config ok: layers', config.num_hidden_layers, 'hidden', config.hidden_size, 'vocab', config.vocab_size)
 from jetflow_bench.errors import JfbenchError

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from drafters import DRAFTERS
-from jetflow_bench.compiled import buckets_up_to, check_compile, round_capacity, tree_bucket
-from jetflow_bench.engine import generate
+from jetflow_bench.engine.compiled import buckets_up_to, check_compile, round_capacity, tree_bucket
+from jetflow_bench.engine.loop import generate
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
-from jetflow_bench.tree import DraftTree
 from tests.random_models import random_model
 from tests.test_engine import repetitive_prompts
 

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jetflow_bench.attention import DEFAULT_ATTENTION, get_attention
-from jetflow_bench.compiled import (
+from jetflow_bench.engine.attention import DEFAULT_ATTENTION, get_attention
+from jetflow_bench.engine.compiled import (
     StaticForward,
     buckets_up_to,
     check_compile,
@@ -26,13 +26,14 @@ from jetflow_bench.compiled import (
     timed_warm_up,
     tree_bucket,
 )
+from jetflow_bench.engine.kv_cache import KVCache
+from jetflow_bench.engine.rope import rotate
+from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.flops import TransformerShape
 from jetflow_bench.kernels.mask import TreeMask
-from jetflow_bench.kv_cache import KVCache
-from jetflow_bench.rope import rotate
 from jetflow_bench.runtime import resolve_device, resolve_dtype
-from jetflow_bench.tree import DraftTree, ancestor_mask, pad_trees
+from jetflow_bench.targets import resolve_target
 
 
 @dataclass
@@ -48,7 +49,7 @@ class TreeBatch:
     positions: torch.Tensor  # (B, N) RoPE position = committed length + depth
     mask: TreeMask | None  # committed prefix + ancestors over T slots (W queries); None when nothing needs masking
     kv_len: int  # cache slots the forward attends over
-    width: int | None  # compiled: the bucket the forward pads the N nodes to (jetflow_bench.compiled); None eager
+    width: int | None  # compiled: the bucket the forward pads the N nodes to (jetflow_bench.engine.compiled); None eager
 
 
 @dataclass
@@ -73,7 +74,7 @@ class TargetRunner:
         self.tokenizer = tokenizer
         self.name = name
         self.config = model.config
-        self.attention_backend = attention  # sdpa | triton | flex (jetflow_bench.attention)
+        self.attention_backend = attention  # sdpa | triton | flex (jetflow_bench.engine.attention)
         decoder = model.model
         self.embed = decoder.embed_tokens
         self.layers = list(decoder.layers)
@@ -106,8 +107,9 @@ class TargetRunner:
         attention: str = DEFAULT_ATTENTION,
         compile: bool = False,
     ) -> TargetRunner:
-        """Load by hub id or local directory, exactly as a real user's model would be; ``compile``:
-        decode and verify through `torch.compile` at bucketed shapes (jetflow_bench.compiled)."""
+        """Load by name (`jetflow_bench.targets`), hub id or local directory, exactly as a real user's model
+        would be; ``compile``: decode and verify through `torch.compile` at bucketed shapes
+        (jetflow_bench.engine.compiled)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
@@ -117,7 +119,7 @@ class TargetRunner:
         get_attention(attention, dev)  # a missing kernel package is a usage error before any model loads
         if compile:
             check_compile(dev, attention)
-        name = str(name_or_path)
+        name = resolve_target(name_or_path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(name)
             model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, attn_implementation="sdpa")

@@ -23,8 +23,9 @@ from collections.abc import Callable
 
 import torch
 
+from jetflow_bench.engine.kv_cache import KVCache
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.kv_cache import KVCache
+from jetflow_bench.runtime import synchronize
 
 TREE_BUCKETS = (1, 16, 64, 256, 1024)  # padded tree widths; the last is the engine's MAX_BUDGET
 CAPACITY_STEP = 512  # compiled KV caches hold a multiple of this many slots per row
@@ -88,8 +89,6 @@ class StaticForward:
 
 def timed_warm_up(run: Callable[[], object], device: torch.device) -> float:
     """Seconds of one untimed warm-up forward (compilation, or a CUDA-graph recording, included)."""
-    from jetflow_bench.runtime import synchronize
-
     synchronize(device)
     start = time.perf_counter()
     run()
