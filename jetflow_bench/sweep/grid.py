@@ -91,6 +91,7 @@ class SweepConfig:
     n_boot: int = 1000  # bootstrap resamples for speed-up CIs
     attention: str = "sdpa"  # attention backend of the target and heads (jetflow_bench.engine.attention)
     profile: bool = False  # time each step's draft / verify / other split on a GPU (`--profile`)
+    compile: bool = False  # target forwards through torch.compile at bucketed shapes (jetflow_bench.engine.compiled)
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)  # e.g. the ablation's flags
 
 
@@ -164,8 +165,8 @@ def config_dict(config: SweepConfig) -> dict[str, Any]:
 def _identity(config: SweepConfig) -> dict[str, Any]:
     """The config with the target and checkpoints named by their weights, not their paths.
 
-    The default attention backend is left out, so runs made before ``--attention`` existed keep their
-    hashes; so are sampling fields at greedy decoding's values (module docstring).
+    The default attention backend and an eager target are left out, so runs made before ``--attention``
+    and ``--compile`` existed keep their hashes; so are sampling fields at greedy decoding's values (module docstring).
     """
     plain = {k: v for k, v in config_dict(config).items() if SAMPLING_DEFAULTS.get(k, ...) != v}
     plain["temperature"] = 0.0
@@ -175,6 +176,8 @@ def _identity(config: SweepConfig) -> dict[str, Any]:
         del identity["attention"]
     if not identity["profile"]:  # the default leaves the hashes of runs made before `--profile` existed
         del identity["profile"]
+    if not identity["compile"]:
+        del identity["compile"]
     return identity
 
 
@@ -277,6 +280,14 @@ def parse_budgets(text: str, candidates: str | None = None) -> tuple[Budget, ...
     if not auto:
         return budgets
     return (*budgets, Budget.auto(parse_candidates(candidates) if candidates else DEFAULT_CANDIDATES))
+
+
+def parse_sizes(text: str, command: str) -> tuple[int, ...]:
+    """'16,64' -> (16, 64) for a ``command`` that times fixed tree sizes: "auto" is refused."""
+    budgets = parse_budgets(text)
+    if any(b.policy for b in budgets):
+        raise JfbenchError(f"--budgets {text}: {command} times fixed budgets; give sizes only, e.g. --budgets 16,64")
+    return tuple(b.nodes for b in budgets)
 
 
 def parse_candidates(text: str) -> tuple[int, ...]:

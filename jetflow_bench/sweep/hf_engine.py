@@ -37,8 +37,9 @@ class HFEngine:
         self.eos_token_ids = target.eos_token_ids
 
     @classmethod
-    def load(cls, target: str, device: str, dtype: str, attention: str = "sdpa", profile: bool = False) -> HFEngine:
-        return cls(TargetRunner.load(target, device, dtype, attention), profile)
+    def load(cls, target: str, device: str, dtype: str, attention: str = "sdpa", profile: bool = False,
+             compile: bool = False) -> HFEngine:
+        return cls(TargetRunner.load(target, device, dtype, attention, compile=compile), profile)
 
     def encode(self, text: str) -> list[int]:
         return encode(self.target, text)
@@ -119,4 +120,5 @@ def _cpu_name() -> str:
 
 def load_engine(config: SweepConfig, run_dir: Path, options: Any = None) -> HFEngine:
     """The `ENGINES` factory for ``hf``."""
-    return HFEngine.load(config.target, config.device, config.dtype, attention=config.attention, profile=config.profile)
+    return HFEngine.load(config.target, config.device, config.dtype, attention=config.attention, profile=config.profile,
+                         compile=config.compile)
