@@ -78,7 +78,8 @@ def test_triton_on_cpu_without_the_interpreter_says_set_the_flag(monkeypatch):
 def test_sweep_attention_triton_on_cpu_is_one_line_before_any_model_loads(cli, monkeypatch, tmp_path):
     pytest.importorskip("triton")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    code, out, err = cli("sweep", "--target", str(tmp_path / "no-such-model"), "--out", str(tmp_path / "run"),
+    # a hub id that cannot load: the attention check must fire before any model (or hub) is tried
+    code, out, err = cli("sweep", "--target", "no-org/no-such-model", "--out", str(tmp_path / "run"),
                          "--device", "cpu", "--attention", "triton")
     assert code == 2 and out == ""
     assert err.startswith("error: ") and "TRITON_INTERPRET=1" in err and err.count("\n") == 1
