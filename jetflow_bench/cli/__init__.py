@@ -30,8 +30,11 @@ COMMAND_MODULES: tuple[str, ...] = ("target_cmd", "suites_cmd", "sweep_cmd", "sh
 
 
 def _register_commands() -> None:
+    from jetflow_bench.cli.helptext import use_plain_help
+
     for module in COMMAND_MODULES:
         importlib.import_module(f"jetflow_bench.cli.{module}")
+    use_plain_help(app)
 
 
 def main() -> None:

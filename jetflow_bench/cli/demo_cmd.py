@@ -25,7 +25,6 @@ from jetflow_bench.cli.options import (
     TopKOpt,
     TopPOpt,
 )
-from jetflow_bench.cli.show_cmd import show
 from jetflow_bench.cli.sweep_cmd import GridFlags, grid_config, grid_temperatures, run_and_report
 from jetflow_bench.runtime import data_dir as resolve_data_dir
 from jetflow_bench.runtime import set_threads
@@ -95,7 +94,6 @@ def demo(
             drafters.append(DrafterSpec(name, checkpoint=str(checkpoint)))
     grid = replace(grid, data_dir=data)
     run_and_report(grid_config(str(target), drafters, grid), out, grid, kind="demo")
-    show(out)
     _projected_column(out)
 
 

@@ -1,8 +1,9 @@
 """Tables on stdout in one of four formats, the same for every command that prints one.
 
-``table`` is rich text for people. When stdout is not a terminal (piped, redirected, CI logs)
-rich would wrap long cell values at 80 columns — "livecodebench" broken over two lines — so the
-console is widened to the table's natural width instead. ``csv``, ``json`` (a list of row
+``table`` is rich text for people. Rich fits a table to the console by wrapping cells and, when
+that is not enough, cutting them to "…"; `print_table` widens the console instead so that values
+stay whole (off a terminal — piped, CI logs — to the natural width, so "livecodebench" is not
+broken over two lines either). ``csv``, ``json`` (a list of row
 objects) and ``markdown`` are for scripts and documents.
 """
 
@@ -37,10 +38,14 @@ Row = Mapping[str, Any]
 
 
 def print_table(console: Console, table: Table) -> None:
-    """Print a rich table without wrapping cell values when the output is not a terminal."""
-    if not console.is_terminal:
-        natural = Console(width=100_000).measure(table).maximum
-        console = Console(file=console.file, width=max(console.width, natural), force_terminal=False)
+    """Print a rich table with every value whole. Off a terminal the table gets its natural width
+    (no cell wraps); on one, text cells may wrap but a table too wide even then is printed wider
+    than the terminal (which wraps the lines; `less -S` scrolls them) rather than cut to "…"."""
+    measured = Console(width=100_000).measure(table)
+    needed = measured.minimum if console.is_terminal else measured.maximum
+    if needed > console.width:
+        console = Console(file=console.file, width=needed, force_terminal=console.is_terminal,
+                          no_color=console.no_color, highlight=False)
     console.print(table)
 
 
@@ -50,7 +55,8 @@ def rich_table(rows: Sequence[Row], title: str | None = None, caption: str | Non
     table = Table(title=title, caption=caption)
     columns = list(rows[0]) if rows else []
     for column in columns:
-        table.add_column(column, justify="left" if column in left else "right")
+        text = column in left  # text may wrap inside its cell; numbers never do
+        table.add_column(column, justify="left" if text else "right", no_wrap=not text)
     for row in rows:
         table.add_row(*(Text(_text(row[c])) for c in columns))
     return table

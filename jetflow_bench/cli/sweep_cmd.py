@@ -207,8 +207,12 @@ def run_and_report(
                         engine_options=engine_options)
     for note in outcome.notes:
         print(note, file=sys.stderr)
-    print(f"{out}: {outcome.ran} cell(s) run, {outcome.skipped} already done; see `jfbench show {out}`",
-          file=sys.stderr)
+    print(f"{out}: {outcome.ran} cell(s) run, {outcome.skipped} already done; `jfbench show {out} --wide` "
+          "shows every column", file=sys.stderr)
+    if (out / "summary.parquet").exists():
+        from jetflow_bench.cli.show_cmd import show
+
+        show(out)
     if outcome.unexcused:
         print(f"{'error' if grid.strict else 'warning'}: {outcome.unexcused} request(s) diverge from the AR "
               "baseline beyond fp near-ties (see requests.parquet: lossless, first_divergence)", file=sys.stderr)
@@ -286,7 +290,7 @@ def sweep(
     option that differs from the drafter's default becomes part of the arm's name in the tables.
     Both JetFlow arms read one checkpoint:
 
-        jfbench sweep --target T --drafters "jetflow=H/jf,jetflow-refine=H/jf,dflash=H/df,eagle=H/ea,eagle\\[depth=8]=H/ea"
+        jfbench sweep --target T --drafters "jetflow=H/jf,jetflow-refine=H/jf,eagle\\[depth=8]=H/ea"
             --suites gsm8k --budgets 16,64,256 --out results/arms
 
         jfbench vllm setup && jfbench sweep --engine vllm --target T --drafters vllm:none,vllm:ngram,vllm:suffix
