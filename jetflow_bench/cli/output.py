@@ -17,6 +17,7 @@ from enum import Enum
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -52,11 +53,15 @@ def print_table(console: Console, table: Table) -> None:
 def rich_table(rows: Sequence[Row], title: str | None = None, caption: str | None = None,
                left: Sequence[str] = ()) -> Table:
     """Rows -> a rich table; values go in as plain Text, so "arm[opt=1]" is never read as markup."""
-    table = Table(title=title, caption=caption)
+    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  collapse_padding=True)  # no vertical rules, two spaces between columns: the width goes to data
     columns = list(rows[0]) if rows else []
     for column in columns:
-        text = column in left  # text may wrap inside its cell; numbers never do
-        table.add_column(column, justify="left" if text else "right", no_wrap=not text)
+        if column in left:  # text may wrap inside its cell
+            table.add_column(column, justify="left")
+        else:  # numbers never wrap, and their width is what print_table must keep
+            width = max(Text(_text(v)).cell_len for v in [column, *(row[column] for row in rows)])
+            table.add_column(column, justify="right", no_wrap=True, min_width=width)
     for row in rows:
         table.add_row(*(Text(_text(row[c])) for c in columns))
     return table
