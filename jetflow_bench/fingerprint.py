@@ -11,6 +11,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from jetflow_bench.errors import JfbenchError
+
 HASH_CONTENT_UP_TO = 256 * 2**20  # weight bytes; bigger folders are named by file sizes (hashing GBs is slow)
 
 
@@ -27,6 +29,9 @@ def model_fingerprint(name: str | Path) -> str:
     toy = folder / "jfbench_toy.json"
     if toy.is_file():
         return "toy:" + json.loads(toy.read_text()).get("config_hash", "")
+    if not (folder / "config.json").is_file():
+        raise JfbenchError(f"{folder} has no config.json: pass a Hugging Face model folder (or a head made by "
+                           "`jfbench train`)")
     files = [folder / "config.json", *sorted(folder.glob("*.safetensors"))]
     return _folder_digest(folder.resolve(), tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files))
 

@@ -39,6 +39,10 @@ def _register_commands() -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    # jfbench shows its own progress on stderr; the libraries' tqdm bars ("Writing model shards",
+    # dataset splits) would interleave with it. Read when they are first imported, so set first.
+    for flag in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+        os.environ.setdefault(flag, "1")
     _register_commands()
     try:
         code = app(standalone_mode=False, prog_name="jfbench")  # non-standalone click *returns* typer.Exit / Ctrl-C (130) codes

@@ -311,7 +311,19 @@ def sweep(
     twice = sorted({label for label in labels if labels.count(label) > 1})
     if twice:
         raise JfbenchError(f"--drafters names the arm {twice[0]!r} twice: give each arm different options")
+    _check_heads(specs)
     run_and_report(grid_config(target, specs, grid), out, grid, engine_options=options)
+
+
+def _check_heads(specs: list[DrafterSpec]) -> None:
+    """Every learned arm names its head's folder: said before the target loads and the AR cells run."""
+    from drafters import DRAFTERS
+    from drafters.learned import LearnedDrafter
+
+    for spec in specs:
+        plugin = DRAFTERS.get(spec.name) if spec.name in DRAFTERS else None
+        if isinstance(plugin, type) and issubclass(plugin, LearnedDrafter):
+            plugin.check_checkpoint(spec.checkpoint)
 
 
 def _arm(name: str, options: dict[str, Any], checkpoint: Path | None, engine: str) -> DrafterSpec:
