@@ -100,3 +100,39 @@ def test_eta_comes_from_the_rate_measured_after_the_first_unit() -> None:
         with mock.patch("jetflow_bench.progress.time.perf_counter", return_value=130.0):
             bar.update(task_id, completed=4)  # 3 units in 30 s after the first: 10 s each
             assert column.render(task).plain == "0:01:00"  # 6 left
+
+
+def test_plot_format_pdf_points_to_formats(cli, tmp_path: Path) -> None:
+    # Bug: `plot --format pdf` said "'pdf' is not one of 'text', 'json'" without naming --formats.
+    run = write_fixture_run(tmp_path / "run", drafters=("ngram",), suites=("gsm8k",), batch_sizes=(1,))
+    code, _, err = cli("plot", str(run), "--format", "pdf")
+    assert code == 2 and "--formats pdf" in err and len(err.strip().splitlines()) == 1
+
+
+def test_check_takes_the_run_positionally_and_says_first_when_configs_differ(cli, tmp_path: Path) -> None:
+    # Bugs: `check RUN` was "missing option '--run'" while `show RUN` is positional; a run of another
+    # config reported failures with the one explaining line buried among warnings, and no way to
+    # make a comparable run.
+    base = write_fixture_run(tmp_path / "base", drafters=("ngram",), suites=("gsm8k",), batch_sizes=(1,), seed=0)
+    (base / "reproduce.py").write_text("# the command behind this reference\n")
+    run = write_fixture_run(tmp_path / "run", drafters=("ngram",), suites=("gsm8k",), batch_sizes=(1,), seed=1)
+    code, _, err = cli("check", str(run), "--baseline", str(base))
+    assert code in (0, 1)
+    assert err.splitlines()[0].startswith("note: the run's config") and f"python {base / 'reproduce.py'}" in err
+    assert cli("check", "--run", str(run), "--baseline", str(base))[0] == code  # the option still works
+    code, _, err = cli("check", str(base), "--baseline", str(base))
+    assert code == 0 and "config" not in err  # same config: no note
+    code, _, err = cli("check", "--baseline", str(base))
+    assert code == 2 and "jfbench check results/ci-run" in err
+
+
+def test_report_defaults_to_the_run_folder(cli, tmp_path: Path, monkeypatch) -> None:
+    # Bug: `report RUN` wrote ./reports/NAME.html relative to wherever it was started.
+    run = write_fixture_run(tmp_path / "run", drafters=("ngram",), suites=("gsm8k",), batch_sizes=(1,))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, out, err = cli("report", str(run))
+    assert code == 0, err
+    assert Path(out.strip()) == run / "report.html" and (run / "report.html").is_file()
+    assert not any(elsewhere.iterdir())
