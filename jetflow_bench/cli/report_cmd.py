@@ -42,12 +42,14 @@ def plot(
     if unknown or not chosen:
         raise JfbenchError(f"--formats {formats!r}: choose from {', '.join(FIGURE_FORMATS)} (comma-separated)")
     from jetflow_bench.report.loading import load_run
-    from jetflow_bench.report.plots import CPU_NOTE, make_figures, save_figures
+    from jetflow_bench.report.plots import CPU_NOTE, figures_and_skips, save_figures
 
     loaded = load_run(run)
     folder = writable_folder(out or loaded.path / "plots", "--out")
-    figures = make_figures(loaded)
+    figures, skipped = figures_and_skips(loaded)
     written = save_figures(figures, folder, chosen)
+    for skip in skipped:
+        print(f"note: not drawn: {skip.name}: {skip.reason}", file=sys.stderr)
     if fmt == OutputFormat.json.value:
         print(json.dumps({"figures": [{"name": f.name, "title": f.title, "caption": f.caption} for f in figures],
                           "files": [str(p) for p in written]}))

@@ -16,7 +16,7 @@ import jinja2
 
 from jetflow_bench import __version__
 from jetflow_bench.report.loading import SAMPLED_LOSSLESS, Run, load_run
-from jetflow_bench.report.plots import CPU_NOTE, ReportFigure, ablation_deltas, make_figures
+from jetflow_bench.report.plots import CPU_NOTE, ReportFigure, Skipped, ablation_deltas, figures_and_skips
 from jetflow_bench.report.tables import (
     Table,
     delta_table,
@@ -45,6 +45,7 @@ class RunSection:
     run: Run
     headline: Table
     figures: list[tuple[ReportFigure, str]]  # (figure, base64 PNG); the ablation figure excluded
+    skipped: list[Skipped]  # figures with nothing to show in this run, each with its reason
     summary: Table
     quality: Table
     divergent: Table  # cells with unexcused divergences (empty table when none)
@@ -63,7 +64,7 @@ def _total(run: Run, column: str) -> int:
 
 
 def _section(run: Run, first: Run | None) -> RunSection:
-    figures = make_figures(run)
+    figures, skipped = figures_and_skips(run)
     ablation_fig = next((f for f in figures if f.name == ablation_deltas.__name__), None)
     divergences = run.divergences()
     comparison = None
@@ -73,6 +74,7 @@ def _section(run: Run, first: Run | None) -> RunSection:
         run=run,
         headline=headline(run),
         figures=[(f, f.png_base64()) for f in figures if f is not ablation_fig],
+        skipped=skipped,
         summary=summary_table(run),
         quality=quality_table(run),
         divergent=frame_table(divergent_cells(run)),
