@@ -40,7 +40,7 @@ def plain_help(doc: str) -> str:
             else:
                 logical.append(line.rstrip())
         paragraphs.append("\b\n" + "\n".join(_fold(line, indent) for line in logical))
-    return "\n\n".join(paragraphs).replace("\\[", "[")  # rich-markup escapes mean nothing to click
+    return "\n\n".join(paragraphs)
 
 
 def _is_command(line: str) -> bool:

@@ -290,7 +290,7 @@ def sweep(
     option that differs from the drafter's default becomes part of the arm's name in the tables.
     Both JetFlow arms read one checkpoint:
 
-        jfbench sweep --target T --drafters "jetflow=H/jf,jetflow-refine=H/jf,eagle\\[depth=8]=H/ea"
+        jfbench sweep --target T --drafters "jetflow=H/jf,jetflow-refine=H/jf,eagle[depth=8]=H/ea"
             --suites gsm8k --budgets 16,64,256 --out results/arms
 
         jfbench vllm setup && jfbench sweep --engine vllm --target T --drafters vllm:none,vllm:ngram,vllm:suffix
@@ -465,7 +465,7 @@ def ablate(
 
         jfbench ablate --target T --drafter ngram --option max_ngram=1,2 --suites gsm8k --out results/ng
 
-        jfbench ablate --target T --drafter "eagle\\[top_k=4]=heads/eagle" --option depth=4,8 --out results/ea
+        jfbench ablate --target T --drafter "eagle[top_k=4]=heads/eagle" --option depth=4,8 --out results/ea
 
         jfbench ablate --target T --drafter jetflow=heads/jf --loss rkl,sft --seeds 0,1,2 --out results/loss
 
