@@ -41,7 +41,7 @@ def test_a_learned_arm_without_its_head_is_refused_before_anything_runs(cli, tmp
     # Bug: `--drafters jetflow` ran the AR cells first, then said "pass --checkpoint DIR", an option
     # `sweep` does not have; the arm syntax is jetflow=DIR.
     out = tmp_path / "run"
-    code, _, err = cli("sweep", "--target", str(tmp_path / "no-model"), "--drafters", "ngram,jetflow", "--out", str(out))
+    code, _, err = cli("sweep", "--target", str(tmp_path), "--drafters", "ngram,jetflow", "--out", str(out))
     assert code == 2 and "jetflow=DIR" in err and "--checkpoint" not in err
     assert not out.exists()
 

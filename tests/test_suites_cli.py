@@ -32,7 +32,7 @@ def invoke(runner: CliRunner, *args: str) -> str:
 def test_list_shows_every_suite_with_source_and_count(runner: CliRunner) -> None:
     output = invoke(runner, "suites", "list", "--data-dir", str(DATA))
     for name, count in [("gsm8k", 1319), ("mbpp-sanitized", 427), ("mt_bench", 80), ("livecodebench", 279)]:
-        line = next(line for line in output.splitlines() if f" {name} " in line)
+        line = next(line for line in output.splitlines() if line.split()[:1] == [name])
         assert str(count) in line and "path" in line
     rows = json.loads(invoke(runner, "suites", "list", "--data-dir", str(DATA), "--format", "json"))["suites"]
     by_name = {row["suite"]: row for row in rows}

@@ -101,6 +101,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("diverged", "diverged", "requests whose output differs from AR: unexcused + excused (fp near-tie)",
            _diverged),
     Column("other", "other", "share of step time that is neither drafting nor verifying", _mean("other_share", 3)),
+    Column("a_1", "a_1", "share of steps that accepted at least one drafted token", _mean("a_1", 2)),
+    *(Column(f"p_{d}", f"p_{d}", f"conditional acceptance at depth {d}: a_{d} / a_{d - 1}", _mean(f"p_{d}", 2))
+      for d in range(2, 5)),
+    Column("rank1", "rank1<=5nats", "share of steps whose top-ranked draft branch is within 5 nats of the "
+           "target's greedy choices along it", _mean("rank1_faithful", 2)),
     Column("ece", "ECE", "calibration error of the drafter's node scores as acceptance probabilities", _mean("ece", 3)),
     Column("chosen_budgets", "chosen B", "--budgets auto: share of steps at each chosen budget", _chosen),
 )

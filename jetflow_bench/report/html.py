@@ -20,6 +20,7 @@ from jetflow_bench.report.plots import CPU_NOTE, ReportFigure, Skipped, ablation
 from jetflow_bench.report.tables import (
     Table,
     delta_table,
+    depth_table,
     divergent_cells,
     frame_table,
     headline,
@@ -47,6 +48,7 @@ class RunSection:
     figures: list[tuple[ReportFigure, str]]  # (figure, base64 PNG); the ablation figure excluded
     skipped: list[Skipped]  # figures with nothing to show in this run, each with its reason
     summary: Table
+    depth: Table  # a_1, conditional p_2..p_4, rank-1 faithfulness per drafting cell
     quality: Table
     divergent: Table  # cells with unexcused divergences (empty table when none)
     divergences: Table | None  # the divergent requests with their positions, when requests.parquet has them
@@ -76,6 +78,7 @@ def _section(run: Run, first: Run | None) -> RunSection:
         figures=[(f, f.png_base64()) for f in figures if f is not ablation_fig],
         skipped=skipped,
         summary=summary_table(run),
+        depth=depth_table(run),
         quality=quality_table(run),
         divergent=frame_table(divergent_cells(run)),
         divergences=None if divergences is None or divergences.empty else frame_table(divergences.head(50)),
