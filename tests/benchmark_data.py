@@ -21,8 +21,13 @@ def _jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def _word_problem(i: int) -> dict:
+    """A GSM8K-shaped record of GSM8K-like length (prompt length shapes what a tiny model generates)."""
     a, b = 3 + i, 5 + 2 * i
-    return {"question": f"Tom has {a} apples and buys {b} more. How many apples does Tom have now?",
+    story = (f"Tom has {a} apples in a basket on the kitchen table. On his way home from school he stops at "
+             f"the market, where apples cost two dollars each, and he buys {b} more apples with the money he "
+             "saved from his weekly allowance. His sister does not eat any of them, and none of the apples "
+             "are lost or given away before the evening.")
+    return {"question": f"{story} How many apples does Tom have now?",
             "answer": f"Tom has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}"}
 
 

@@ -112,9 +112,12 @@ def test_grid_tables_are_complete_and_lossless(base_run):
 
 def test_summary_rows_derive_from_step_rows(base_run):
     t = _tables(base_run)
-    derived = acceptance_stats(t["steps"], CELL_KEYS).set_index(CELL_KEYS)
+    depth = sum(c.startswith("a_") for c in t["summary"])  # the summary's per-depth columns, however deep drafts got
+    derived = acceptance_stats(t["steps"], CELL_KEYS, max_depth=depth).set_index(CELL_KEYS)
     summary = t["summary"].set_index(CELL_KEYS)
-    for column in ("n_steps", "drafted", "accepted", "tau", "alpha", "p_2", "rank1_faithful"):
+    per_depth = [c for c in t["summary"] if c.startswith(("a_", "p_"))]  # as deep as drafts got accepted
+    assert "a_1" in per_depth
+    for column in ("n_steps", "drafted", "accepted", "tau", "alpha", "rank1_faithful", *per_depth):
         pd.testing.assert_series_equal(summary[column], derived.loc[summary.index, column], check_dtype=False)
     by_request = t["steps"].groupby([*CELL_KEYS, "request"])["accepted"].agg(["sum", "size"])
     requests = t["requests"].set_index([*CELL_KEYS, "request"])
