@@ -76,6 +76,12 @@ class Dists:
         return self.tokens.shape[-1]
 
 
+def host_checks_are_free(device: torch.device) -> bool:
+    """Whether reading a tensor on the host is cheap on ``device``: on a CPU it costs no device sync,
+    so the builder may stop early or skip tie rounds; on an accelerator every such check is a sync.
+    (One predicate, so that a CPU test can take the accelerator's branches.)"""
+    return device.type == "cpu"
+
 def top_children(logits: torch.Tensor, k: int, with_entropy: bool = True) -> Dists:
     """Logits (R, S, V) -> the top-k children of each slot; the same numbers `child_dists` gives.
 
@@ -268,7 +274,7 @@ def build_trees(
     )
     stages, dists = [stage], []
     offset = 1  # global index of the next stage's first node
-    cpu = device.type == "cpu"  # a host check costs no device sync there
+    cpu = host_checks_are_free(device)
     for depth in range(max(last, 0) + (1 if accum else 0)):
         found = source.children(stage, depth)
         if found is None:
@@ -399,7 +405,7 @@ def _refine(primary: torch.Tensor, predecessor, span: int) -> torch.Tensor:
     order = ordered.indices
     if order.shape[1] < 2:
         return order
-    if primary.device.type == "cpu":
+    if host_checks_are_free(primary.device):
         keys = ordered.values
         if not bool(((keys[:, 1:] == keys[:, :-1]) & torch.isfinite(keys[:, 1:])).any()):
             return order

@@ -63,6 +63,7 @@ def test_hashes_change_with_what_determines_the_numbers():
     same_cell_bigger_grid = config(budgets=(16, 64, 256))
     assert cell_hash(cfg, cell, spec_for(cfg, cell)) == cell_hash(same_cell_bigger_grid, cell, spec_for(cfg, cell))
     assert cell_hash(cfg, cell, spec_for(cfg, cell)) != cell_hash(config(seed=1), cell, spec_for(cfg, cell))
+    assert config_hash(cfg) != config_hash(config(compile=True))  # compiled timings are other numbers
 
 
 def test_settings_hash_ignores_only_the_grid():

@@ -18,6 +18,7 @@ from jetflow_bench.arms import ARM_SYNTAX
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import (
     AttentionOpt,
+    CompileOpt,
     DataDirOpt,
     DeviceOpt,
     DtypeOpt,
@@ -94,6 +95,7 @@ class GridFlags:
     device: DeviceOpt = None
     dtype: DtypeOpt = None
     attention: AttentionOpt = "sdpa"
+    compile: CompileOpt = False
     data_dir: DataDirOpt = None
     sample_seed: SampleSeedOpt = None
     threads: ThreadsOpt = None
@@ -155,6 +157,12 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     if grid.attention != "sdpa" and engine != "hf":
         raise JfbenchError(f"--attention {grid.attention} applies to the hf engine only: drop it for --engine {engine}")
     get_attention(grid.attention, dev)  # unknown or unavailable backends fail before any model loads
+    if grid.compile:
+        from jetflow_bench.engine.compiled import check_compile
+
+        if engine != "hf":
+            raise JfbenchError(f"--compile applies to the hf engine only: drop it for --engine {engine}")
+        check_compile(dev, grid.attention)
     set_threads(grid.threads)
     return SweepConfig(
         target=resolve_target(target), drafters=tuple(drafters), suites=suites, budgets=budgets,
@@ -163,7 +171,7 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
         limit=grid.limit, max_new_tokens=grid.max_new_tokens, temperatures=temperatures,
         top_p=grid.top_p, top_k=grid.top_k,
         sample_seed=grid.sample_seed, seed=grid.seed, engine=engine, tie_eps=grid.tie_eps, attention=grid.attention,
-        extra=extra,
+        compile=grid.compile, extra=extra,
     )
 
 

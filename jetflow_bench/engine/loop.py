@@ -84,6 +84,7 @@ class BatchResult:
     steps: list[StepRecord] = field(default_factory=list)
     wall_s: float = 0.0
     nodes: list[NodeBlock] = field(default_factory=list)  # drafters whose node scores are log-probs
+    compile_s: float = 0.0  # compiled target: the untimed warm-up that compiled this batch's shapes (not in wall_s)
 
 
 def check_budget(budget: int, max_budget: int = MAX_BUDGET) -> None:
@@ -197,10 +198,11 @@ def generate(
     if len(ids) != len(prompts):
         raise ValueError(f"{len(ids)} request ids for {len(prompts)} prompts")
     clock = _Clock(target.device)
+    capacity = cache_capacity(max(len(p) for p in prompts), stop.max_new_tokens, target.tree_width(budget))
+    taps = drafter.taps if drafter else ()
+    compile_s = target.warm_up(len(prompts), budget, capacity, taps)  # compiled target: before the clock starts
     streams = RandomStreams(sampling.seed, ids, stop.max_new_tokens + budget, device=target.device)
     batch = _Batch(prompts, stop, clock, sampling, streams)
-    capacity = cache_capacity(max(len(p) for p in prompts), stop.max_new_tokens, budget)
-    taps = drafter.taps if drafter else ()
     try:
         out = target.prefill(prompts, capacity, taps=taps)
         last = torch.tensor([len(p) - 1 for p in prompts], device=out.logits.device)
@@ -224,7 +226,8 @@ def generate(
             steps.extend(_speculative_step(target, batch, budget, drafter, policy, nodes))
     finally:
         target.release()
-    return BatchResult([r for r in batch.results if r is not None], steps, wall_s=clock() - batch.start, nodes=nodes or [])
+    return BatchResult([r for r in batch.results if r is not None], steps, wall_s=clock() - batch.start, nodes=nodes or [],
+                       compile_s=compile_s)
 
 
 def _speculative_step(

@@ -91,6 +91,7 @@ class SweepConfig:
     warmup_tokens: int = 8  # new tokens of the untimed warm-up generate before each cell
     n_boot: int = 1000  # bootstrap resamples for speed-up CIs
     attention: str = "sdpa"  # attention backend of the target and heads (jetflow_bench.engine.attention)
+    compile: bool = False  # target forwards through torch.compile at bucketed shapes (jetflow_bench.engine.compiled)
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)  # e.g. the ablation's flags
 
 
@@ -166,8 +167,8 @@ def config_dict(config: SweepConfig) -> dict[str, Any]:
 def _identity(config: SweepConfig) -> dict[str, Any]:
     """The config with the target and checkpoints named by their weights, not their paths.
 
-    The default attention backend is left out, so runs made before ``--attention`` existed keep their
-    hashes; so are sampling fields at greedy decoding's values (module docstring).
+    The default attention backend and an eager target are left out, so runs made before ``--attention``
+    and ``--compile`` existed keep their hashes; so are sampling fields at greedy decoding's values (module docstring).
     """
     plain = {k: v for k, v in config_dict(config).items() if SAMPLING_DEFAULTS.get(k, ...) != v}
     plain["temperature"] = 0.0
@@ -175,6 +176,8 @@ def _identity(config: SweepConfig) -> dict[str, Any]:
                 "drafters": [_spec_identity(s) for s in config.drafters]}
     if identity["attention"] == "sdpa":
         del identity["attention"]
+    if not identity["compile"]:
+        del identity["compile"]
     return identity
 
 
