@@ -51,12 +51,17 @@ class LearnedDrafter(Drafter):
         self.node_scores = "logp" if tree.scoring == "logp" else None  # entropy scores are not log-probs
 
     @classmethod
-    def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> LearnedDrafter:
+    def check_checkpoint(cls, checkpoint: Path | str | None) -> None:
+        """A learned arm names its head's folder (``jetflow=DIR``); commands call this before loading a target."""
         if checkpoint is None:
             raise JfbenchError(
-                f"drafter {cls.name!r} needs a trained head: pass --checkpoint DIR (made by `jfbench train "
-                f"--drafter {cls.train_name()}`) or a released DFlash/JetSpec head directory"
+                f"drafter {cls.name!r} needs a trained head: write the arm as {cls.name}=DIR, DIR made by "
+                f"`jfbench train --drafter {cls.train_name()}` or a released DFlash/JetSpec head directory"
             )
+
+    @classmethod
+    def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> LearnedDrafter:
+        cls.check_checkpoint(checkpoint)
         head, info = load_head(Path(checkpoint), target, options.pop("attention", target.attention_backend))  # the head follows the target
         cls.check_head(head, info)
         tree_keys = [f.name for f in dataclasses.fields(TreeOptions) if f.name != "max_depth"]

@@ -11,6 +11,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from jetflow_bench.errors import JfbenchError
+
 HASH_CONTENT_UP_TO = 256 * 2**20  # weight bytes; bigger folders are named by file sizes (hashing GBs is slow)
 
 
@@ -31,6 +33,9 @@ def model_fingerprint(name: str | Path) -> str:
     if named.is_file():
         record = json.loads(named.read_text())
         return f"named:{record.get('name', '')}:{record.get('sha256', '')[:16]}"
+    if not (folder / "config.json").is_file():
+        raise JfbenchError(f"{folder} has no config.json: pass a Hugging Face model folder (or a head made by "
+                           "`jfbench train`)")
     files = [folder / "config.json", *sorted(folder.glob("*.safetensors"))]
     return _folder_digest(folder.resolve(), tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files))
 

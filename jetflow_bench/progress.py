@@ -2,20 +2,55 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
     ProgressColumn,
+    Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
+from rich.text import Text
 
 
-def progress_bar(console: Console, description: str, *middle: ProgressColumn) -> Progress:
-    """description | bar | done/total | <middle columns> | elapsed | ETA remaining."""
+class MeasuredRemainingColumn(ProgressColumn):
+    """Time left at the rate measured since the task's first finished unit, over all units since.
+
+    The first unit (a training step, a cell, a batch) carries one-off costs such as allocation and
+    warm-up, and rich's own estimate looks at the last 30 s only, which is one unit or none when
+    units take minutes; both gave first ETAs far off. Until a second unit finishes it shows "-".
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._first: dict[TaskID, tuple[float, float]] = {}  # task -> (completed, time) when first seen moving
+
+    def render(self, task: Task) -> Text:
+        now = time.perf_counter()
+        if task.total is None or task.finished:
+            return Text("0:00:00" if task.finished else "-", style="progress.remaining")
+        start = self._first.get(task.id)
+        if start is None:
+            if task.completed > 0:
+                self._first[task.id] = (task.completed, now)
+            return Text("-", style="progress.remaining")
+        done, elapsed = task.completed - start[0], now - start[1]
+        if done <= 0 or elapsed <= 0:
+            return Text("-", style="progress.remaining")
+        seconds = int((task.total - task.completed) * elapsed / done)
+        return Text(f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}", style="progress.remaining")
+
+
+def progress_bar(console: Console, description: str, *middle: ProgressColumn, **options: Any) -> Progress:
+    """description | bar | done/total | <middle columns> | elapsed | ETA remaining (`MeasuredRemainingColumn`).
+
+    ``options`` go to rich's `Progress` (``transient``, ``disable``)."""
     return Progress(
         TextColumn(description),
         BarColumn(),
@@ -23,6 +58,7 @@ def progress_bar(console: Console, description: str, *middle: ProgressColumn) ->
         *middle,
         TimeElapsedColumn(),
         TextColumn("ETA"),
-        TimeRemainingColumn(),
+        MeasuredRemainingColumn(),
         console=console,
+        **options,
     )

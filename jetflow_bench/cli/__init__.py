@@ -30,12 +30,19 @@ COMMAND_MODULES: tuple[str, ...] = ("target_cmd", "suites_cmd", "sweep_cmd", "sh
 
 
 def _register_commands() -> None:
+    from jetflow_bench.cli.helptext import use_plain_help
+
     for module in COMMAND_MODULES:
         importlib.import_module(f"jetflow_bench.cli.{module}")
+    use_plain_help(app)
 
 
 def main() -> None:
     """Console-script entry point."""
+    # jfbench shows its own progress on stderr; the libraries' tqdm bars ("Writing model shards",
+    # dataset splits) would interleave with it. Read when they are first imported, so set first.
+    for flag in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+        os.environ.setdefault(flag, "1")
     _register_commands()
     try:
         code = app(standalone_mode=False, prog_name="jfbench")  # non-standalone click *returns* typer.Exit / Ctrl-C (130) codes

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit, print_table
-from jetflow_bench.errors import writable_folder
+from jetflow_bench.errors import JfbenchError, writable_folder
 from jetflow_bench.report import DEFAULT_BASELINE
 
 if TYPE_CHECKING:  # report.check reads tables with pandas: imported when `check` runs
@@ -63,13 +63,26 @@ def _json(result: CheckResult) -> str:
     findings = [{**dataclasses.asdict(f), "cell": None if f.cell is None else
                  {k: v.item() if hasattr(v, "item") else v for k, v in f.cell.items()}} for f in result.findings]
     return json.dumps({"passed": not result.failed, "baseline": str(result.baseline), "run": str(result.run),
+                       "config_note": result.config_note,
                        "tau_tol": result.tau_tol, "speedup_warn": result.speedup_warn, "findings": findings,
                        "cells": cells})
 
 
+def _one_run(argument: Path | None, option: Path | None) -> Path:
+    """RUN as an argument (like `show RUN`) or as --run (older scripts); one of them, once."""
+    if argument is not None and option is not None and argument != option:
+        raise JfbenchError(f"check: RUN {argument} and --run {option}: give the run once")
+    if argument is None and option is None:
+        raise JfbenchError("check: which run? pass its folder, e.g. `jfbench check results/ci-run`")
+    return argument or option
+
+
 @app.command("check")
 def check(
-    run: Annotated[Path, typer.Option("--run", help="Run folder to check (or to promote with --update-baseline).")],
+    run: Annotated[
+        Path | None, typer.Argument(help="Run folder to check (or to promote with --update-baseline).")
+    ] = None,
+    run_option: Annotated[Path | None, typer.Option("--run", help="The same as the RUN argument.")] = None,
     baseline: Annotated[Path, typer.Option("--baseline", help="Reference run folder.")] = DEFAULT_BASELINE,
     tau_tol: Annotated[
         float, typer.Option("--tau-tol", min=0.0, help="Fail when τ drops by more than this fraction, or a_1..a_3 "
@@ -94,13 +107,18 @@ def check(
 
     Examples:
 
-        jfbench check --run results/ci-run --markdown "$GITHUB_STEP_SUMMARY"
+        jfbench check results/ci-run --markdown "$GITHUB_STEP_SUMMARY"
 
-        jfbench check --run results/ci-run --baseline results/baselines/ci --tau-tol 0.02
+        jfbench check results/ci-run --baseline results/baselines/ci --tau-tol 0.02
 
-        jfbench check --update-baseline --run results/ci-run
+        jfbench check --update-baseline results/ci-run
+
+    A run made with another config than the baseline's is compared all the same, and a line
+    says so first; `python results/baselines/ci/reproduce.py` makes a comparable run.
     """
     from jetflow_bench.report.check import MARK, check_run, update_baseline
+
+    run = _one_run(run, run_option)
 
     if markdown is not None:
         writable_folder(markdown.parent, "--markdown")
@@ -111,6 +129,8 @@ def check(
         Console(stderr=True).print(f"baseline {baseline} now holds run {run}; commit it to make it the reference")
         return
     result = check_run(baseline, run, tau_tol, speedup_warn)
+    if result.config_note:
+        print(f"note: {result.config_note}", file=sys.stderr)
     if markdown is not None:
         markdown.write_text(result.markdown(), encoding="utf-8")
     if fmt is TableFormat.json:

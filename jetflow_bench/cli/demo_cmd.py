@@ -25,7 +25,6 @@ from jetflow_bench.cli.options import (
     TopKOpt,
     TopPOpt,
 )
-from jetflow_bench.cli.show_cmd import show
 from jetflow_bench.cli.sweep_cmd import GridFlags, grid_config, grid_temperatures, run_and_report
 from jetflow_bench.runtime import data_dir as resolve_data_dir
 from jetflow_bench.runtime import set_threads
@@ -86,6 +85,9 @@ def demo(
     get_attention(attention, resolve_device(device))  # an unavailable backend fails before any training
     set_threads(threads)
     data = resolve_data_dir(data_dir)
+    if not _has_prompts(data, out):
+        _projected_column(out)
+        return
     target = ensure_toy_target(preset, data)
     drafters = [DrafterSpec("ngram")]
     if heads:
@@ -95,8 +97,33 @@ def demo(
             drafters.append(DrafterSpec(name, checkpoint=str(checkpoint)))
     grid = replace(grid, data_dir=data)
     run_and_report(grid_config(str(target), drafters, grid), out, grid, kind="demo")
-    show(out)
     _projected_column(out)
+
+
+def _has_prompts(data: Path | None, out: Path) -> bool:
+    """Whether GSM8K's prompts can be read (data folder, else the hub). Without them, a finished demo
+    in ``out`` is shown from its files with a note; with neither, the data error stops the demo
+    before anything trains."""
+    import sys
+
+    from suites import get_suite
+    from suites.sources import MissingData
+
+    try:
+        get_suite("gsm8k").load(data, limit=1)
+        return True
+    except MissingData as err:
+        from jetflow_bench.sweep.store import MANIFEST, read_json
+
+        manifest = read_json(out / MANIFEST) or {}
+        if not manifest.get("finished") or not (out / "summary.parquet").exists():
+            raise
+        print(f"note: no GSM8K prompts here ({'; '.join(err.tried)}): showing the demo finished in {out} at "
+              f"{manifest['finished']}; pass --data-dir DIR to run it again", file=sys.stderr)
+    from jetflow_bench.cli.show_cmd import show
+
+    show(out)
+    return False
 
 
 def _projected_column(out: Path) -> None:

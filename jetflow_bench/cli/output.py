@@ -3,9 +3,10 @@
 Commands that print one object rather than rows (a report's files, a target's record, a suite's
 prompts) take ``table`` (text for people) and ``json``; `object_format` refuses the other two.
 
-``table`` is rich text for people. When stdout is not a terminal (piped, redirected, CI logs)
-rich would wrap long cell values at 80 columns — "livecodebench" broken over two lines — so the
-console is widened to the table's natural width instead. ``csv``, ``json`` (a list of row
+``table`` is rich text for people. Rich fits a table to the console by wrapping cells and, when
+that is not enough, cutting them to "…"; `print_table` widens the console instead so that values
+stay whole (off a terminal — piped, CI logs — to the natural width, so "livecodebench" is not
+broken over two lines either). ``csv``, ``json`` (a list of row
 objects) and ``markdown`` are for scripts and documents.
 """
 
@@ -19,6 +20,7 @@ from enum import Enum
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -54,20 +56,29 @@ def object_format(fmt: TableFormat) -> TableFormat:
 
 
 def print_table(console: Console, table: Table) -> None:
-    """Print a rich table without wrapping cell values when the output is not a terminal."""
-    if not console.is_terminal:
-        natural = Console(width=100_000).measure(table).maximum
-        console = Console(file=console.file, width=max(console.width, natural), force_terminal=False)
+    """Print a rich table with every value whole. Off a terminal the table gets its natural width
+    (no cell wraps); on one, text cells may wrap but a table too wide even then is printed wider
+    than the terminal (which wraps the lines; `less -S` scrolls them) rather than cut to "…"."""
+    measured = Console(width=100_000).measure(table)
+    needed = measured.minimum if console.is_terminal else measured.maximum
+    if needed > console.width:
+        console = Console(file=console.file, width=needed, force_terminal=console.is_terminal,
+                          no_color=console.no_color, highlight=False)
     console.print(table)
 
 
 def rich_table(rows: Sequence[Row], title: str | None = None, caption: str | None = None,
                left: Sequence[str] = ()) -> Table:
     """Rows -> a rich table; values go in as plain Text, so "arm[opt=1]" is never read as markup."""
-    table = Table(title=title, caption=caption)
+    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  collapse_padding=True)  # no vertical rules, two spaces between columns: the width goes to data
     columns = list(rows[0]) if rows else []
     for column in columns:
-        table.add_column(column, justify="left" if column in left else "right")
+        if column in left:  # text may wrap inside its cell
+            table.add_column(column, justify="left")
+        else:  # numbers never wrap, and their width is what print_table must keep
+            width = max(Text(_text(v)).cell_len for v in [column, *(row[column] for row in rows)])
+            table.add_column(column, justify="right", no_wrap=True, min_width=width)
     for row in rows:
         table.add_row(*(Text(_text(row[c])) for c in columns))
     return table

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.output import ObjectFormatOpt, TableFormat, object_format
+from jetflow_bench.cli.output import TableFormat
 from jetflow_bench.errors import JfbenchError, writable_folder
 
 RunArg = Annotated[Path, typer.Argument(help="Run folder written by `jfbench sweep` or `jfbench ablate`.")]
@@ -22,8 +22,8 @@ FIGURE_FORMATS = ("png", "svg", "pdf")
 def plot(
     run: RunArg,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for the figures. Default: RUN/plots.")] = None,
-    formats: Annotated[str, typer.Option("--formats", help="Comma-separated: png, svg, pdf.")] = "png,svg",
-    fmt: ObjectFormatOpt = TableFormat.table,
+    formats: Annotated[str, typer.Option("--formats", help="Image formats, comma-separated: png, svg, pdf.")] = "png,svg",
+    fmt: Annotated[str, typer.Option("--format", help="What stdout lists the files as: table or json.")] = "table",
 ) -> None:
     """Draw the run's figures (speed-up and τ vs budget, per-depth acceptance, time per step,
     throughput vs batch size, ablation deltas) as image files.
@@ -34,18 +34,23 @@ def plot(
 
         jfbench plot results/ablate-head --formats svg
     """
+    if fmt not in (TableFormat.table.value, TableFormat.json.value):
+        hint = f"; image formats go in --formats, e.g. --formats {fmt}" if fmt in FIGURE_FORMATS else ""
+        raise JfbenchError(f"--format {fmt}: choose table or json (the list of files written){hint}")
     chosen = [f.strip() for f in formats.split(",") if f.strip()]
     unknown = sorted(set(chosen) - set(FIGURE_FORMATS))
     if unknown or not chosen:
         raise JfbenchError(f"--formats {formats!r}: choose from {', '.join(FIGURE_FORMATS)} (comma-separated)")
     from jetflow_bench.report.loading import load_run
-    from jetflow_bench.report.plots import CPU_NOTE, make_figures, save_figures
+    from jetflow_bench.report.plots import CPU_NOTE, figures_and_skips, save_figures
 
     loaded = load_run(run)
     folder = writable_folder(out or loaded.path / "plots", "--out")
-    figures = make_figures(loaded)
+    figures, skipped = figures_and_skips(loaded)
     written = save_figures(figures, folder, chosen)
-    if object_format(fmt) is TableFormat.json:
+    for skip in skipped:
+        print(f"note: not drawn: {skip.name}: {skip.reason}", file=sys.stderr)
+    if fmt == TableFormat.json.value:
         print(json.dumps({"figures": [{"name": f.name, "title": f.title, "caption": f.caption} for f in figures],
                           "files": [str(p) for p in written]}))
         return
@@ -55,11 +60,18 @@ def plot(
         print(f"note: {CPU_NOTE}", file=sys.stderr)
 
 
+def default_report_path(runs: list[Path]) -> Path:
+    """Inside the first run's folder, where its figures (RUN/plots) are, whatever the working directory."""
+    others = "-".join(run.resolve().name for run in runs[1:])
+    return runs[0] / (f"report-vs-{others}.html" if others else "report.html")
+
+
 @app.command("report")
 def report(
     runs: Annotated[list[Path], typer.Argument(help="One or more run folders; runs 2+ are compared with run 1.")],
     out: Annotated[
-        Path | None, typer.Option("--out", help="HTML file to write. Default: reports/<first run's name>.html.")
+        Path | None, typer.Option("--out", help="HTML file to write. Default: RUN/report.html, or "
+                                  "RUN/report-vs-<other runs>.html when comparing.")
     ] = None,
     title: Annotated[str | None, typer.Option("--title", help="Page title. Default: the run names.")] = None,
 ) -> None:
@@ -68,13 +80,15 @@ def report(
 
     Examples:
 
+        jfbench report results/qwen8b
+
         jfbench report results/qwen8b --out reports/qwen8b.html
 
         jfbench report results/baselines/ci results/ci-run --out reports/ci-vs-baseline.html
     """
     from jetflow_bench.report.html import write_report
 
-    out = out or Path("reports") / f"{runs[0].name}.html"
+    out = out or default_report_path(runs)
     writable_folder(out.parent, "--out")
     path = write_report(runs, out, title)
     Console(stderr=True).print(f"report written to {path}")

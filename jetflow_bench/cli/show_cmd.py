@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from enum import Enum
 from pathlib import Path
@@ -12,9 +11,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from jetflow_bench.arms import arm_label
 from jetflow_bench.cli import app
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, markdown, print_table, rich_table
+from jetflow_bench.cli.summary_view import LEGEND, SAMPLED, column_help, pick_columns, summary_rows
 from jetflow_bench.errors import JfbenchError
 
 if TYPE_CHECKING:  # pandas loads when a table is shown, not for `--help`
@@ -25,59 +24,6 @@ class ShowTable(str, Enum):
     summary = "summary"
     ablation = "ablation"
     cells = "cells"
-
-
-ARM_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "temperature"]
-WIDE_DEPTHS = 4  # --wide: a_1 and the conditional p_2..p_4
-
-
-def compact(summary: pd.DataFrame, wide: bool = False) -> pd.DataFrame:
-    """One row per arm (repeats pooled): the figures a reader compares, formatted as text.
-
-    Numbers are means over repeats; the decode speed-up's bracket is the mean of its per-repeat
-    bootstrap 95% bounds and "sd" its standard deviation across repeats (blank for one repeat).
-    ``wide`` adds where acceptance is won or lost: a_1, the conditional p_2..p_4 (p_d = a_d / a_{d-1})
-    and the rank-1 faithfulness share (jetflow_bench.faithfulness).
-    """
-    import pandas as pd
-
-    from jetflow_bench.budget_policy import budget_label
-    from jetflow_bench.report.loading import SAMPLED_LOSSLESS
-
-    rows = []
-    for keys, g in summary.groupby(ARM_KEYS, sort=True, dropna=False):
-        arm = dict(zip(ARM_KEYS, keys, strict=True))
-        name = arm_label(arm["drafter"], arm["variant"])
-        sd = g["speedup_decode_micro"].std() if len(g) > 1 else math.nan
-        rows.append({
-            "suite": arm["suite"], "arm": name, "B": budget_label(arm["budget"]), "bs": arm["batch_size"],
-            "T": f"{arm['temperature']:g}", "n": len(g),
-            "tau": _f(g["tau"].mean(), 2), "acc/step": _f(g["accepted_per_step"].mean(), 2),
-            "raw acc/step": _f((g["accepted_raw"] / g["n_steps"]).mean(), 2),
-            "tau/draft": _f(g["tau_per_draft"].mean(), 2), "alpha": _f(g["alpha"].mean(), 2),
-            "passes": _f(g["draft_passes"].mean(), 1),
-            "fill": _f(g["budget_fill"].mean(), 2), "tok/s": _f(g["tokens_per_s"].mean(), 1),
-            "TPOT ms": _f(1e3 * g["tpot_s"].mean(), 2), "TTFT ms": _f(1e3 * g["ttft_s"].mean(), 1),
-            "decode x [CI95]": f"{_f(g['speedup_decode_micro'].mean(), 2)} [{_f(g['speedup_decode_micro_lo'].mean(), 2)}"
-                               f", {_f(g['speedup_decode_micro_hi'].mean(), 2)}]",
-            "sd": _f(sd, 2), "e2e x": _f(g["speedup_e2e_micro"].mean(), 2),
-            "acc": f"{_f(g['accuracy'].mean(), 2)}/{_f(g['baseline_accuracy'].mean(), 2)}",
-            "diverged": SAMPLED_LOSSLESS if arm["temperature"] else
-                        f"{int(g['lossless_unexcused'].sum())}+{int(g['lossless_excused'].sum())}",
-            "other": _f(g["other_share"].mean(), 3),
-            **({"ECE": _f(g["ece"].mean(), 3)} if "ece" in g else {}),
-            **({"chosen B": g["chosen_budgets"].dropna().iloc[0] if g["chosen_budgets"].notna().any() else ""}
-               if "chosen_budgets" in g else {}),
-            **(_wide(g) if wide else {}),
-        })
-    return pd.DataFrame(rows)
-
-
-def _wide(g: pd.DataFrame) -> dict[str, str]:
-    """--wide's columns for one arm (blank where a run lacks them: shallow acceptance, older runs)."""
-    columns = ["a_1", *(f"p_{d}" for d in range(2, WIDE_DEPTHS + 1))]
-    cells = {c: _f(g[c].mean(), 2) if c in g else "" for c in columns}
-    return {**cells, "rank1<=5nats": _f(g["rank1_faithful"].mean(), 2) if "rank1_faithful" in g else ""}
 
 
 def compact_ablation(ablation: pd.DataFrame) -> pd.DataFrame:
@@ -128,44 +74,63 @@ def _read(run: Path, name: str) -> pd.DataFrame:
     return frame
 
 
-def _caption(run: Path, manifest: dict) -> str:
+def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) -> str:
+    """The legend (compact view), then where the numbers come from, one line each."""
+    from jetflow_bench.report.loading import SAMPLED_LOSSLESS
+
     config = manifest.get("config", {})
     done = len(list((run / "cells").glob("*.json")))
-    parts = [f"target {config.get('target')}", f"{manifest.get('device')}", f"config {manifest.get('config_hash')}",
-             f"{done}/{manifest.get('n_cells', '?')} cells"]
+    lines = [LEGEND] if compact else []
+    if summary["temperature"].ne(0).any():
+        lines.append(f"diverged '{SAMPLED}' (T > 0): {SAMPLED_LOSSLESS}, not compared token by token")
+    lines.append("; ".join([f"{done}/{manifest.get('n_cells', '?')} cells", f"config {manifest.get('config_hash')}",
+                            f"{manifest.get('device')}"]) + (" · --wide: every column" if compact else ""))
+    lines.append(f"target {config.get('target')}")
     if config.get("device", "").startswith("cpu"):
-        parts.append("CPU: verification cost grows with B, so tau is the hardware-independent figure")
-    return "; ".join(parts)
+        lines.append("CPU: verification cost grows with B, so τ is the hardware-independent figure")
+    return "\n".join(lines)
 
 
-@app.command("show")
+WideOpt = Annotated[bool, typer.Option("--wide", help="Every column of the summary table (see the list above).")]
+ColumnsOpt = Annotated[
+    str | None, typer.Option("--columns", help="Comma-separated columns to show after suite and arm, e.g. tau,alpha,tok_s.")
+]
+SHOW_HELP = f"""Print a run's summary (and ablation) as tables, or its rows as csv/json.
+
+table/markdown: one row per arm, repeats pooled. The default columns are suite, arm, budget, batch,
+tau, alpha, decode and diverged (and temperature when the run samples); --wide shows all of them,
+--columns picks some. csv/json: every column of summary.parquet (or --table ablation / cells), one
+row per cell, for scripts.
+
+Columns (--columns takes these names; docs/methodology.md defines each figure):
+
+{column_help()}
+
+Examples:
+
+    jfbench show results/qwen8b
+
+    jfbench show results/qwen8b --wide
+
+    jfbench show results/qwen8b --columns tau,acc_step,tok_s,e2e
+
+    jfbench show results/qwen8b --format csv > summary.csv
+
+    jfbench show results/ablate-head --format json --table ablation | jq '.[0]'
+"""
+
+
+@app.command("show", help=SHOW_HELP)
 def show(
     run: Annotated[Path, typer.Argument(help="A run folder written by `jfbench sweep` or `jfbench ablate`.")],
     format: TableFormatOpt = TableFormat.table,
     table: Annotated[ShowTable, typer.Option("--table", help="Which table csv/json print (all its columns).")] = ShowTable.summary,
-    wide: Annotated[bool, typer.Option("--wide", help="Add a_1, conditional p_2..p_4 and rank-1 faithfulness.")] = False,
+    wide: WideOpt = False,
+    columns: ColumnsOpt = None,
 ) -> None:
-    """Print a run's summary (and ablation) as tables, or its rows as csv/json.
-
-    table/markdown: one row per arm, repeats pooled — τ (emitted tokens per verify step), accepted
-    drafts per step after and before the stop rule (acc/step, raw acc/step), τ per drafting step
-    (vLLM's figure), α, sequential draft passes per step, budget fill, tokens/s, TPOT, TTFT,
-    decode speed-up with CI and spread, e2e speed-up, accuracy vs AR, diverged (unexcused +
-    excused requests), other (engine overhead share of step time). --wide adds a_1, the conditional
-    acceptance p_d = a_d / a_(d-1) for d = 2..4, and rank1<=5nats (share of steps whose top-ranked
-    draft branch is within 5 nats of the target's greedy choices along it). csv/json: every column of
-    summary.parquet (or --table ablation / cells), one row per cell, for scripts.
-
-    Examples:
-
-        jfbench show results/qwen8b
-
-        jfbench show results/qwen8b --format csv > summary.csv
-
-        jfbench show results/ablate-head --format json --table ablation | jq '.[0]'
-    """
     from jetflow_bench.sweep.store import MANIFEST, read_json
 
+    names = pick_columns(wide, columns)
     manifest = read_json(run / MANIFEST)
     if manifest is None and not (run / MANIFEST).is_file():
         raise JfbenchError(f"{run} holds no jfbench run ({MANIFEST} missing): pass a folder written by `jfbench sweep`")
@@ -182,16 +147,18 @@ def show(
         else:
             print(json.dumps(json.loads(frame.to_json(orient="records")), indent=1))
         return
-    views = [("summary", compact(_read(run, "summary"), wide))]
+    summary = _read(run, "summary")
+    views = [("summary", summary_rows(summary, names))]
     if (run / "ablation.parquet").exists():
-        views.append(("ablation (variant - the arm in 'vs')", compact_ablation(_read(run, "ablation"))))
+        views.append(("ablation (variant - the arm in 'vs')", _records(compact_ablation(_read(run, "ablation")))))
     if format == TableFormat.markdown:
-        print("\n\n".join(f"**{title}**\n\n{markdown(_records(frame))}" for title, frame in views))
+        print("\n\n".join(f"**{title}**\n\n{markdown(rows)}" for title, rows in views))
         return
     console = Console(highlight=False)
-    for title, frame in views:
-        caption = _caption(run, manifest) if title == "summary" else None
-        print_table(console, rich_table(_records(frame), f"{run.name}: {title}", caption, left=("suite", "arm")))
+    for title, rows in views:
+        print_table(console, rich_table(rows, f"{run.name}: {title}", left=("suite", "arm", "vs")))
+        if title == "summary":  # under the table, not a caption: a caption wraps at the table's width
+            print(_caption(run, manifest, summary, names is None))
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:

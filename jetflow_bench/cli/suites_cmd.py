@@ -17,6 +17,7 @@ from jetflow_bench.cli.options import DataDirOpt
 from jetflow_bench.cli.output import ObjectFormatOpt, TableFormat, TableFormatOpt, emit, object_format
 from jetflow_bench.errors import JfbenchError
 from suites import SUITES, get_suite
+from suites.sources import MissingData
 
 suites_app = typer.Typer(
     help="Benchmark suites: where their data comes from and what prompts they produce.",
@@ -40,8 +41,11 @@ def _summary(name: str, data_dir: Path | None, skip_bad: bool) -> dict[str, Any]
     }
     try:
         loaded = suite.load(data_dir, skip_bad=skip_bad)
-    except JfbenchError as err:  # one missing or broken suite must not hide the others
-        return {**row, "found": "unavailable", "source": str(err), "records": None, "skipped": None}
+    except MissingData as err:  # one missing suite must not hide the others
+        why = f"no data ({'; '.join(err.tried)}); the data folder needs {suite.data.local}"
+        return {**row, "found": "missing", "source": why, "records": None, "skipped": None}
+    except JfbenchError as err:
+        return {**row, "found": "unreadable", "source": str(err), "records": None, "skipped": None}
     return {
         **row,
         "found": loaded.kind,
@@ -57,6 +61,9 @@ def list_suites(
 ) -> None:
     """Every registered suite, where its data was found (path, hub or package) and its record count.
 
+    A suite without data is a line on stderr (what was tried, which file the data folder lacks) and
+    makes the exit code 1, so scripts and CI notice; docs/methodology.md ("Data") has the layout.
+
     Examples:
 
       jfbench suites list --data-dir ~/data/jfbench
@@ -66,10 +73,22 @@ def list_suites(
     rows = [_summary(name, data_dir, skip_bad) for name in SUITES.names()]
     if fmt is TableFormat.json:
         typer.echo(json.dumps({"suites": rows}, indent=2))
-        return
+    else:
+        _print_found(rows, fmt)
+    missing = [row for row in rows if row["records"] is None]
+    for row in missing:
+        typer.echo(f"error: {row['suite']}: {row['source']}", err=True)
+    if missing:
+        raise typer.Exit(1)
+
+
+def _print_found(rows: list[dict[str, Any]], fmt: TableFormat) -> None:
+    """The suites that have data, as a table (the others are an error line each)."""
     shown = []
     for row in rows:
-        records = "-" if row["records"] is None else str(row["records"])
+        if row["records"] is None:
+            continue
+        records = str(row["records"])
         if row["skipped"]:
             records += f" ({row['skipped']} skipped)"
         shown.append({

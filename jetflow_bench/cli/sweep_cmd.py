@@ -215,8 +215,12 @@ def run_and_report(
                         engine_options=engine_options)
     for note in outcome.notes:
         print(note, file=sys.stderr)
-    print(f"{out}: {outcome.ran} cell(s) run, {outcome.skipped} already done; see `jfbench show {out}`",
-          file=sys.stderr)
+    print(f"{out}: {outcome.ran} cell(s) run, {outcome.skipped} already done; `jfbench show {out} --wide` "
+          "shows every column", file=sys.stderr)
+    if (out / "summary.parquet").exists():
+        from jetflow_bench.cli.show_cmd import show
+
+        show(out)
     if outcome.unexcused:
         print(f"{'error' if grid.strict else 'warning'}: {outcome.unexcused} request(s) diverge from the AR "
               "baseline beyond fp near-ties (see requests.parquet: lossless, first_divergence)", file=sys.stderr)
@@ -294,7 +298,7 @@ def sweep(
     option that differs from the drafter's default becomes part of the arm's name in the tables.
     Both JetFlow arms read one checkpoint:
 
-        jfbench sweep --target T --drafters "jetflow=H/jf,jetflow-refine=H/jf,dflash=H/df,eagle=H/ea,eagle\\[depth=8]=H/ea"
+        jfbench sweep --target T --drafters "jetflow=H/jf,jetflow-refine=H/jf,eagle[depth=8]=H/ea"
             --suites gsm8k --budgets 16,64,256 --out results/arms
 
         jfbench vllm setup && jfbench sweep --engine vllm --target T --drafters vllm:none,vllm:ngram,vllm:suffix
@@ -315,7 +319,19 @@ def sweep(
     twice = sorted({label for label in labels if labels.count(label) > 1})
     if twice:
         raise JfbenchError(f"--drafters names the arm {twice[0]!r} twice: give each arm different options")
+    _check_heads(specs)
     run_and_report(grid_config(target, specs, grid), out, grid, engine_options=options)
+
+
+def _check_heads(specs: list[DrafterSpec]) -> None:
+    """Every learned arm names its head's folder: said before the target loads and the AR cells run."""
+    from drafters import DRAFTERS
+    from drafters.learned import LearnedDrafter
+
+    for spec in specs:
+        plugin = DRAFTERS.get(spec.name) if spec.name in DRAFTERS else None
+        if isinstance(plugin, type) and issubclass(plugin, LearnedDrafter):
+            plugin.check_checkpoint(spec.checkpoint)
 
 
 def _arm(name: str, options: dict[str, Any], checkpoint: Path | None, engine: str) -> DrafterSpec:
@@ -457,7 +473,7 @@ def ablate(
 
         jfbench ablate --target T --drafter ngram --option max_ngram=1,2 --suites gsm8k --out results/ng
 
-        jfbench ablate --target T --drafter "eagle\\[top_k=4]=heads/eagle" --option depth=4,8 --out results/ea
+        jfbench ablate --target T --drafter "eagle[top_k=4]=heads/eagle" --option depth=4,8 --out results/ea
 
         jfbench ablate --target T --drafter jetflow=heads/jf --loss rkl,sft --seeds 0,1,2 --out results/loss
 

@@ -56,6 +56,7 @@ class CheckResult:
     speedup_warn: float
     cells: pd.DataFrame  # per cell: CELL_KEYS, tau/a_1..a_3/speed-up on both sides, status
     findings: list[Finding] = field(default_factory=list)
+    config_note: str | None = None  # set when the two configs differ: what to read first
 
     @property
     def failed(self) -> bool:
@@ -75,6 +76,8 @@ class CheckResult:
         """A Markdown summary for a CI job page: verdict, findings, then the per-cell table."""
         lines = [f"## {'❌' if self.failed else '✅'} jfbench {self.headline()}", "",
                  f"baseline `{self.baseline}` · run `{self.run}`", ""]
+        if self.config_note:
+            lines += [f"**{self.config_note}**", ""]
         if self.findings:
             lines += _markdown_table(["level", "cell", "metric", "finding"], [
                 [MARK[f.level], cell_label(f.cell), f.metric, f.message] for f in self.findings
@@ -179,13 +182,24 @@ def compare(base: Run, run: Run, tau_tol: float = 0.05, speedup_warn: float = 0.
     if not (joined["_merge"] == "both").any():
         findings.append(Finding("fail", None, "cell", "no cell of the run matches the baseline"))
     hashes = base.manifest.get("config_hash"), run.manifest.get("config_hash")
+    note = None
     if None not in hashes and hashes[0] != hashes[1]:
         findings.append(Finding("warn", None, "config_hash", f"configs differ ({hashes[0]} vs {hashes[1]}): "
                                                              "cells may not measure the same thing"))
+        note = _config_note(base, hashes)
     cells = joined.drop(columns="_merge").assign(status=status)
     order = {"fail": 0, "warn": 1, "info": 2}
     findings.sort(key=lambda f: order[f.level])
-    return CheckResult(base.path, run.path, tau_tol, speedup_warn, cells, findings)
+    return CheckResult(base.path, run.path, tau_tol, speedup_warn, cells, findings, note)
+
+
+def _config_note(base: Run, hashes: tuple[str, str]) -> str:
+    """Why every finding may be the config's doing, and how to make a run comparable with ``base``."""
+    script = base.path / "reproduce.py"
+    how = (f"make the run with `python {script}`" if script.is_file()
+           else "make the run with the baseline's own command (its manifest.json)")
+    return (f"the run's config ({hashes[1]}) is not the baseline's ({hashes[0]}): differences below may come "
+            f"from the config, not a regression; {how}")
 
 
 def _load_baseline(baseline_dir: Path) -> Run:

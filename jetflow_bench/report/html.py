@@ -16,7 +16,7 @@ import jinja2
 
 from jetflow_bench import __version__
 from jetflow_bench.report.loading import SAMPLED_LOSSLESS, Run, load_run
-from jetflow_bench.report.plots import CPU_NOTE, ReportFigure, ablation_deltas, make_figures
+from jetflow_bench.report.plots import CPU_NOTE, ReportFigure, Skipped, ablation_deltas, figures_and_skips
 from jetflow_bench.report.tables import (
     Table,
     delta_table,
@@ -46,6 +46,7 @@ class RunSection:
     run: Run
     headline: Table
     figures: list[tuple[ReportFigure, str]]  # (figure, base64 PNG); the ablation figure excluded
+    skipped: list[Skipped]  # figures with nothing to show in this run, each with its reason
     summary: Table
     depth: Table  # a_1, conditional p_2..p_4, rank-1 faithfulness per drafting cell
     quality: Table
@@ -65,7 +66,7 @@ def _total(run: Run, column: str) -> int:
 
 
 def _section(run: Run, first: Run | None) -> RunSection:
-    figures = make_figures(run)
+    figures, skipped = figures_and_skips(run)
     ablation_fig = next((f for f in figures if f.name == ablation_deltas.__name__), None)
     divergences = run.divergences()
     comparison = None
@@ -75,6 +76,7 @@ def _section(run: Run, first: Run | None) -> RunSection:
         run=run,
         headline=headline(run),
         figures=[(f, f.png_base64()) for f in figures if f is not ablation_fig],
+        skipped=skipped,
         summary=summary_table(run),
         depth=depth_table(run),
         quality=quality_table(run),

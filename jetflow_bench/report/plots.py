@@ -55,6 +55,15 @@ class ReportFigure:
         return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A figure the run has columns for but nothing to show in: the report says why in one line."""
+
+    name: str
+    title: str
+    reason: str
+
+
 def _grid(rows: int, cols: int, note: str | None = None, sharey: bool | str = True) -> tuple[Figure, np.ndarray]:
     """A figure of rows × cols panels (axes array always 2-D); `note` is printed under the panels
     so the PNG carries its own caption when it travels without the report."""
@@ -190,18 +199,18 @@ def time_breakdown(run: Run) -> ReportFigure | None:
     for ax, drafter in zip(axes.flat, drafters, strict=False):
         bars = data[data["drafter"] == drafter].sort_values("budget")
         labels, bottom = [str(b) for b in bars["budget"]], np.zeros(len(bars))
-        for part, (alpha, hatch) in shades.items():
+        for part, (alpha, hatch) in shades.items():  # the bars carry their legend: swatches = bar colours
             ax.bar(labels, bars[part], bottom=bottom, color=drafter_color(drafter), alpha=alpha, hatch=hatch,
-                   edgecolor="white")
+                   edgecolor="white", label=part.removesuffix("_s"))
             bottom += bars[part].to_numpy()
         if len(ar_ms):
-            ax.axhline(ar_ms.iloc[0], color=AR_COLOR, ls="--", lw=1)
+            ax.axhline(ar_ms.iloc[0], color=AR_COLOR, ls="--", lw=1, label="AR decode step")
         ax.set(title=drafter, xlabel="budget B", ylabel="ms per verify step")
+        top = max(bottom.max(), ar_ms.iloc[0] if len(ar_ms) else 0.0)
+        ax.set_ylim(0, 1.4 * top)  # headroom for the legend above the bars
+        ax.legend(fontsize=7, loc="upper left", ncol=2, frameon=False)
     for ax in axes.flat[len(drafters):]:
         ax.set_visible(False)
-    legend = [Patch(facecolor="#555555", alpha=a, hatch=h, label=p.removesuffix("_s")) for p, (a, h) in shades.items()]
-    legend += [Line2D([], [], color=AR_COLOR, ls="--", label="AR decode step")] if len(ar_ms) else []
-    figure.legend(handles=legend, loc="outside right upper", frameon=False)
     size = int(rows["batch_size"].min())
     caption = (f"Where a verify step's time goes at batch size {size} (mean over suites and repeats): "
                "drafting (solid), target verification (light), other bookkeeping (hatched); dashed = one "
@@ -209,11 +218,14 @@ def time_breakdown(run: Run) -> ReportFigure | None:
     return ReportFigure("time_breakdown", "Time per step", caption, figure)
 
 
-def throughput_vs_batch(run: Run) -> ReportFigure | None:
+def throughput_vs_batch(run: Run) -> ReportFigure | Skipped | None:
     """Aggregate tokens/s against batch size at each drafter's best budget (labelled on the points)."""
     rows = run.summary[run.summary["variant"] == "default"]
     if rows.empty or "tokens_per_s" not in rows:
         return None
+    if rows["batch_size"].nunique() < 2:
+        return Skipped("throughput_vs_batch", "Throughput vs batch size",
+                       f"the run has one batch size ({int(rows['batch_size'].iloc[0])}); --batch-sizes 1,4,... draws it")
     data = _mean_over_repeats(rows, ["suite", "drafter", "batch_size", "budget"], ["tokens_per_s"])
     best = data.loc[data.groupby(["suite", "drafter", "batch_size"])["tokens_per_s"].idxmax()]
     suites = sorted(best["suite"].unique())
@@ -238,7 +250,7 @@ def throughput_vs_batch(run: Run) -> ReportFigure | None:
     return ReportFigure("throughput_vs_batch", "Throughput vs batch size", caption, figure)
 
 
-def tau_vs_draft_passes(run: Run) -> ReportFigure | None:
+def tau_vs_draft_passes(run: Run) -> ReportFigure | Skipped | None:
     """τ against sequential draft passes per step, one point per arm (every variant included), a
     line through each drafter's arms at one budget: the cost side of depth (EAGLE) and refinement
     (JetFlow). One panel per suite; needs the `draft_passes` column."""
@@ -247,6 +259,12 @@ def tau_vs_draft_passes(run: Run) -> ReportFigure | None:
         return None
     data = _mean_over_repeats(rows.dropna(subset=["draft_passes"]), ["suite", "drafter", "variant", "budget"],
                               ["draft_passes", "tau"])
+    if data["draft_passes"].nunique() < 2:
+        passes = float(data["draft_passes"].iloc[0])
+        arms = ", ".join(sorted(data["drafter"].unique()))
+        return Skipped("tau_vs_draft_passes", "τ vs draft passes",
+                       f"every arm ({arms}) runs {passes:g} sequential draft passes per step, so there is no "
+                       "cost axis to plot τ against")
     budgets = sorted(data["budget"].unique(), reverse=True)
     dashes = {b: LINESTYLES[k % len(LINESTYLES)] for k, b in enumerate(budgets)}
     suites = sorted(data["suite"].unique())
@@ -371,7 +389,7 @@ def reliability_diagram(run: Run) -> ReportFigure | None:
     return ReportFigure("reliability", "Calibrated acceptance (reliability)", caption, figure)
 
 
-FIGURES: tuple[Callable[[Run], ReportFigure | None], ...] = (
+FIGURES: tuple[Callable[[Run], ReportFigure | Skipped | None], ...] = (
     speedup_vs_budget, tau_vs_budget, tau_vs_draft_passes, depth_acceptance, time_breakdown, throughput_vs_batch,
     ablation_deltas, projected_speedup, reliability_diagram,
 )
@@ -379,7 +397,13 @@ FIGURES: tuple[Callable[[Run], ReportFigure | None], ...] = (
 
 def make_figures(run: Run) -> list[ReportFigure]:
     """Every figure the run has data for (a run without an ablation table has no ablation figure)."""
-    return [figure for build in FIGURES if (figure := build(run)) is not None]
+    return figures_and_skips(run)[0]
+
+
+def figures_and_skips(run: Run) -> tuple[list[ReportFigure], list[Skipped]]:
+    """The figures drawn, and those with nothing to show (each with its one-line reason)."""
+    built = [item for build in FIGURES if (item := build(run)) is not None]
+    return ([f for f in built if isinstance(f, ReportFigure)], [f for f in built if isinstance(f, Skipped)])
 
 
 def save_figures(figures: Iterable[ReportFigure], out_dir: Path, formats: Iterable[str] = ("png", "svg")) -> list[Path]:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -48,7 +49,7 @@ from jetflow_bench.sweep.lossless import Verdict, judge, sampled_verdict
 from jetflow_bench.sweep.memory import check_memory
 from jetflow_bench.sweep.progress import SweepProgress
 from jetflow_bench.sweep.runner import Prompt, run_cell
-from jetflow_bench.sweep.store import Derived, RunStore, now_iso
+from jetflow_bench.sweep.store import HOLDER, LOCK, Derived, RunStore, now_iso
 from jetflow_bench.sweep.tables import cell_frames, node_frame
 from suites import Record, Request, Suite, get_suite, sandbox
 
@@ -143,11 +144,13 @@ def run_sweep(
     ``derived`` adds tables computed from the requests rows (the ablation), rebuilt with the rest.
     ``max_memory`` (bytes) replaces the available memory the grid's KV caches are checked against.
     ``engine_options`` go to the engine factory (e.g. where a vLLM server runs; not hashed). The
-    engine is closed (its servers stopped) however the run ends.
+    engine is closed (its servers stopped) however the run ends. Every check (target, suites,
+    data, memory, every drafter built once) passes before the manifest and the first cell are
+    written.
     """
     chash, shash = config_hash(config), settings_hash(config)
     store = RunStore(out)
-    with store.locked(), contextlib.ExitStack() as stack:
+    with _removed_if_left_empty(out), store.locked(), contextlib.ExitStack() as stack:
         previous = store.prepare(chash, force, shash)
         engine = ENGINES.get(config.engine)(config, out, engine_options)
         stack.callback(engine.close)
@@ -158,12 +161,14 @@ def run_sweep(
         finished = store.finished(hashes, {c.cell_id: c.label() for c in grid})
         manifest = _manifest(previous, config, chash, shash, kind, command, engine, workloads, data_dir, len(grid))
         manifest["sessions"][-1]["cells_done_before"] = len(finished)
+        todo = [c for c in grid if c.cell_id not in finished]
+        sweep = _CellLoop(engine, store, config, manifest["run_id"], workloads)
+        for cell in todo:  # a missing or mismatched head fails now, not after the AR cells ran
+            sweep.drafter(cell)
         if any(w.suite.executes_code and w.suite.scored for w in workloads.values()):
             manifest["code_sandbox"] = sandbox.isolation()  # says whether generated code had a network
             sandbox.announce()
         store.write_manifest(manifest)
-        todo = [c for c in grid if c.cell_id not in finished]
-        sweep = _CellLoop(engine, store, config, manifest["run_id"], workloads)
         rebuilt_at, rebuild_s = 0.0, 0.0
         with SweepProgress(len(grid), len(finished), show_progress) as progress:
             for cell in todo:
@@ -182,6 +187,20 @@ def run_sweep(
         store.write_manifest(manifest)
     unexcused = int(summary["lossless_unexcused"].sum())
     return SweepOutcome(summary, len(todo), len(grid) - len(todo), unexcused, fill_notes(summary))
+
+
+@contextlib.contextmanager
+def _removed_if_left_empty(folder: Path) -> Iterator[None]:
+    """Remove ``folder`` on the way out if this run created it and wrote nothing (a refused start)."""
+    created = not folder.exists()
+    try:
+        yield
+    finally:
+        left = {p.name for p in folder.iterdir()} if created and folder.is_dir() else {"kept"}
+        if left <= {LOCK, HOLDER}:  # the released run lock's own file is all there is
+            for name in left:
+                (folder / name).unlink()
+            folder.rmdir()
 
 
 def _manifest(

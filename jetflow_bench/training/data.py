@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 from filelock import FileLock
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.console import Console
 
 from jetflow_bench import runtime
 from jetflow_bench.engine.loop import generate
@@ -28,6 +28,7 @@ from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
+from jetflow_bench.progress import progress_bar
 from jetflow_bench.training.config import TrainConfig
 from suites import get_suite
 from suites.base import Record, render_chat
@@ -106,8 +107,7 @@ def regenerate(
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     outputs: list[list[int]] = [[] for _ in prompts]
     stop = StopRule(max_new_tokens, frozenset(target.eos_token_ids))
-    columns = (TextColumn("regen"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, disable=not show_progress, transient=True) as bar:
+    with progress_bar(Console(stderr=True), "regen", disable=not show_progress, transient=True) as bar:
         task = bar.add_task("regen", total=len(prompts))
         for start in range(0, len(order), REGEN_BATCH):
             batch = order[start : start + REGEN_BATCH]

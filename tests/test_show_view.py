@@ -1,0 +1,69 @@
+"""`jfbench show`: the compact default view fits 100 columns, --wide / --columns show the rest whole.
+
+The bugs: the default table needed ~230 columns, so a terminal showed every cell as "…"; a column
+with no explanation anywhere; an unknown --columns name ignored or a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from jetflow_bench.cli.output import print_table, rich_table
+from jetflow_bench.cli.summary_view import COLUMNS, COMPACT, LEGEND
+from tests.fixtures_runs import write_fixture_run
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_fixture_run(tmp_path_factory.mktemp("show") / "run", suites=("livecodebench", "gsm8k"),
+                             variants=("default", "head=bidirectional"))
+
+
+def _width(text: str) -> int:
+    return max(len(line) for line in text.splitlines())
+
+
+def test_default_view_fits_100_columns_with_a_one_line_legend(run: Path, cli) -> None:
+    code, out, err = cli("show", str(run))
+    assert code == 0, err
+    summary = out.split("ablation")[0]
+    assert _width(summary) <= 100 and "…" not in out
+    assert LEGEND in out.splitlines() and len(LEGEND) <= 100
+    header = next(line for line in out.splitlines() if "suite" in line and "arm" in line)
+    for column in COMPACT:
+        assert next(c.header for c in COLUMNS if c.name == column) in header
+    assert "jetflow[head=bidirectional]" in out and "livecodebench" in out  # whole, not wrapped or cut
+
+
+def test_wide_shows_every_column_and_columns_picks(run: Path, cli) -> None:
+    code, out, _ = cli("show", str(run), "--wide")
+    header = next(line for line in out.splitlines() if "suite" in line and "arm" in line)
+    assert code == 0 and all(c.header in header for c in COLUMNS) and "…" not in out
+    code, out, _ = cli("show", str(run), "--columns", "tok_s,passes")
+    header = next(line for line in out.splitlines() if "suite" in line and "arm" in line)
+    assert code == 0 and header.split() == ["suite", "arm", "tok/s", "passes"]
+
+
+def test_unknown_column_is_one_line_naming_the_choices(run: Path, cli) -> None:
+    code, _, err = cli("show", str(run), "--columns", "tau,speed")
+    assert code == 2 and "'speed'" in err and "tok_s" in err and len(err.strip().splitlines()) == 1
+
+
+def test_every_column_is_documented_in_help_and_methodology(cli) -> None:
+    code, out, _ = cli("show", "--help")
+    methodology = (Path(__file__).parents[1] / "docs" / "methodology.md").read_text()
+    for column in COLUMNS:
+        assert f"\n    {column.name} " in out, column.name
+        assert f"| `{column.name}` | {column.header} |" in methodology, column.name
+
+
+def test_a_table_wider_than_the_terminal_keeps_its_values_whole(tmp_path: Path) -> None:
+    rows = [{"arm": "jetflow-refine[refine_passes=2]", **{f"c{i}": "1.00 [0.95, 1.05]" for i in range(8)}}]
+    path = tmp_path / "out.txt"
+    with path.open("w") as file:
+        print_table(Console(file=file, width=80, force_terminal=True, no_color=True), rich_table(rows, left=("arm",)))
+    text = path.read_text()
+    assert "…" not in text and text.count("1.00 [0.95, 1.05]") == 8
