@@ -1,6 +1,7 @@
 """Training objective of block heads (dflash, jetflow): `BlockTraining`.
 
-Per sequence, ``anchors`` random anchor positions p each open a block of entries at positions
+Per sequence, ``anchors`` random anchor positions p (drawn where x_{p+1} is continuation, so no
+prompt token is ever a loss target) each open a block of entries at positions
 p + offset that sees the fused context features of positions < p (the anchor is the root at
 inference: not yet in the target's cache). A MASK entry at offset o predicts its own token
 x_{p+o} in place, against the target's distribution at position p+o-1. Block layouts:

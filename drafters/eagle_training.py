@@ -8,7 +8,8 @@ does below the root — and sees the same context plus the root's earlier steps 
     step 0: [x_r   ; f_{r-1}]   -> out_0 -> predicts x_{r+1}
     step 1: [x_r+1 ; out_0  ]   -> out_1 -> predicts x_{r+2}      (also sees step-0 entry of r)
 
-Roots are ``4 x anchors`` random positions per sequence; they are independent, so all run together.
+Roots are ``4 x anchors`` random positions per sequence whose next token is continuation (the
+prompt is context, never a target); they are independent, so all run together.
 The test runs ``ttt_steps`` steps: by default the depth the head drafts, block_size - 1, as EAGLE-3
 trains every step it will draft (its released recipe unrolls 7). Head compute per optimiser step
 grows linearly with it.
@@ -56,7 +57,7 @@ class EagleTraining(TrainingObjective):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss, top-1 agreement) over the ``ttt_steps`` steps of every sampled root."""
         n = config.anchors * 4  # roots per sequence
-        roots = batch.random_positions(n, 0, generator)  # (B, N) in [1, len-1]
+        roots = batch.random_positions(n, 0, generator)  # (B, N): x_{r+1} onwards is continuation
         t, device = batch.tokens.shape[1], roots.device
         fused, store = batch.context(head)  # (B, T, H), keys/values of every position
         sees_context = context_allowed(roots, t)  # (B, N, T)

@@ -20,6 +20,7 @@ from jetflow_bench.target import TargetRunner
 from jetflow_bench.training import TrainConfig, ensure_head, head_path, train_drafter
 from jetflow_bench.training import data as training_data
 from jetflow_bench.training.losses import depth_weights, distill_loss
+from jetflow_bench.training.teacher import TeacherBatch
 from tests.conftest import shared_data_dir
 from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
 from tests.random_models import save_random_model
@@ -123,8 +124,39 @@ def test_regen_data_is_cached_on_disk(random_target, monkeypatch):
     first = training_data.training_sequences(target, config, DATA, show_progress=False)
     monkeypatch.setattr(training_data, "generate", lambda *a, **k: pytest.fail("regen ran twice"))
     assert training_data.training_sequences(target, config, DATA, show_progress=False) == first
+    pairs = training_data.training_pairs(config.corpus, config.prompts, config.seed, target.tokenizer, DATA)
+    prompts = [target.tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in pairs]
+    kept = [p for p in prompts if len(p) <= config.seq_len - config.block_size - 1]
+    assert [s.tokens[: s.prompt_len] for s in first] == kept  # each prompt length from the recomputed prompts
     raw = training_data.training_sequences(target, TrainConfig(drafter="dflash", data="raw", **TINY_RUN), DATA)
-    assert all(seq[-1] in target.eos_token_ids for seq in raw)
+    assert all(s.tokens[-1] in target.eos_token_ids and 0 < s.prompt_len < len(s.tokens) for s in raw)
+
+
+def _teacher(lengths: list[int], prompts: list[int]) -> TeacherBatch:
+    t = max(lengths)
+    tokens = torch.zeros(len(lengths), t, dtype=torch.long)
+    return TeacherBatch(tokens, torch.tensor(lengths), torch.tensor(prompts), torch.zeros(len(lengths), t, 3),
+                        torch.zeros(len(lengths), t, 1, 2))
+
+
+def test_training_positions_never_predict_a_prompt_token():
+    """Anchors and roots p are drawn where x_{p+1} is continuation: p >= prompt length - 1 (and p >= 1)."""
+    batch = _teacher([40, 40, 12, 30], [30, 0, 10, 29])
+    picks = batch.random_positions(500, 1, torch.Generator().manual_seed(0))
+    assert picks.min(1).values.tolist() == [29, 1, 9, 28]  # every allowed position is drawn
+    assert picks.max(1).values.tolist() == [38, 38, 10, 28]  # room for one real token after p
+    roots = batch.random_positions(500, 0, torch.Generator().manual_seed(0))
+    assert roots.max(1).values.tolist() == [39, 39, 11, 29]
+
+
+def test_batcher_drops_sequences_without_continuation_and_reports_the_prompt_share():
+    samples = [training_data.Sample(list(range(10)), 4), training_data.Sample(list(range(12)), 12),
+               training_data.Sample(list(range(30)), 8)]
+    batcher = training_data.SequenceBatcher(samples, seq_len=20, min_len=6, pad_id=0)
+    assert [len(s.tokens) for s in batcher.samples] == [10, 20]  # the all-prompt one is gone, the long one cut
+    assert batcher.prompt_share() == pytest.approx(12 / 30)
+    tokens, lengths, prompts = batcher.batch(4, torch.Generator().manual_seed(0))
+    assert tokens.shape[0] == 4 and set(zip(lengths.tolist(), prompts.tolist(), strict=True)) <= {(10, 4), (20, 8)}
 
 
 @needs_data

@@ -40,6 +40,15 @@ REGEN_BATCH = 16
 
 
 @dataclass(frozen=True)
+class Sample:
+    """A training sequence (prompt + continuation) and its prompt's token count: the loss covers
+    only the continuation, so the head learns what the target writes, not the prompts it is given."""
+
+    tokens: list[int]
+    prompt_len: int
+
+
+@dataclass(frozen=True)
 class Pair:
     """A training prompt (exact model input text) and the corpus' own answer to it."""
 
@@ -120,15 +129,20 @@ def regenerate(
 
 def training_sequences(
     target: TargetRunner, config: TrainConfig, data_dir: Path | None, show_progress: bool = True
-) -> list[list[int]]:
-    """Token sequences (prompt + continuation) to train on; regen results come from the disk cache when present."""
+) -> list[Sample]:
+    """Token sequences (prompt + continuation) to train on; regen results come from the disk cache when present.
+
+    The regen cache stores prompt + output only; each prompt's length comes from the prompts
+    recomputed here (deterministic), so caches written before prompt lengths were kept still serve.
+    """
     tokenizer = target.tokenizer
     pairs = training_pairs(config.corpus, config.prompts, config.seed, tokenizer, data_dir)
     limit = config.seq_len - config.block_size - 1  # room for at least one block after the prompt
     prompts = [ids for ids in (_encode(tokenizer, p.prompt) for p in pairs) if 0 < len(ids) <= limit]
     eos = list(target.eos_token_ids[:1])
     if config.data == "raw":
-        return [_encode(tokenizer, _joined(p)) + eos for p in pairs]
+        joined = [(_encode(tokenizer, p.prompt), _encode(tokenizer, _joined(p)) + eos) for p in pairs]
+        return [Sample(ids, _common_prefix(prompt, ids)) for prompt, ids in joined]
     key = json.dumps({
         "target": model_fingerprint(target.name), "prompts": hashlib.sha256(json.dumps(prompts).encode()).hexdigest(),
         "max_new_tokens": config.max_new_tokens, "dtype": str(target.dtype), "device": target.device.type,
@@ -139,15 +153,27 @@ def training_sequences(
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # trainers of the same seed started together regenerate once
         if path.is_file():
-            return json.loads(path.read_text())["sequences"]
-        if show_progress:
-            print(f"regenerating {len(prompts)} training continuations with the target (cached at {path})", file=sys.stderr)
-        outputs = regenerate(target, prompts, config.max_new_tokens, show_progress)
-        sequences = [p + o for p, o in zip(prompts, outputs, strict=True)]
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": json.loads(key), "sequences": sequences}))
-        tmp.rename(path)
-        return sequences
+            sequences = json.loads(path.read_text())["sequences"]
+        else:
+            if show_progress:
+                print(f"regenerating {len(prompts)} training continuations with the target (cached at {path})", file=sys.stderr)
+            outputs = regenerate(target, prompts, config.max_new_tokens, show_progress)
+            sequences = [p + o for p, o in zip(prompts, outputs, strict=True)]
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"key": json.loads(key), "sequences": sequences}))
+            tmp.rename(path)
+    return [Sample(seq, len(prompt)) for prompt, seq in zip(prompts, sequences, strict=True)]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix: the prompt's tokens inside prompt + answer, where the
+    tokenizer may merge across the boundary."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _joined(pair: Pair) -> str:
@@ -157,22 +183,32 @@ def _joined(pair: Pair) -> str:
 
 
 class SequenceBatcher:
-    """Seeded batches of whole sequences, right-padded: tokens (B, T) and lengths (B,)."""
+    """Seeded batches of whole sequences, right-padded: tokens (B, T), lengths (B,), prompt lengths (B,).
 
-    def __init__(self, sequences: list[list[int]], seq_len: int, min_len: int, pad_id: int) -> None:
-        self.sequences = [s[:seq_len] for s in sequences if len(s) >= min_len]
-        if not self.sequences:
-            raise JfbenchError(f"no training sequence has the {min_len} tokens a block needs: raise --max-new-tokens")
+    A sequence is kept (cut to ``seq_len``) when it has ``min_len`` tokens and at least one
+    continuation token left after the cut.
+    """
+
+    def __init__(self, samples: list[Sample], seq_len: int, min_len: int, pad_id: int) -> None:
+        cut = [Sample(s.tokens[:seq_len], s.prompt_len) for s in samples]
+        self.samples = [s for s in cut if len(s.tokens) >= min_len and len(s.tokens) > s.prompt_len]
+        if not self.samples:
+            raise JfbenchError(f"no training sequence has the {min_len} tokens and the continuation a block needs: "
+                               "raise --max-new-tokens or --seq-len")
         self.pad_id = pad_id
 
-    def batch(self, size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        picks = torch.randint(0, len(self.sequences), (size,), generator=generator).tolist()
-        rows = [self.sequences[i] for i in picks]
-        lengths = torch.tensor([len(r) for r in rows])  # (B,)
+    def batch(self, size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        picks = torch.randint(0, len(self.samples), (size,), generator=generator).tolist()
+        rows = [self.samples[i] for i in picks]
+        lengths = torch.tensor([len(r.tokens) for r in rows])  # (B,)
         tokens = torch.full((size, int(lengths.max())), self.pad_id, dtype=torch.long)  # (B, T)
         for b, row in enumerate(rows):
-            tokens[b, : len(row)] = torch.tensor(row)
-        return tokens, lengths
+            tokens[b, : len(row.tokens)] = torch.tensor(row.tokens)
+        return tokens, lengths, torch.tensor([r.prompt_len for r in rows])
 
     def token_count(self) -> int:
-        return sum(len(s) for s in self.sequences)
+        return sum(len(s.tokens) for s in self.samples)
+
+    def prompt_share(self) -> float:
+        """Share of the kept tokens that are prompt (context for the head, never a loss target)."""
+        return sum(s.prompt_len for s in self.samples) / max(1, self.token_count())

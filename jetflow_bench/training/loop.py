@@ -136,11 +136,12 @@ def train_drafter(
     runner = target if isinstance(target, TargetRunner) else TargetRunner.load(target, device, dtype)
     runner.model.requires_grad_(False)
     started = time.perf_counter()
-    sequences = training_sequences(runner, config, data_dir, show_progress)
+    samples = training_sequences(runner, config, data_dir, show_progress)
     pad = runner.tokenizer.pad_token_id if runner.tokenizer.pad_token_id is not None else 0
-    batcher = SequenceBatcher(sequences, config.seq_len, config.block_size + 2, pad)
+    batcher = SequenceBatcher(samples, config.seq_len, config.block_size + 2, pad)
     if show_progress:
-        print(f"training on {len(batcher.sequences)} sequences ({batcher.token_count():,} tokens, data={config.data})", file=sys.stderr)
+        print(f"training on {len(batcher.samples)} sequences ({batcher.token_count():,} tokens, "
+              f"{batcher.prompt_share():.0%} prompt: loss on the continuation only; data={config.data})", file=sys.stderr)
     head = new_head(runner, config)
     optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
     start, losses = _resume(out, head, optimizer)
@@ -153,8 +154,8 @@ def train_drafter(
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, config)
             generator = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
-            tokens, lengths = batcher.batch(config.batch_size, generator)  # (B, T), (B,)
-            teacher = teacher_batch(runner, tokens, lengths, head.cfg.taps)
+            tokens, lengths, prompt_lengths = batcher.batch(config.batch_size, generator)  # (B, T), (B,), (B,)
+            teacher = teacher_batch(runner, tokens, lengths, prompt_lengths, head.cfg.taps)
             with _autocast(runner):
                 loss, agreement = objective.loss(head, teacher, config, generator)
             loss.backward()
@@ -173,7 +174,8 @@ def train_drafter(
     info = {
         "config": config.to_dict(), "steps_done": done, "target_fingerprint": model_fingerprint(runner.name),
         "block_layout": config.resolved_layout,
-        "sequences": len(batcher.sequences), "training_tokens": batcher.token_count(),
+        "sequences": len(batcher.samples), "training_tokens": batcher.token_count(),
+        "prompt_token_share": round(batcher.prompt_share(), 4),
         "first_loss": losses[0] if losses else None, "last_loss_mean": sum(losses[-10:]) / max(1, len(losses[-10:])),
         "last_top1_agreement": agree, "losses": [round(x, 4) for x in losses], "seconds": time.perf_counter() - started,
         "device": runner.device.type, "dtype": str(runner.dtype).removeprefix("torch."),

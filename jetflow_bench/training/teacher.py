@@ -19,6 +19,7 @@ from jetflow_bench.target import TargetRunner
 class TeacherBatch:
     tokens: torch.Tensor  # (B, T) right-padded token ids
     lengths: torch.Tensor  # (B,) real tokens per row
+    prompt_lengths: torch.Tensor  # (B,) leading prompt tokens per row: context only, never predicted
     logits: torch.Tensor  # (B, T, V) float32; row t = the target's distribution of token t+1
     taps: torch.Tensor  # (B, T, K, H) tapped layer outputs, in the head's tap order
 
@@ -29,9 +30,12 @@ class TeacherBatch:
         return torch.arange(t, device=self.tokens.device).expand(b, t)
 
     def random_positions(self, count: int, room: int, generator: torch.Generator) -> torch.Tensor:
-        """(B, count) uniform positions in [1, len - 1 - room] per row (``room`` real tokens follow)."""
-        last = (self.lengths.cpu() - 1 - room).clamp(min=1)  # (B,)
-        picks = 1 + (torch.rand(len(last), count, generator=generator) * last[:, None]).long()
+        """(B, count) uniform positions p in [max(1, prompt_len - 1), len - 1 - room] per row: the
+        token after p is continuation (so is everything predicted from p onwards) and ``room``
+        real tokens follow p."""
+        first = (self.prompt_lengths.cpu() - 1).clamp(min=1)  # (B,)
+        last = torch.maximum(self.lengths.cpu() - 1 - room, first)  # (B,)
+        picks = first[:, None] + (torch.rand(len(last), count, generator=generator) * (last - first + 1)[:, None]).long()
         return picks.to(self.tokens.device)
 
     def context(self, head: DraftHead) -> tuple[torch.Tensor, ConcatKV]:
@@ -40,9 +44,12 @@ class TeacherBatch:
         return fused, ConcatKV(head.context_kv(fused, self.positions))
 
 
-def teacher_batch(target: TargetRunner, tokens: torch.Tensor, lengths: torch.Tensor, taps: Sequence[int]) -> TeacherBatch:
+def teacher_batch(
+    target: TargetRunner, tokens: torch.Tensor, lengths: torch.Tensor, prompt_lengths: torch.Tensor, taps: Sequence[int]
+) -> TeacherBatch:
     """One target forward over the batch (no gradients); padding rows are never used downstream."""
     rows = [row[:n].tolist() for row, n in zip(tokens, lengths.tolist(), strict=True)]
     out = target.score(rows, taps=taps)  # hidden comes in the head's tap order
     # .clone() outside inference mode turns inference tensors into ordinary autograd inputs.
-    return TeacherBatch(tokens.to(target.device), lengths.to(target.device), out.logits.clone(), out.hidden.clone())
+    device = target.device
+    return TeacherBatch(tokens.to(device), lengths.to(device), prompt_lengths.to(device), out.logits.clone(), out.hidden.clone())
