@@ -33,7 +33,7 @@ import torch
 from drafters.head import DraftHead
 from drafters.masks import block_allowed, context_allowed, join, tree_allowed
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.training.losses import depth_weights, distill_loss
+from jetflow_bench.training.losses import depth_weights
 from jetflow_bench.training.objective import TrainingObjective
 
 if TYPE_CHECKING:
@@ -132,9 +132,8 @@ class BlockTraining(TrainingObjective):
         hidden = head(x, pos, mask, store)  # (B, E, H)
 
         rows, entries = (is_mask & (pos < lengths[:, None])).nonzero(as_tuple=True)  # (M,), (M,)
-        teacher = batch.logits[rows, pos[rows, entries] - 1]  # (M, V)
         weights = depth_weights(depth[rows, entries], config.decay)
-        return distill_loss(head.logits(hidden[rows, entries]), teacher, weights, config.loss)
+        return batch.distill(head, hidden[rows, entries], rows, pos[rows, entries] - 1, weights, config.loss)
 
 
 DFLASH_TRAINING = BlockTraining(default_head="bidirectional", real_prefix=False)

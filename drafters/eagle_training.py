@@ -24,7 +24,7 @@ import torch
 from drafters.head import DraftHead
 from drafters.masks import context_allowed, join
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.training.losses import depth_weights, distill_loss
+from jetflow_bench.training.losses import depth_weights
 from jetflow_bench.training.objective import TrainingObjective
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class EagleTraining(TrainingObjective):
         sees_context = context_allowed(roots, t)  # (B, N, T)
         own = torch.eye(n, dtype=torch.bool, device=device)  # (N, N): a root's entry at each step
         feature = fused.gather(1, (roots - 1)[..., None].expand(-1, -1, fused.shape[-1]))  # (B, N, H) = f_{r-1}
-        draft, teacher, weights = [], [], []
+        outputs, out_rows, teacher_cols, weights = [], [], [], []
         for step in range(self.settings(config)["ttt_steps"]):
             pos = roots + step  # (B, N)
             x = head.eagle_inputs(batch.tokens.gather(1, pos.clamp(max=t - 1)), feature)  # (B, N, H)
@@ -71,10 +71,11 @@ class EagleTraining(TrainingObjective):
             feature = head(x, pos, mask, store)  # (B, N, H)
             store.absorb()
             rows, cols = (pos < batch.lengths[:, None]).nonzero(as_tuple=True)
-            draft.append(head.logits(feature[rows, cols]))
-            teacher.append(batch.logits[rows, pos[rows, cols]])
+            outputs.append(feature[rows, cols])
+            out_rows.append(rows)
+            teacher_cols.append(pos[rows, cols])  # the target's distribution at x_{r+s} is of x_{r+s+1}
             weights.append(depth_weights(torch.full((rows.numel(),), step + 1, device=device), config.decay))
-        return distill_loss(torch.cat(draft), torch.cat(teacher), torch.cat(weights), config.loss)
+        return batch.distill(head, torch.cat(outputs), torch.cat(out_rows), torch.cat(teacher_cols), torch.cat(weights), config.loss)
 
 
 EAGLE_TRAINING = EagleTraining()

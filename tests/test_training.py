@@ -159,6 +159,30 @@ def test_batcher_drops_sequences_without_continuation_and_reports_the_prompt_sha
     assert tokens.shape[0] == 4 and set(zip(lengths.tolist(), prompts.tolist(), strict=True)) <= {(10, 4), (20, 8)}
 
 
+def test_draft_vocabulary_is_the_most_frequent_continuation_tokens():
+    samples = [training_data.Sample([9, 9, 9, 5, 5, 7, 3], 3), training_data.Sample([9, 2, 2, 7], 1)]
+    # continuation counts: 5 x2, 7 x2, 2 x2, 3 x1 (the prompts' 9s do not count); ties by lower id
+    assert training_data.frequent_tokens(samples, 3, 12).tolist() == [2, 5, 7]
+    assert training_data.frequent_tokens(samples, 6, 12).tolist() == [0, 1, 2, 3, 5, 7]  # unseen ids fill by id
+    with pytest.raises(JfbenchError, match="--draft-vocab 12 must be below"):
+        training_data.frequent_tokens(samples, 12, 12)
+
+
+@needs_data
+@pytest.mark.parametrize("drafter", ["eagle", "dflash", "jetflow"])
+def test_draft_vocabulary_heads_train_and_record_their_tokens(random_target, tmp_path, drafter):
+    out = train_drafter(random_target, tmp_path / drafter, data_dir=DATA, show_progress=False, drafter=drafter,
+                        steps=2, draft_vocab=6, **TINY_RUN)
+    raw = json.loads((out / "config.json").read_text())
+    assert raw["draft_vocab_size"] == 6 and raw["training"]["config"]["draft_vocab"] == 6
+    assert math.isfinite(raw["training"]["first_loss"])
+    target = TargetRunner.load(random_target, device="cpu")
+    samples = training_data.training_sequences(target, TrainConfig(drafter=drafter, **TINY_RUN), DATA, show_progress=False)
+    batcher = training_data.SequenceBatcher(samples, TINY_RUN["seq_len"], TINY_RUN["block_size"] + 2, 0)
+    expected = training_data.frequent_tokens(batcher.samples, 6, 64)
+    assert load_file(str(out / "model.safetensors"))["d2t"].tolist() == expected.tolist()
+
+
 @needs_data
 def test_interrupted_run_resumes_to_the_same_head(random_target, tmp_path):
     options = {"drafter": "jetflow", "steps": 4, **TINY_RUN}
@@ -194,12 +218,13 @@ def test_cli_train_prints_folder_and_summary(random_target, tmp_path):
     out = tmp_path / "head"
     args = ["train", "--drafter", "dflash", "--target", str(random_target), "--out", str(out), "--steps", "2",
             "--prompts", "8", "--max-new-tokens", "24", "--seq-len", "48", "--batch-size", "2", "--anchors", "2",
-            "--block-size", "6", "--data-dir", str(DATA), "--device", "cpu"]  # fmt: skip
+            "--block-size", "6", "--decay", "0", "--data-dir", str(DATA), "--device", "cpu"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
     assert lines[-2] == str(out)
     assert json.loads(lines[-1])["steps_done"] == 2
+    assert json.loads((out / "config.json").read_text())["training"]["config"]["decay"] == 0.0
     bad = CliRunner().invoke(app, [*args[:-2], "--loss", "kl"])
     assert bad.exit_code != 0 and isinstance(bad.exception, JfbenchError)
     seeded = CliRunner().invoke(app, [*args, "--seeds", "1,2"])

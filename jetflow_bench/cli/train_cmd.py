@@ -63,6 +63,17 @@ def train(
         typer.Option("--ttt-steps", min=1, help="EAGLE training-time-test steps (own features fed back). "
                      "Default: the drafted depth, block size - 1 (EAGLE-3 trains every step it drafts)."),
     ] = _DEFAULTS.ttt_steps,
+    draft_vocab: Annotated[
+        int | None,
+        typer.Option("--draft-vocab", min=1, help="Reduced draft vocabulary (EAGLE-3's d2t): the head scores only the N "
+                     "most frequent continuation tokens of its training data, mapped back to target ids. Cuts the "
+                     "LM-head cost by V/N; output stays lossless. Default: the whole vocabulary."),
+    ] = None,
+    decay: Annotated[
+        float,
+        typer.Option("--decay", min=0.0, help="Loss weight exp(-(k-1)/decay) at drafted depth k (DFlash's gamma); "
+                     "0 = every depth weighs the same. The paper's loss-weighting table uses 0, 3, 7, 15."),
+    ] = _DEFAULTS.decay,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds data sampling and initialisation.")] = 0,
     seeds: Annotated[
         str | None,
@@ -91,6 +102,8 @@ def train(
         jfbench train --drafter dflash --target DIR --out heads/dflash --steps 600 --time-limit 20
 
         jfbench train --drafter jetflow --head bidirectional --loss rkl --data raw --target DIR --out heads/abl
+
+        jfbench train --drafter dflash --decay 0 --target DIR --out heads/dflash-uniform
     """
     from jetflow_bench.sweep.grid import parse_ints
     from jetflow_bench.training import train_drafter
@@ -98,7 +111,8 @@ def train(
     config = TrainConfig(
         drafter=drafter, head=head, loss=loss, data=data, corpus=tuple(s.strip() for s in corpus.split(",") if s.strip()),
         prompts=prompts, max_new_tokens=max_new_tokens, steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
-        layers=layers, block_size=block_size, anchors=anchors, layout=layout, ttt_steps=ttt_steps,
+        layers=layers, block_size=block_size, anchors=anchors, layout=layout, ttt_steps=ttt_steps, decay=decay,
+        draft_vocab=draft_vocab,
         seed=seed,
     )
     if seeds is not None and seed != 0:

@@ -46,6 +46,7 @@ AXES: dict[str, tuple[str, str]] = {
     "loss": ("train", "loss"),  # fkl | rkl | sft
     "data": ("train", "data"),  # target-regenerated | raw corpus
     "layout": ("train", "layout"),  # jetflow training blocks: packed | prefix
+    "decay": ("train", "decay"),  # loss weight per drafted depth, exp(-(k-1)/decay); 0 = uniform
     "refine_passes": ("infer", "refine_passes"),
     "scoring": ("infer", "scoring"),
     "construction": ("infer", "construction"),

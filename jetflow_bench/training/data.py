@@ -182,6 +182,16 @@ def _joined(pair: Pair) -> str:
     return pair.prompt + gap + pair.reference
 
 
+def frequent_tokens(samples: list[Sample], count: int, vocab: int) -> torch.Tensor:
+    """The ``count`` most frequent continuation tokens of ``samples`` (ties: lower id first), as
+    ascending target ids (N,): a head's draft vocabulary. Tokens never seen fill any rest by id."""
+    if not 1 <= count < vocab:
+        raise JfbenchError(f"--draft-vocab {count} must be below the target's vocabulary of {vocab} (omit it for the whole vocabulary)")
+    seen = torch.tensor([t for s in samples for t in s.tokens[s.prompt_len:]], dtype=torch.long)
+    counts = torch.bincount(seen, minlength=vocab)[:vocab]
+    return torch.argsort(-counts, stable=True)[:count].sort().values
+
+
 class SequenceBatcher:
     """Seeded batches of whole sequences, right-padded: tokens (B, T), lengths (B,), prompt lengths (B,).
 

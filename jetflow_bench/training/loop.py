@@ -30,15 +30,16 @@ from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.target import TargetRunner
 from jetflow_bench.toy.progress import TrainProgress
 from jetflow_bench.training.config import TrainConfig, canonical_head
-from jetflow_bench.training.data import SequenceBatcher, training_sequences
+from jetflow_bench.training.data import SequenceBatcher, frequent_tokens, training_sequences
 from jetflow_bench.training.teacher import teacher_batch
 
 PARTIAL = ".partial"
 
 
-def new_head(target: TargetRunner, config: TrainConfig) -> DraftHead:
+def new_head(target: TargetRunner, config: TrainConfig, d2t: torch.Tensor | None = None) -> DraftHead:
     """A freshly initialised head shaped like the target's own decoder layers (fp32 master weights);
-    the family's objective sets its depth and any wiring of its own."""
+    the family's objective sets its depth and any wiring of its own. ``d2t``: the target ids of its
+    draft vocabulary (`data.frequent_tokens`) when the recipe sets ``draft_vocab``."""
     c = target.config
     tok = target.tokenizer
     mask_id = next((i for i in (tok.mask_token_id, tok.pad_token_id, *target.eos_token_ids) if i is not None), 0)
@@ -49,10 +50,12 @@ def new_head(target: TargetRunner, config: TrainConfig) -> DraftHead:
         taps=tuple(default_taps(len(target.layers), min(config.num_taps, len(target.layers)))),
         block_size=config.block_size, mode=config.mode, mask_token_id=mask_id,
         rms_norm_eps=c.rms_norm_eps, rope_theta=rope.get("rope_theta") or getattr(c, "rope_theta", 1_000_000.0),
-        **config.objective.head_options(config),
+        draft_vocab=None if d2t is None else len(d2t), **config.objective.head_options(config),
     )
     head = DraftHead(cfg, target.embed, target.lm_head).to(target.device)
     head.init_weights(config.seed)
+    if d2t is not None:
+        head.d2t.copy_(d2t)
     with torch.no_grad():  # start from the target's output scale: the LM head expects its final norm
         head.norm.weight.copy_(target.norm.weight.float())
     return head
@@ -142,7 +145,8 @@ def train_drafter(
     if show_progress:
         print(f"training on {len(batcher.samples)} sequences ({batcher.token_count():,} tokens, "
               f"{batcher.prompt_share():.0%} prompt: loss on the continuation only; data={config.data})", file=sys.stderr)
-    head = new_head(runner, config)
+    d2t = None if config.draft_vocab is None else frequent_tokens(batcher.samples, config.draft_vocab, runner.embed.num_embeddings)
+    head = new_head(runner, config, d2t)
     optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
     start, losses = _resume(out, head, optimizer)
     objective = config.objective

@@ -13,6 +13,7 @@ import torch
 
 from drafters.head import ConcatKV, DraftHead
 from jetflow_bench.target import TargetRunner
+from jetflow_bench.training.losses import distill_loss
 
 
 @dataclass
@@ -37,6 +38,24 @@ class TeacherBatch:
         last = torch.maximum(self.lengths.cpu() - 1 - room, first)  # (B,)
         picks = first[:, None] + (torch.rand(len(last), count, generator=generator) * (last - first + 1)[:, None]).long()
         return picks.to(self.tokens.device)
+
+    def distill(
+        self, head: DraftHead, hidden: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, weights: torch.Tensor,
+        kind: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, top-1 agreement) of the head's outputs ``hidden`` (M, H), each predicting the token
+        after position ``cols`` of row ``rows`` (M,) against the target's distribution there.
+
+        A head with a draft vocabulary is distilled against the target's distribution restricted
+        to those tokens and renormalised (EAGLE-3's recipe); its agreement is with the target's
+        own argmax over the whole vocabulary, so a token outside the draft vocabulary counts as a miss.
+        """
+        teacher = self.logits[rows, cols]  # (M, V)
+        draft = head.logits(hidden)  # (M, V) or (M, N)
+        restricted = teacher if head.d2t is None else teacher[:, head.d2t]
+        loss, _ = distill_loss(draft, restricted, weights, kind)
+        agree = (head.to_target(draft.argmax(-1)) == teacher.argmax(-1)).float().mean()
+        return loss, agree
 
     def context(self, head: DraftHead) -> tuple[torch.Tensor, ConcatKV]:
         """Fused features (B, T, H) of every position and a store holding their keys/values."""
