@@ -246,16 +246,16 @@ class DraftHead(nn.Module):
         draft vocabulary's slots when the head has one (`to_target` maps slots to token ids)."""
         if self.meter is not None:
             self.meter.add(self.meter.shape.lm_head_flops(hidden.shape[:-1].numel()))
-        if self.d2t is None:
-            return self._shared[1](hidden)
-        weight, bias = self.draft_rows()
-        return F.linear(hidden, weight, bias)
+        return F.linear(hidden, *self.lm_rows())
 
-    def draft_rows(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The target LM head's weight (N, H) and bias rows of the draft vocabulary (the target is
-        frozen: gathered once, again only when the head moves to another device or dtype)."""
+    def lm_rows(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Weight (V or N, H) and bias of the target's LM head over the tokens this head scores:
+        the draft vocabulary's rows (gathered once: the target is frozen; again only when the head
+        moves to another device or dtype), else the whole head."""
         lm_head = self._shared[1]
         weight = lm_head.weight
+        if self.d2t is None:
+            return weight, getattr(lm_head, "bias", None)
         if self._draft_rows is None or self._draft_rows[0].device != weight.device or self._draft_rows[0].dtype != weight.dtype:
             bias = getattr(lm_head, "bias", None)
             d2t = self.d2t.to(weight.device)

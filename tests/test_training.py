@@ -19,8 +19,9 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.target import TargetRunner
 from jetflow_bench.training import TrainConfig, ensure_head, head_path, train_drafter
 from jetflow_bench.training import data as training_data
+from jetflow_bench.training.loop import new_head
 from jetflow_bench.training.losses import depth_weights, distill_loss
-from jetflow_bench.training.teacher import TeacherBatch
+from jetflow_bench.training.teacher import TeacherBatch, TeacherCache
 from tests.conftest import shared_data_dir
 from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
 from tests.random_models import save_random_model
@@ -133,10 +134,10 @@ def test_regen_data_is_cached_on_disk(random_target, monkeypatch):
 
 
 def _teacher(lengths: list[int], prompts: list[int]) -> TeacherBatch:
-    t = max(lengths)
-    tokens = torch.zeros(len(lengths), t, dtype=torch.long)
-    return TeacherBatch(tokens, torch.tensor(lengths), torch.tensor(prompts), torch.zeros(len(lengths), t, 3),
-                        torch.zeros(len(lengths), t, 1, 2))
+    b, t = len(lengths), max(lengths)
+    tokens = torch.zeros(b, t, dtype=torch.long)
+    return TeacherBatch(tokens, torch.tensor(lengths), torch.tensor(prompts), torch.zeros(b, t, 1, 2), torch.zeros(b, t, 2),
+                        tokens.clone())
 
 
 def test_training_positions_never_predict_a_prompt_token():
@@ -152,11 +153,33 @@ def test_training_positions_never_predict_a_prompt_token():
 def test_batcher_drops_sequences_without_continuation_and_reports_the_prompt_share():
     samples = [training_data.Sample(list(range(10)), 4), training_data.Sample(list(range(12)), 12),
                training_data.Sample(list(range(30)), 8)]
-    batcher = training_data.SequenceBatcher(samples, seq_len=20, min_len=6, pad_id=0)
+    batcher = training_data.SequenceBatcher(samples, seq_len=20, min_len=6)
     assert [len(s.tokens) for s in batcher.samples] == [10, 20]  # the all-prompt one is gone, the long one cut
     assert batcher.prompt_share() == pytest.approx(12 / 30)
-    tokens, lengths, prompts = batcher.batch(4, torch.Generator().manual_seed(0))
-    assert tokens.shape[0] == 4 and set(zip(lengths.tolist(), prompts.tolist(), strict=True)) <= {(10, 4), (20, 8)}
+    assert set(batcher.draw(8, torch.Generator().manual_seed(0))) == {0, 1}
+
+
+@needs_data
+def test_teacher_features_are_computed_once_and_equal_a_direct_target_forward(random_target, monkeypatch):
+    target = TargetRunner.load(random_target, device="cpu")
+    samples = training_data.training_sequences(target, TrainConfig(drafter="dflash", **TINY_RUN), DATA, show_progress=False)
+    cache = TeacherCache.ensure(target, samples, (0, 1), show_progress=False)
+    monkeypatch.setattr(target, "score", lambda *a, **k: pytest.fail("the target ran again"))
+    again = TeacherCache.ensure(target, samples, (0, 1), show_progress=False)
+    assert again.folder == cache.folder
+    batch = again.batch([2, 0])
+    monkeypatch.undo()
+    direct = target.score([samples[2].tokens], taps=(0, 1))
+    n = len(samples[2].tokens)
+    torch.testing.assert_close(batch.taps[0, :n], direct.hidden[0, :n], atol=1e-5, rtol=1e-5)
+    assert batch.argmax[0, :n].tolist() == direct.logits[0, :n].argmax(-1).tolist()
+    head = new_head(target, TrainConfig(drafter="dflash", **TINY_RUN))
+    rows, cols = torch.zeros(n, dtype=torch.long), torch.arange(n)
+    torch.testing.assert_close(batch.teacher_logits(head, rows, cols), direct.logits[0, :n], atol=1e-4, rtol=1e-4)
+    assert batch.lengths.tolist() == [n, len(samples[0].tokens)]
+    assert batch.prompt_lengths.tolist() == [samples[2].prompt_len, samples[0].prompt_len]
+    other = TeacherCache.ensure(target, samples, (1,), show_progress=False)  # other taps: another cache
+    assert other.folder != cache.folder
 
 
 def test_draft_vocabulary_is_the_most_frequent_continuation_tokens():
@@ -178,7 +201,7 @@ def test_draft_vocabulary_heads_train_and_record_their_tokens(random_target, tmp
     assert math.isfinite(raw["training"]["first_loss"])
     target = TargetRunner.load(random_target, device="cpu")
     samples = training_data.training_sequences(target, TrainConfig(drafter=drafter, **TINY_RUN), DATA, show_progress=False)
-    batcher = training_data.SequenceBatcher(samples, TINY_RUN["seq_len"], TINY_RUN["block_size"] + 2, 0)
+    batcher = training_data.SequenceBatcher(samples, TINY_RUN["seq_len"], TINY_RUN["block_size"] + 2)
     expected = training_data.frequent_tokens(batcher.samples, 6, 64)
     assert load_file(str(out / "model.safetensors"))["d2t"].tolist() == expected.tolist()
 

@@ -10,12 +10,13 @@ target + prompts + decoding settings; ``raw`` appends the corpus' own answer ins
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +109,15 @@ def _encode(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]  # long prompts are dropped later
 
 
+@contextlib.contextmanager
+def progress_bar(label: str, total: int, show: bool) -> Iterator[Callable[[int], None]]:
+    """A transient progress bar over ``total`` items; yields ``advance(n)``."""
+    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, disable=not show, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
 def regenerate(
     target: TargetRunner, prompts: list[list[int]], max_new_tokens: int, show_progress: bool
 ) -> list[list[int]]:
@@ -115,15 +125,13 @@ def regenerate(
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     outputs: list[list[int]] = [[] for _ in prompts]
     stop = StopRule(max_new_tokens, frozenset(target.eos_token_ids))
-    columns = (TextColumn("regen"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, disable=not show_progress, transient=True) as bar:
-        task = bar.add_task("regen", total=len(prompts))
+    with progress_bar("regen", len(prompts), show_progress) as advance:
         for start in range(0, len(order), REGEN_BATCH):
             batch = order[start : start + REGEN_BATCH]
             result = generate(target, [prompts[i] for i in batch], stop)
             for i, request in zip(batch, result.requests, strict=True):
                 outputs[i] = request.output_tokens
-            bar.advance(task, len(batch))
+            advance(len(batch))
     return outputs
 
 
@@ -193,28 +201,21 @@ def frequent_tokens(samples: list[Sample], count: int, vocab: int) -> torch.Tens
 
 
 class SequenceBatcher:
-    """Seeded batches of whole sequences, right-padded: tokens (B, T), lengths (B,), prompt lengths (B,).
+    """Seeded draws of training samples (indices into ``samples``; `teacher.TeacherCache` builds the batch).
 
     A sequence is kept (cut to ``seq_len``) when it has ``min_len`` tokens and at least one
     continuation token left after the cut.
     """
 
-    def __init__(self, samples: list[Sample], seq_len: int, min_len: int, pad_id: int) -> None:
+    def __init__(self, samples: list[Sample], seq_len: int, min_len: int) -> None:
         cut = [Sample(s.tokens[:seq_len], s.prompt_len) for s in samples]
         self.samples = [s for s in cut if len(s.tokens) >= min_len and len(s.tokens) > s.prompt_len]
         if not self.samples:
             raise JfbenchError(f"no training sequence has the {min_len} tokens and the continuation a block needs: "
                                "raise --max-new-tokens or --seq-len")
-        self.pad_id = pad_id
 
-    def batch(self, size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        picks = torch.randint(0, len(self.samples), (size,), generator=generator).tolist()
-        rows = [self.samples[i] for i in picks]
-        lengths = torch.tensor([len(r.tokens) for r in rows])  # (B,)
-        tokens = torch.full((size, int(lengths.max())), self.pad_id, dtype=torch.long)  # (B, T)
-        for b, row in enumerate(rows):
-            tokens[b, : len(row.tokens)] = torch.tensor(row.tokens)
-        return tokens, lengths, torch.tensor([r.prompt_len for r in rows])
+    def draw(self, size: int, generator: torch.Generator) -> list[int]:
+        return torch.randint(0, len(self.samples), (size,), generator=generator).tolist()
 
     def token_count(self) -> int:
         return sum(len(s.tokens) for s in self.samples)

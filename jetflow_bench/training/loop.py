@@ -31,7 +31,7 @@ from jetflow_bench.target import TargetRunner
 from jetflow_bench.toy.progress import TrainProgress
 from jetflow_bench.training.config import TrainConfig, canonical_head
 from jetflow_bench.training.data import SequenceBatcher, frequent_tokens, training_sequences
-from jetflow_bench.training.teacher import teacher_batch
+from jetflow_bench.training.teacher import TeacherCache
 
 PARTIAL = ".partial"
 
@@ -140,14 +140,14 @@ def train_drafter(
     runner.model.requires_grad_(False)
     started = time.perf_counter()
     samples = training_sequences(runner, config, data_dir, show_progress)
-    pad = runner.tokenizer.pad_token_id if runner.tokenizer.pad_token_id is not None else 0
-    batcher = SequenceBatcher(samples, config.seq_len, config.block_size + 2, pad)
+    batcher = SequenceBatcher(samples, config.seq_len, config.block_size + 2)
     if show_progress:
         print(f"training on {len(batcher.samples)} sequences ({batcher.token_count():,} tokens, "
               f"{batcher.prompt_share():.0%} prompt: loss on the continuation only; data={config.data})", file=sys.stderr)
     d2t = None if config.draft_vocab is None else frequent_tokens(batcher.samples, config.draft_vocab, runner.embed.num_embeddings)
     head = new_head(runner, config, d2t)
     optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    teacher_cache = TeacherCache.ensure(runner, batcher.samples, head.cfg.taps, show_progress)
     start, losses = _resume(out, head, optimizer)
     objective = config.objective
     label = f"{config.drafter} head" + (f" (resumed at {start})" if start else "")
@@ -158,8 +158,7 @@ def train_drafter(
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, config)
             generator = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
-            tokens, lengths, prompt_lengths = batcher.batch(config.batch_size, generator)  # (B, T), (B,), (B,)
-            teacher = teacher_batch(runner, tokens, lengths, prompt_lengths, head.cfg.taps)
+            teacher = teacher_cache.batch(batcher.draw(config.batch_size, generator))
             with _autocast(runner):
                 loss, agreement = objective.loss(head, teacher, config, generator)
             loss.backward()
