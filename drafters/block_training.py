@@ -111,14 +111,13 @@ class BlockTraining(TrainingObjective):
             return [*groups, packed_group(a - all_mask, batch, n, device)] if a > all_mask else groups
         return [prefix_group(mode, self.prefix_lengths(config, (batch, a), generator), n, device)]
 
-    def loss(
-        self, head: DraftHead, batch: TeacherBatch, config: TrainConfig, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(loss, top-1 agreement) of one batch; see the module docstring."""
-        tokens, lengths = batch.tokens, batch.lengths
-        b, t = tokens.shape
-        anchors = batch.random_positions(config.anchors, 1, generator)  # (B, A): a token follows each
-        groups = self.block_groups(config, head.cfg.mode, b, generator, tokens.device)
+    def run_blocks(
+        self, head: DraftHead, batch: TeacherBatch, anchors: torch.Tensor, groups: list[BlockGroup]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One head forward over the blocks of ``groups`` opened at ``anchors`` (B, A) -> hidden
+        (B, E, H), and per entry its position, is-MASK and depth (B, E) each."""
+        tokens = batch.tokens
+        t = tokens.shape[1]
         per_group = anchors.split([g.count for g in groups], dim=1)
         pos = torch.cat([(a[..., None] + g.offsets).flatten(1) for a, g in zip(per_group, groups, strict=True)], 1)
         starts = torch.cat([a.repeat_interleave(len(g.offsets), dim=1) for a, g in zip(per_group, groups, strict=True)], 1)
@@ -129,11 +128,33 @@ class BlockTraining(TrainingObjective):
         _, store = batch.context(head)
         x = head.block_inputs(tokens.gather(1, pos.clamp(max=t - 1)), is_mask)  # (B, E, H)
         mask = join(context_allowed(starts, t), inner, x.dtype)  # entries see positions < their anchor
-        hidden = head(x, pos, mask, store)  # (B, E, H)
+        return head(x, pos, mask, store), pos, is_mask, depth
 
-        rows, entries = (is_mask & (pos < lengths[:, None])).nonzero(as_tuple=True)  # (M,), (M,)
+    def loss(
+        self, head: DraftHead, batch: TeacherBatch, config: TrainConfig, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, top-1 agreement) of one batch; see the module docstring."""
+        anchors = batch.random_positions(config.anchors, 1, generator)  # (B, A): a token follows each
+        groups = self.block_groups(config, head.cfg.mode, len(anchors), generator, anchors.device)
+        hidden, pos, is_mask, depth = self.run_blocks(head, batch, anchors, groups)
+        rows, entries = (is_mask & (pos < batch.lengths[:, None])).nonzero(as_tuple=True)  # (M,), (M,)
         weights = depth_weights(depth[rows, entries], config.decay)
         return batch.distill(head, hidden[rows, entries], rows, pos[rows, entries] - 1, weights, config.loss)
+
+    def heldout_hits(
+        self, head: DraftHead, batch: TeacherBatch, config: TrainConfig, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pass 1 as drafted: all-mask blocks at ``anchors`` positions per sequence; (hit, valid),
+        (R, D) each: whether the top-1 at depth d is the target's greedy token there."""
+        b, a, n = len(batch.tokens), config.anchors, config.block_size
+        anchors = batch.random_positions(a, n - 1, generator)  # (B, A): whole blocks where the sequence allows
+        group = prefix_group(head.cfg.mode, torch.zeros(b, a, dtype=torch.long), n, anchors.device)
+        hidden, pos, _, _ = self.run_blocks(head, batch, anchors, [group])
+        hidden = hidden.view(b, a, n, -1)[:, :, 1:]  # (B, A, D, H): the masks
+        pos = pos.view(b, a, n)[:, :, 1:]  # (B, A, D)
+        guess = head.to_target(head.logits(hidden).argmax(-1))
+        want = batch.argmax.gather(1, (pos - 1).clamp(max=batch.tokens.shape[1] - 1).flatten(1)).view_as(pos)  # target at p + d
+        return (guess == want).flatten(0, 1), (pos < batch.lengths[:, None, None]).flatten(0, 1)
 
 
 DFLASH_TRAINING = BlockTraining(default_head="bidirectional", real_prefix=False)

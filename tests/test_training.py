@@ -19,7 +19,8 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.target import TargetRunner
 from jetflow_bench.training import TrainConfig, ensure_head, head_path, train_drafter
 from jetflow_bench.training import data as training_data
-from jetflow_bench.training.loop import new_head
+from jetflow_bench.training import loop as training_loop
+from jetflow_bench.training.loop import new_head, plateaued
 from jetflow_bench.training.losses import depth_weights, distill_loss
 from jetflow_bench.training.teacher import TeacherBatch, TeacherCache
 from tests.conftest import shared_data_dir
@@ -157,6 +158,9 @@ def test_batcher_drops_sequences_without_continuation_and_reports_the_prompt_sha
     assert [len(s.tokens) for s in batcher.samples] == [10, 20]  # the all-prompt one is gone, the long one cut
     assert batcher.prompt_share() == pytest.approx(12 / 30)
     assert set(batcher.draw(8, torch.Generator().manual_seed(0))) == {0, 1}
+    held = training_data.SequenceBatcher(samples * 5, seq_len=20, min_len=6, heldout=3)  # 10 kept: 2 may be held out
+    assert held.heldout_picks() == [8, 9] and held.train_count == 8
+    assert max(held.draw(64, torch.Generator().manual_seed(0))) < 8
 
 
 @needs_data
@@ -204,6 +208,42 @@ def test_draft_vocabulary_heads_train_and_record_their_tokens(random_target, tmp
     batcher = training_data.SequenceBatcher(samples, TINY_RUN["seq_len"], TINY_RUN["block_size"] + 2)
     expected = training_data.frequent_tokens(batcher.samples, 6, 64)
     assert load_file(str(out / "model.safetensors"))["d2t"].tolist() == expected.tolist()
+
+
+def test_plateau_is_under_two_percent_over_the_last_fifth():
+    def curve(values, every=10):
+        return [{"step": every * (i + 1), "accept_len": v} for i, v in enumerate(values)]
+
+    assert not plateaued(curve([1.0, 1.5, 2.0, 2.5]))  # too few evaluations
+    assert not plateaued(curve([1.0, 1.5, 2.0, 2.5, 3.0]))
+    assert plateaued(curve([1.0, 1.5, 2.0, 2.99, 3.0]))  # step 50 vs step 40: +0.3%
+    assert not plateaued(curve([1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.5]))  # step 100 vs 80: +17%
+
+
+@needs_data
+def test_training_records_heldout_curves_supervision_and_cost(random_target, tmp_path):
+    run = {**TINY_RUN, "prompts": 24, "seq_len": 96}
+    out = train_drafter(random_target, tmp_path / "jf", data_dir=DATA, show_progress=False, drafter="jetflow", steps=4,
+                        eval_every=2, heldout=2, **run)
+    record = json.loads((out / "config.json").read_text())["training"]
+    assert record["heldout_sequences"] == 2 and [h["step"] for h in record["heldout"]] == [2, 4]
+    for h in record["heldout"]:
+        assert len(h["agreement"]) == run["block_size"] - 1 and all(0 <= a <= 1 for a in h["agreement"])
+        assert 0 <= h["accept_len"] <= run["block_size"] - 1
+    assert record["supervised_positions_per_step"] > 0 and record["head_flops_per_step"] > 0
+    assert len(record["train_agreement"]) == 4 and record["step_seconds_mean"] > 0
+    assert record["stop_reason"] == "steps" and record["converged"] is False  # two evaluations cannot show a plateau
+
+
+@needs_data
+def test_stop_on_plateau_ends_the_run_and_counts_as_finished(random_target, tmp_path, monkeypatch):
+    monkeypatch.setattr(training_loop, "heldout_proxy", lambda *a: {"agreement": [0.5], "accept_len": 1.0})
+    options = {"drafter": "dflash", "steps": 12, "eval_every": 1, "stop_on_plateau": True, **TINY_RUN}
+    out = train_drafter(random_target, tmp_path / "df", data_dir=DATA, show_progress=False, **options)
+    record = json.loads((out / "config.json").read_text())["training"]
+    assert record["stop_reason"] == "plateau" and record["steps_done"] == 5 and record["converged"] is True
+    assert not (out / ".partial").exists()
+    assert training_loop.finished(out, TrainConfig(**options))
 
 
 @needs_data

@@ -63,6 +63,16 @@ def train(
         typer.Option("--ttt-steps", min=1, help="EAGLE training-time-test steps (own features fed back). "
                      "Default: the drafted depth, block size - 1 (EAGLE-3 trains every step it drafts)."),
     ] = _DEFAULTS.ttt_steps,
+    heldout: Annotated[
+        int, typer.Option("--heldout", min=0, help="Sequences held out of training for the acceptance proxy "
+                          "(per-depth top-1 agreement with the target; at most a fifth of the data).")
+    ] = _DEFAULTS.heldout,
+    eval_every: Annotated[
+        int | None, typer.Option("--eval-every", min=1, help="Steps between held-out evaluations. Default: steps / 20.")
+    ] = None,
+    stop_on_plateau: Annotated[
+        bool, typer.Option("--stop-on-plateau", help="End once the held-out proxy moved < 2% over the last 20% of the steps.")
+    ] = False,
     draft_vocab: Annotated[
         int | None,
         typer.Option("--draft-vocab", min=1, help="Reduced draft vocabulary (EAGLE-3's d2t): the head scores only the N "
@@ -112,7 +122,7 @@ def train(
         drafter=drafter, head=head, loss=loss, data=data, corpus=tuple(s.strip() for s in corpus.split(",") if s.strip()),
         prompts=prompts, max_new_tokens=max_new_tokens, steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
         layers=layers, block_size=block_size, anchors=anchors, layout=layout, ttt_steps=ttt_steps, decay=decay,
-        draft_vocab=draft_vocab,
+        draft_vocab=draft_vocab, heldout=heldout, eval_every=eval_every, stop_on_plateau=stop_on_plateau,
         seed=seed,
     )
     if seeds is not None and seed != 0:
@@ -128,7 +138,9 @@ def train(
             time_limit_s=time_limit * 60 if time_limit else None,
         )
         training = json.loads((path / "config.json").read_text())["training"]
-        keys = ("steps_done", "sequences", "training_tokens", "first_loss", "last_loss_mean", "last_top1_agreement")
+        keys = ("steps_done", "stop_reason", "sequences", "training_tokens", "prompt_token_share", "first_loss",
+                "last_loss_mean", "last_top1_agreement", "heldout_accept_len", "converged", "supervised_positions_per_step",
+                "head_flops_per_step", "step_seconds_mean")
         summary = {k: training[k] for k in keys} | {"seed": run.seed}
         summary["reused"] = (path / "config.json").stat().st_mtime < started
         typer.echo(str(path))

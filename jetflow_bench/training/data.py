@@ -204,22 +204,32 @@ class SequenceBatcher:
     """Seeded draws of training samples (indices into ``samples``; `teacher.TeacherCache` builds the batch).
 
     A sequence is kept (cut to ``seq_len``) when it has ``min_len`` tokens and at least one
-    continuation token left after the cut.
+    continuation token left after the cut. The last ``heldout`` kept samples (at most a fifth of
+    them) are held out for the acceptance proxy and never drawn.
     """
 
-    def __init__(self, samples: list[Sample], seq_len: int, min_len: int) -> None:
+    def __init__(self, samples: list[Sample], seq_len: int, min_len: int, heldout: int = 0) -> None:
         cut = [Sample(s.tokens[:seq_len], s.prompt_len) for s in samples]
         self.samples = [s for s in cut if len(s.tokens) >= min_len and len(s.tokens) > s.prompt_len]
         if not self.samples:
             raise JfbenchError(f"no training sequence has the {min_len} tokens and the continuation a block needs: "
                                "raise --max-new-tokens or --seq-len")
+        self.train_count = len(self.samples) - min(heldout, len(self.samples) // 5)
+
+    @property
+    def train_samples(self) -> list[Sample]:
+        return self.samples[: self.train_count]
+
+    def heldout_picks(self) -> list[int]:
+        return list(range(self.train_count, len(self.samples)))
 
     def draw(self, size: int, generator: torch.Generator) -> list[int]:
-        return torch.randint(0, len(self.samples), (size,), generator=generator).tolist()
+        return torch.randint(0, self.train_count, (size,), generator=generator).tolist()
 
     def token_count(self) -> int:
-        return sum(len(s.tokens) for s in self.samples)
+        """Training tokens (held-out sequences excluded)."""
+        return sum(len(s.tokens) for s in self.train_samples)
 
     def prompt_share(self) -> float:
-        """Share of the kept tokens that are prompt (context for the head, never a loss target)."""
-        return sum(s.prompt_len for s in self.samples) / max(1, self.token_count())
+        """Share of the training tokens that are prompt (context for the head, never a loss target)."""
+        return sum(s.prompt_len for s in self.train_samples) / max(1, self.token_count())

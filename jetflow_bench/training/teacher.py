@@ -48,6 +48,7 @@ class TeacherBatch:
     taps: torch.Tensor  # (B, T, K, H) tapped layer outputs, in the head's tap order
     final: torch.Tensor  # (B, T, H) the target's final normed hidden state: its logits are one matmul away
     argmax: torch.Tensor  # (B, T) long: the target's greedy choice of token t+1
+    supervised: int = 0  # positions the loss has covered so far (`distill` counts them)
 
     @property
     def positions(self) -> torch.Tensor:
@@ -80,6 +81,7 @@ class TeacherBatch:
         to those tokens and renormalised (EAGLE-3's recipe); its agreement is with the target's
         own argmax over the whole vocabulary, so a token outside the draft vocabulary counts as a miss.
         """
+        self.supervised += len(rows)
         draft = head.logits(hidden)  # (M, V) or (M, N)
         loss, _ = distill_loss(draft, self.teacher_logits(head, rows, cols), weights, kind)
         agree = (head.to_target(draft.argmax(-1)) == self.argmax[rows, cols]).float().mean()
