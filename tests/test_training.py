@@ -191,6 +191,7 @@ def test_draft_vocabulary_is_the_most_frequent_continuation_tokens():
     # continuation counts: 5 x2, 7 x2, 2 x2, 3 x1 (the prompts' 9s do not count); ties by lower id
     assert training_data.frequent_tokens(samples, 3, 12).tolist() == [2, 5, 7]
     assert training_data.frequent_tokens(samples, 6, 12).tolist() == [0, 1, 2, 3, 5, 7]  # unseen ids fill by id
+    assert training_data.coverage(samples, torch.tensor([2, 5, 7])) == pytest.approx(6 / 7)
     with pytest.raises(JfbenchError, match="--draft-vocab 12 must be below"):
         training_data.frequent_tokens(samples, 12, 12)
 
@@ -202,6 +203,7 @@ def test_draft_vocabulary_heads_train_and_record_their_tokens(random_target, tmp
                         steps=2, draft_vocab=6, **TINY_RUN)
     raw = json.loads((out / "config.json").read_text())
     assert raw["draft_vocab_size"] == 6 and raw["training"]["config"]["draft_vocab"] == 6
+    assert 0 < raw["training"]["draft_vocab_coverage"] <= 1
     assert math.isfinite(raw["training"]["first_loss"])
     target = TargetRunner.load(random_target, device="cpu")
     samples = training_data.training_sequences(target, TrainConfig(drafter=drafter, **TINY_RUN), DATA, show_progress=False)

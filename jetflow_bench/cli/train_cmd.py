@@ -140,8 +140,8 @@ def train(
         training = json.loads((path / "config.json").read_text())["training"]
         keys = ("steps_done", "stop_reason", "sequences", "training_tokens", "prompt_token_share", "first_loss",
                 "last_loss_mean", "last_top1_agreement", "heldout_accept_len", "converged", "supervised_positions_per_step",
-                "head_flops_per_step", "step_seconds_mean")
-        summary = {k: training[k] for k in keys} | {"seed": run.seed}
+                "head_flops_per_step", "step_seconds_mean", "draft_vocab_coverage")
+        summary = {k: training.get(k) for k in keys} | {"seed": run.seed}
         summary["reused"] = (path / "config.json").stat().st_mtime < started
         typer.echo(str(path))
         typer.echo(json.dumps(summary))

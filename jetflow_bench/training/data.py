@@ -200,6 +200,12 @@ def frequent_tokens(samples: list[Sample], count: int, vocab: int) -> torch.Tens
     return torch.argsort(-counts, stable=True)[:count].sort().values
 
 
+def coverage(samples: list[Sample], d2t: torch.Tensor) -> float:
+    """Share of the continuation tokens of ``samples`` inside the draft vocabulary ``d2t``."""
+    seen = torch.tensor([t for s in samples for t in s.tokens[s.prompt_len:]], dtype=torch.long)
+    return torch.isin(seen, d2t).float().mean().item() if len(seen) else 0.0
+
+
 class SequenceBatcher:
     """Seeded draws of training samples (indices into ``samples``; `teacher.TeacherCache` builds the batch).
 

@@ -30,7 +30,7 @@ from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.target import TargetRunner
 from jetflow_bench.toy.progress import TrainProgress
 from jetflow_bench.training.config import TrainConfig, canonical_head
-from jetflow_bench.training.data import SequenceBatcher, frequent_tokens, training_sequences
+from jetflow_bench.training.data import SequenceBatcher, coverage, frequent_tokens, training_sequences
 from jetflow_bench.training.teacher import TeacherCache
 
 PARTIAL = ".partial"
@@ -241,6 +241,8 @@ def train_drafter(
             if stop_reason != "steps":
                 break
     info = _record(config, runner, batcher, history, done, stop_reason, setup_s, time.perf_counter() - started)
+    if d2t is not None:  # how much of the text the head can propose at all
+        info["draft_vocab_coverage"] = round(coverage(batcher.train_samples, d2t), 4)
     save_head(head, out, config.drafter, TargetShape.of(runner), info)
     if stop_reason != "time limit":
         shutil.rmtree(out / PARTIAL, ignore_errors=True)
