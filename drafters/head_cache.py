@@ -18,8 +18,8 @@ import torch
 
 from drafters.base import SequenceView
 from drafters.head import DraftHead
+from jetflow_bench.engine.kv_cache import KVCache
 from jetflow_bench.kernels.mask import TreeMask
-from jetflow_bench.kv_cache import KVCache
 
 
 class ScratchKV:

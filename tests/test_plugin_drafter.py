@@ -26,8 +26,8 @@ from drafters import DRAFTERS
 from drafters.base import SequenceView
 from drafters.learned import LearnedDrafter
 from drafters.masks import block_allowed, context_allowed, join
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.training.objective import TrainingObjective
-from jetflow_bench.tree import DraftTree
 from tests.conftest import shared_data_dir
 
 NAME = "next-token"

@@ -31,8 +31,8 @@ from numpy.lib.format import open_memmap
 
 from drafters.head import ConcatKV, DraftHead
 from jetflow_bench import runtime
+from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.fingerprint import model_fingerprint
-from jetflow_bench.target import TargetRunner
 from jetflow_bench.training.data import Sample, progress_bar
 from jetflow_bench.training.losses import distill_loss
 
