@@ -17,6 +17,10 @@ x_{p+o} in place, against the target's distribution at position p+o-1. Block lay
   instead of one. A ``prefix_zero`` share of anchors stays all-mask for pass 1.
 Loss positions are the masks; depth weights count from the nearest real ancestor.
 
+``match_depth1`` (prefix layout only) adds blocks [x_p, MASK] until a sequence gives as many
+depth-1 queries as the packed layout would (A/2 + A/2 x D instead of A): the packed layout's
+extra depth-1 supervision is then no longer a difference between the two (issue: depth-1 confound).
+
 Worked example, prefix, D = 4, k = 1, block at p = 10: entries x10 x11 M M M at positions
 10..14; loss at entries 2, 3, 4 (tokens x12, x13, x14), teacher rows 11, 12, 13, depths 1, 2, 3.
 Packed, D = 3, p = 10: entries x10 x11 x12 M M M at positions 10 11 12 11 12 13 with parents
@@ -86,6 +90,18 @@ class BlockTraining(TrainingObjective):
         if config.layout == "packed" and (not self.real_prefix or config.mode != "causal"):
             raise JfbenchError("--layout packed needs --drafter jetflow with a causal head (a bidirectional "
                                "block would let each query see the token it predicts)")
+        if config.match_depth1 and self.settings(config)["layout"] == "packed":
+            raise JfbenchError("--match-depth1 gives prefix-layout heads the packed layout's depth-1 queries: "
+                               "this head already trains packed (add --layout prefix or drop --match-depth1)")
+
+    def extra_depth1_blocks(self, config: TrainConfig) -> int:
+        """Blocks [x_p, MASK] per sequence that ``match_depth1`` adds: the packed layout's depth-1
+        queries (one per all-mask block, D per packed block) minus the prefix layout's (one per block)."""
+        if not config.match_depth1:
+            return 0
+        a, d = config.anchors, config.block_size - 1
+        all_mask = round(a * config.prefix_zero)
+        return all_mask + (a - all_mask) * d - a
 
     def settings(self, config: TrainConfig) -> dict[str, Any]:
         """The training-block layout: packed for a causal real-prefix head unless ``--layout`` says otherwise."""
@@ -136,6 +152,10 @@ class BlockTraining(TrainingObjective):
         """(loss, top-1 agreement) of one batch; see the module docstring."""
         anchors = batch.random_positions(config.anchors, 1, generator)  # (B, A): a token follows each
         groups = self.block_groups(config, head.cfg.mode, len(anchors), generator, anchors.device)
+        extra = self.extra_depth1_blocks(config)
+        if extra:  # the depth-1 confound matched: as many depth-1 queries as the packed layout gives
+            groups.append(prefix_group(head.cfg.mode, torch.zeros(len(anchors), extra, dtype=torch.long), 2, anchors.device))
+            anchors = torch.cat([anchors, batch.random_positions(extra, 1, generator)], 1)
         hidden, pos, is_mask, depth = self.run_blocks(head, batch, anchors, groups)
         rows, entries = (is_mask & (pos < batch.lengths[:, None])).nonzero(as_tuple=True)  # (M,), (M,)
         weights = depth_weights(depth[rows, entries], config.decay)

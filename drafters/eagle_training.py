@@ -41,6 +41,8 @@ class EagleTraining(TrainingObjective):
     def validate(self, config: TrainConfig) -> None:
         if config.ttt_steps is not None and config.ttt_steps < 1:
             raise JfbenchError(f"--ttt-steps {config.ttt_steps} must be at least 1")
+        if config.match_depth1:
+            raise JfbenchError("--match-depth1 is for block heads (dflash, jetflow --layout prefix), not eagle")
 
     def settings(self, config: TrainConfig) -> dict[str, Any]:
         """Training-time-test steps: the drafted depth (block_size - 1) unless ``--ttt-steps`` says otherwise."""

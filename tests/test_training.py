@@ -99,6 +99,32 @@ def test_no_training_query_sees_the_token_it_predicts(drafter, head, layout):
         assert [g.count for g in groups] == [8, 8] and groups[1].is_mask.sum(-1).eq(5).all()
 
 
+def test_match_depth1_gives_prefix_heads_the_packed_layouts_depth1_queries():
+    """Packed, A = 16, D = 15: 8 all-mask blocks (1 depth-1 query each) + 8 packed (15 each) = 128;
+    a prefix-layout head has 16 (one per block), so 112 one-mask blocks are added."""
+    packed = TrainConfig(drafter="jetflow")
+    groups = packed.objective.block_groups(packed, "causal", 1, torch.Generator().manual_seed(0), torch.device("cpu"))
+    depth1 = sum(int((g.is_mask & (g.depth == 1)).sum()) for g in groups)
+    for config in (TrainConfig(drafter="dflash", match_depth1=True), TrainConfig(drafter="jetflow", layout="prefix", match_depth1=True)):
+        assert config.anchors + config.objective.extra_depth1_blocks(config) == depth1 == 128
+    assert DFLASH_TRAINING.extra_depth1_blocks(TrainConfig(drafter="dflash")) == 0
+    with pytest.raises(JfbenchError, match="--match-depth1"):
+        TrainConfig(drafter="jetflow", match_depth1=True)
+    with pytest.raises(JfbenchError, match="--match-depth1"):
+        TrainConfig(drafter="eagle", match_depth1=True)
+
+
+@needs_data
+def test_match_depth1_adds_depth1_supervision(random_target, tmp_path):
+    records = {}
+    for match in (False, True):
+        out = train_drafter(random_target, tmp_path / str(match), data_dir=DATA, show_progress=False, drafter="dflash",
+                            steps=1, match_depth1=match, **TINY_RUN)
+        records[match] = json.loads((out / "config.json").read_text())["training"]
+    # TINY_RUN: A = 3, D = 5 -> packed gives round(1.5) = 2 + 1 x 5 = 7 depth-1 queries; 4 one-mask blocks are added
+    assert records[True]["supervised_positions_per_step"] > records[False]["supervised_positions_per_step"]
+
+
 def test_packed_layout_needs_a_causal_jetflow_head():
     assert TrainConfig(drafter="jetflow").resolved_layout == "packed"
     assert TrainConfig(drafter="jetflow", head="bidirectional").resolved_layout == "prefix"

@@ -417,6 +417,10 @@ def ablate(
     decay: Annotated[
         str | None, typer.Option("--decay", help="Loss-weighting variants (gamma; 0 = uniform), e.g. 0,3,15.")
     ] = None,
+    match_depth1: Annotated[
+        str | None, typer.Option("--match-depth1", help="Depth-1 confound variant: true (prefix-layout heads get the "
+                                 "packed layout's depth-1 queries).")
+    ] = None,
     refine_passes: Annotated[str | None, typer.Option("--refine-passes", help="Refinement passes, e.g. 0,1,2.")] = None,
     scoring: Annotated[str | None, typer.Option("--scoring", help="Tree scoring variants: entropy.")] = None,
     construction: Annotated[str | None, typer.Option("--construction", help="Tree constructions: accum, best-first, spine-first, frontier.")] = None,
@@ -482,8 +486,8 @@ def ablate(
         raise JfbenchError(f"--drafter {drafter!r}: ablate one base drafter at a time, e.g. --drafter jetflow=DIR")
     ((name, base_options, ckpt),) = parsed
     base = arm_spec(name, base_options, ckpt, variant=DEFAULT_VARIANT)
-    flags = {"head": head, "loss": loss, "data": data, "layout": layout, "decay": decay, "refine_passes": refine_passes,
-             "scoring": scoring, "construction": construction}
+    flags = {"head": head, "loss": loss, "data": data, "layout": layout, "decay": decay, "match_depth1": match_depth1,
+             "refine_passes": refine_passes, "scoring": scoring, "construction": construction}
     axes = {flag: _values(f"--{flag.replace('_', '-')}", text) for flag, text in flags.items() if text is not None}
     if "head" in axes:  # one name per head mode, so variants and their common settings match
         axes["head"] = [canonical_head(v) for v in axes["head"]]

@@ -58,6 +58,11 @@ def train(
                      "prefix length at once) or prefix (one random-length real prefix, then masks). "
                      "Default: packed for a causal head, prefix for a bidirectional one."),
     ] = None,
+    match_depth1: Annotated[
+        bool,
+        typer.Option("--match-depth1", help="Prefix-layout block heads (dflash, jetflow --layout prefix): add one-mask "
+                     "blocks until each sequence gives as many depth-1 queries as jetflow's packed layout."),
+    ] = False,
     ttt_steps: Annotated[
         int | None,
         typer.Option("--ttt-steps", min=1, help="EAGLE training-time-test steps (own features fed back). "
@@ -121,7 +126,8 @@ def train(
     config = TrainConfig(
         drafter=drafter, head=head, loss=loss, data=data, corpus=tuple(s.strip() for s in corpus.split(",") if s.strip()),
         prompts=prompts, max_new_tokens=max_new_tokens, steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
-        layers=layers, block_size=block_size, anchors=anchors, layout=layout, ttt_steps=ttt_steps, decay=decay,
+        layers=layers, block_size=block_size, anchors=anchors, layout=layout, match_depth1=match_depth1,
+        ttt_steps=ttt_steps, decay=decay,
         draft_vocab=draft_vocab, heldout=heldout, eval_every=eval_every, stop_on_plateau=stop_on_plateau,
         seed=seed,
     )

@@ -73,6 +73,7 @@ class TrainConfig:
     stop_on_plateau: bool = False  # end once the held-out proxy moved < 2% over the last 20% of the steps
     draft_vocab: int | None = None  # head scores only the N most frequent continuation tokens (EAGLE-3's d2t); None = all
     prefix_zero: float = 0.5  # jetflow: share of blocks trained all-masks (pass 1); the rest keep a real prefix
+    match_depth1: bool = False  # prefix-layout block heads: extra [x_p, MASK] blocks up to the packed layout's depth-1 queries
     layout: str | None = None  # block heads: prefix | packed; None = packed for a causal jetflow head, else prefix
     seed: int = 0
 
