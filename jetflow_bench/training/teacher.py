@@ -67,8 +67,11 @@ class TeacherBatch:
 
     def teacher_logits(self, head: DraftHead, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         """The target's logits (M, V) at positions ``cols`` of rows ``rows`` — (M, N) over the head's
-        draft vocabulary when it has one — from its final hidden state and LM head."""
-        return F.linear(self.final[rows, cols], *head.lm_rows()).float()
+        draft vocabulary when it has one — from its final hidden state and LM head, once per
+        distinct position (at most B x T rows however many blocks overlap)."""
+        t = self.final.shape[1]
+        where, again = torch.unique(rows * t + cols, return_inverse=True)  # overlapping blocks share rows
+        return F.linear(self.final.flatten(0, 1)[where], *head.lm_rows()).float()[again]
 
     def distill(
         self, head: DraftHead, hidden: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, weights: torch.Tensor,
