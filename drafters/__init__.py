@@ -1,11 +1,10 @@
-"""Drafter plug-ins. Built-ins are registered lazily by name; third parties use the
+"""Drafter plug-ins. Built-ins are registered lazily by name (into `jetflow_bench.plugins.DRAFTERS`); third parties use the
 ``jfbench.drafters`` entry-point group (value ``"module:Class"``)."""
 
 from drafters.base import Drafter
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.registry import Registry
+from jetflow_bench.plugins import DRAFTERS
 
-DRAFTERS: Registry[type[Drafter]] = Registry("drafter", entry_point_group="jfbench.drafters")
 DRAFTERS.register("ngram", "drafters.ngram:NgramDrafter", aliases=("prompt-lookup", "pld"))
 DRAFTERS.register("oracle", "drafters.oracle:OracleDrafter")
 DRAFTERS.register("eagle", "drafters.eagle:EagleDrafter")

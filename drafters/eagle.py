@@ -27,19 +27,21 @@ It reads the heads ``eagle`` reads.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
 from drafters.base import SequenceView
-from drafters.checkpoint import HeadInfo
-from drafters.head import DraftHead
 from drafters.learned import LearnedDrafter
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
-from drafters.tree_ops import Dists, KnownNodes, draft_trees
+from drafters.tree_ops import draft_trees
+from drafters.tree_tensors import Dists, KnownNodes
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.heads.checkpoint import HeadInfo
+from jetflow_bench.heads.head import DraftHead
 
 
 class EagleDrafter(LearnedDrafter):
@@ -52,6 +54,18 @@ class EagleDrafter(LearnedDrafter):
     training = "drafters.eagle_training:EAGLE_TRAINING"
     depth_option = "depth"  # EAGLE's name for the tree's max_depth
     default_total_tokens: int | None = None  # verified tokens per step, root included; None = the budget
+
+    @classmethod
+    def nominal_counters(cls, budget: int, block_size: int | None, options: Mapping[str, Any]) -> tuple[float, float] | None:
+        """min(depth, B - 1) forwards, one per level: the root's entry, then ``top_k`` per level."""
+        defaults = cls.option_defaults()
+        depth = options.get(cls.depth_option, defaults[cls.depth_option])
+        if depth is None:  # the head's own depth
+            if block_size is None:
+                return None
+            depth = block_size - 1
+        passes = min(int(depth), budget - 1)
+        return float(passes), float(1 + (passes - 1) * int(options.get("top_k", defaults["top_k"])))
 
     def __init__(
         self, head: DraftHead, info: HeadInfo, tree: TreeOptions, total_tokens: int | None = default_total_tokens

@@ -11,7 +11,6 @@ target + prompts + decoding settings; ``raw`` appends the corpus' own answer ins
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import random
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jetflow_bench import runtime
@@ -158,8 +158,7 @@ def training_sequences(
     }, sort_keys=True)
     path = runtime.cache_dir() / "train_data" / f"regen-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # trainers of the same seed started together regenerate once
+    with FileLock(path.with_suffix(".lock")):  # trainers of the same seed started together regenerate once
         if path.is_file():
             sequences = json.loads(path.read_text())["sequences"]
         else:

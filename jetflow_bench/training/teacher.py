@@ -15,7 +15,6 @@ Disk: (K + 1) x hidden x 4 bytes per token (e.g. 3 taps, hidden 576: 9.2 kB; 131
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import shutil
@@ -27,12 +26,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from filelock import FileLock
 from numpy.lib.format import open_memmap
 
-from drafters.head import ConcatKV, DraftHead
 from jetflow_bench import runtime
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.fingerprint import model_fingerprint
+from jetflow_bench.heads.head import ConcatKV, DraftHead
 from jetflow_bench.training.data import Sample, progress_bar
 from jetflow_bench.training.losses import distill_loss
 
@@ -120,8 +120,7 @@ class TeacherCache:
         }, sort_keys=True)
         folder = runtime.cache_dir() / "teacher" / hashlib.sha256(key.encode()).hexdigest()[:16]
         folder.parent.mkdir(parents=True, exist_ok=True)
-        with open(folder.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # trainers started together on the same data build it once
+        with FileLock(folder.with_suffix(".lock")):  # trainers started together on the same data build it once
             if not (folder / "key.json").is_file():
                 if show_progress:
                     tokens = sum(len(s.tokens) for s in samples)

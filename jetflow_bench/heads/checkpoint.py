@@ -17,7 +17,7 @@ formats share the architecture keys of the released heads, so one reader serves 
       layers.{i}.self_attn.{q,k}_norm.weight, layers.{i}.mlp.{gate,up,down}_proj.weight,
       layers.{i}.{input,post_attention}_layernorm.weight
       + mask_embedding (+ input_proj.weight for EAGLE)   released heads: MASK = embed[mask_token_id]
-      + d2t (N target ids) when "draft_vocab_size" is N (a reduced draft vocabulary, see drafters.head)
+      + d2t (N target ids) when "draft_vocab_size" is N (a reduced draft vocabulary, see jetflow_bench.heads.head)
 
 *The causal flag is spelled ``is_causal`` (top level or in dflash_config), ``causal`` or
 ``causal_head`` (JetSpec) by the different releases; absent means bidirectional (DFlash).
@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from drafters.head import DraftHead, HeadConfig
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.heads.head import DraftHead, HeadConfig
 
 if TYPE_CHECKING:
     from jetflow_bench.engine.target import TargetRunner
