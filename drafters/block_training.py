@@ -1,6 +1,7 @@
 """Training objective of block heads (dflash, jetflow): `BlockTraining`.
 
-Per sequence, ``anchors`` random anchor positions p each open a block of entries at positions
+Per sequence, ``anchors`` random anchor positions p (drawn where x_{p+1} is continuation, so no
+prompt token is ever a loss target) each open a block of entries at positions
 p + offset that sees the fused context features of positions < p (the anchor is the root at
 inference: not yet in the target's cache). A MASK entry at offset o predicts its own token
 x_{p+o} in place, against the target's distribution at position p+o-1. Block layouts:
@@ -15,6 +16,10 @@ x_{p+o} in place, against the target's distribution at position p+o-1. Block lay
   Every prefix length is trained at once, so each block gives D branch-conditioned targets
   instead of one. A ``prefix_zero`` share of anchors stays all-mask for pass 1.
 Loss positions are the masks; depth weights count from the nearest real ancestor.
+
+``match_depth1`` (prefix layout only) adds blocks [x_p, MASK] until a sequence gives as many
+depth-1 queries as the packed layout would (A/2 + A/2 x D instead of A): the packed layout's
+extra depth-1 supervision is then no longer a difference between the two (issue: depth-1 confound).
 
 Worked example, prefix, D = 4, k = 1, block at p = 10: entries x10 x11 M M M at positions
 10..14; loss at entries 2, 3, 4 (tokens x12, x13, x14), teacher rows 11, 12, 13, depths 1, 2, 3.
@@ -32,7 +37,7 @@ import torch
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.head import DraftHead
 from jetflow_bench.heads.masks import block_allowed, context_allowed, join, tree_allowed
-from jetflow_bench.training.losses import depth_weights, distill_loss
+from jetflow_bench.training.losses import depth_weights
 from jetflow_bench.training.objective import TrainingObjective
 
 if TYPE_CHECKING:
@@ -85,6 +90,18 @@ class BlockTraining(TrainingObjective):
         if config.layout == "packed" and (not self.real_prefix or config.mode != "causal"):
             raise JfbenchError("--layout packed needs --drafter jetflow with a causal head (a bidirectional "
                                "block would let each query see the token it predicts)")
+        if config.match_depth1 and self.settings(config)["layout"] == "packed":
+            raise JfbenchError("--match-depth1 gives prefix-layout heads the packed layout's depth-1 queries: "
+                               "this head already trains packed (add --layout prefix or drop --match-depth1)")
+
+    def extra_depth1_blocks(self, config: TrainConfig) -> int:
+        """Blocks [x_p, MASK] per sequence that ``match_depth1`` adds: the packed layout's depth-1
+        queries (one per all-mask block, D per packed block) minus the prefix layout's (one per block)."""
+        if not config.match_depth1:
+            return 0
+        a, d = config.anchors, config.block_size - 1
+        all_mask = round(a * config.prefix_zero)
+        return all_mask + (a - all_mask) * d - a
 
     def settings(self, config: TrainConfig) -> dict[str, Any]:
         """The training-block layout: packed for a causal real-prefix head unless ``--layout`` says otherwise."""
@@ -110,14 +127,13 @@ class BlockTraining(TrainingObjective):
             return [*groups, packed_group(a - all_mask, batch, n, device)] if a > all_mask else groups
         return [prefix_group(mode, self.prefix_lengths(config, (batch, a), generator), n, device)]
 
-    def loss(
-        self, head: DraftHead, batch: TeacherBatch, config: TrainConfig, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(loss, top-1 agreement) of one batch; see the module docstring."""
-        tokens, lengths = batch.tokens, batch.lengths
-        b, t = tokens.shape
-        anchors = batch.random_positions(config.anchors, 1, generator)  # (B, A): a token follows each
-        groups = self.block_groups(config, head.cfg.mode, b, generator, tokens.device)
+    def run_blocks(
+        self, head: DraftHead, batch: TeacherBatch, anchors: torch.Tensor, groups: list[BlockGroup]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One head forward over the blocks of ``groups`` opened at ``anchors`` (B, A) -> hidden
+        (B, E, H), and per entry its position, is-MASK and depth (B, E) each."""
+        tokens = batch.tokens
+        t = tokens.shape[1]
         per_group = anchors.split([g.count for g in groups], dim=1)
         pos = torch.cat([(a[..., None] + g.offsets).flatten(1) for a, g in zip(per_group, groups, strict=True)], 1)
         starts = torch.cat([a.repeat_interleave(len(g.offsets), dim=1) for a, g in zip(per_group, groups, strict=True)], 1)
@@ -128,12 +144,37 @@ class BlockTraining(TrainingObjective):
         _, store = batch.context(head)
         x = head.block_inputs(tokens.gather(1, pos.clamp(max=t - 1)), is_mask)  # (B, E, H)
         mask = join(context_allowed(starts, t), inner, x.dtype)  # entries see positions < their anchor
-        hidden = head(x, pos, mask, store)  # (B, E, H)
+        return head(x, pos, mask, store), pos, is_mask, depth
 
-        rows, entries = (is_mask & (pos < lengths[:, None])).nonzero(as_tuple=True)  # (M,), (M,)
-        teacher = batch.logits[rows, pos[rows, entries] - 1]  # (M, V)
+    def loss(
+        self, head: DraftHead, batch: TeacherBatch, config: TrainConfig, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, top-1 agreement) of one batch; see the module docstring."""
+        anchors = batch.random_positions(config.anchors, 1, generator)  # (B, A): a token follows each
+        groups = self.block_groups(config, head.cfg.mode, len(anchors), generator, anchors.device)
+        extra = self.extra_depth1_blocks(config)
+        if extra:  # the depth-1 confound matched: as many depth-1 queries as the packed layout gives
+            groups.append(prefix_group(head.cfg.mode, torch.zeros(len(anchors), extra, dtype=torch.long), 2, anchors.device))
+            anchors = torch.cat([anchors, batch.random_positions(extra, 1, generator)], 1)
+        hidden, pos, is_mask, depth = self.run_blocks(head, batch, anchors, groups)
+        rows, entries = (is_mask & (pos < batch.lengths[:, None])).nonzero(as_tuple=True)  # (M,), (M,)
         weights = depth_weights(depth[rows, entries], config.decay)
-        return distill_loss(head.logits(hidden[rows, entries]), teacher, weights, config.loss)
+        return batch.distill(head, hidden[rows, entries], rows, pos[rows, entries] - 1, weights, config.loss)
+
+    def heldout_hits(
+        self, head: DraftHead, batch: TeacherBatch, config: TrainConfig, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pass 1 as drafted: all-mask blocks at ``anchors`` positions per sequence; (hit, valid),
+        (R, D) each: whether the top-1 at depth d is the target's greedy token there."""
+        b, a, n = len(batch.tokens), config.anchors, config.block_size
+        anchors = batch.random_positions(a, n - 1, generator)  # (B, A): whole blocks where the sequence allows
+        group = prefix_group(head.cfg.mode, torch.zeros(b, a, dtype=torch.long), n, anchors.device)
+        hidden, pos, _, _ = self.run_blocks(head, batch, anchors, [group])
+        hidden = hidden.view(b, a, n, -1)[:, :, 1:]  # (B, A, D, H): the masks
+        pos = pos.view(b, a, n)[:, :, 1:]  # (B, A, D)
+        guess = head.to_target(head.logits(hidden).argmax(-1))
+        want = batch.argmax.gather(1, (pos - 1).clamp(max=batch.tokens.shape[1] - 1).flatten(1)).view_as(pos)  # target at p + d
+        return (guess == want).flatten(0, 1), (pos < batch.lengths[:, None, None]).flatten(0, 1)
 
 
 DFLASH_TRAINING = BlockTraining(default_head="bidirectional", real_prefix=False)

@@ -102,8 +102,12 @@ class LearnedDrafter(Drafter):
         self.cache.append(features)
 
     def children(self, logits: torch.Tensor) -> Dists:
-        """Logits (R, S, V) -> each slot's top-``fanout`` children (entropies only when scored by them)."""
-        return top_children(logits, self.tree.fanout, with_entropy=self.tree.scoring == "entropy")
+        """Head logits (R, S, V or N draft slots) -> each slot's top-``fanout`` children as target
+        token ids (entropies only when scored by them)."""
+        dists = top_children(logits, self.tree.fanout, with_entropy=self.tree.scoring == "entropy")
+        if self.head.d2t is None:
+            return dists
+        return Dists(self.head.to_target(dists.tokens), dists.logps, dists.entropy)
 
     def take_cost(self, rows: int) -> DraftCost:
         return self.meter.take(rows)

@@ -24,7 +24,7 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.checkpoint import TargetShape, default_taps, load_head, save_head
 from jetflow_bench.heads.head import DraftHead, HeadConfig
 from jetflow_bench.heads.masks import block_allowed, context_allowed, join, tree_allowed
-from tests.random_models import random_model, word_tokenizer
+from tests.random_models import VOCAB, random_model, word_tokenizer
 
 PROMPTS = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12]]
 
@@ -208,6 +208,43 @@ def test_untrained_heads_are_lossless(target, checkpoints, name, budget):
         result = generate(target, prompts, stop, budget=budget, drafter=drafter)
         assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in reference.requests[: len(prompts)]]
         assert sum(s.accepted for s in result.steps) > 0, "losslessness means nothing if every draft was rejected"
+
+
+def _run_and_collect(target, drafter, monkeypatch, stop):
+    """(generate's result, every drafted non-root token the drafter proposed in it)."""
+    seen: list[int] = []
+    propose = drafter.propose
+
+    def spy(seqs, budget):
+        trees = propose(seqs, budget)
+        seen.extend(t for tree in trees for t in tree.tokens[1:])
+        return trees
+
+    monkeypatch.setattr(drafter, "propose", spy)
+    return generate(target, PROMPTS, stop, budget=16, drafter=drafter), seen
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_draft_vocabulary_heads_propose_only_its_tokens_and_stay_lossless(target, tmp_path, monkeypatch, name):
+    stop = StopRule(24, frozenset())
+    reference = generate(target, PROMPTS, stop)
+    outputs = torch.tensor([t for r in reference.requests for t in r.output_tokens])
+    d2t = torch.bincount(outputs, minlength=VOCAB).argsort(descending=True, stable=True)[:5].sort().values
+    heads = {}
+    for label, cfg in (("full", HEADS[name]), ("reduced", dataclasses.replace(HEADS[name], draft_vocab=len(d2t)))):
+        head = DraftHead(cfg, target.embed, target.lm_head)
+        head.init_weights(0)
+        if cfg.draft_vocab:
+            head.d2t.copy_(d2t)
+        heads[label] = save_head(head, tmp_path / label, name, TargetShape.of(target), {})
+    _, strays = _run_and_collect(target, DRAFTERS.get(name).build(target, heads["full"]), monkeypatch, stop)
+    assert not set(strays) <= set(d2t.tolist())  # the same head over the whole vocabulary proposes other tokens
+    drafter = DRAFTERS.get(name).build(target, heads["reduced"])
+    assert drafter.head.d2t.tolist() == d2t.tolist()  # saved with the weights
+    result, proposed = _run_and_collect(target, drafter, monkeypatch, stop)
+    assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in reference.requests]
+    assert sum(s.accepted for s in result.steps) > 0, "losslessness means nothing if every draft was rejected"
+    assert proposed and set(proposed) <= set(d2t.tolist())
 
 
 @pytest.mark.parametrize(("name", "options", "passes"), [

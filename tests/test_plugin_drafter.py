@@ -27,7 +27,6 @@ from drafters.base import SequenceView
 from drafters.learned import LearnedDrafter
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.heads.masks import block_allowed, context_allowed, join
-from jetflow_bench.training.losses import distill_loss
 from jetflow_bench.training.objective import TrainingObjective
 from tests.conftest import shared_data_dir
 
@@ -61,8 +60,7 @@ class NextTokenTraining(TrainingObjective):
         _, store = batch.context(head)
         hidden = head(x, pos, mask, store)  # (B, 2A, H)
         rows, entries = (is_mask & (pos < batch.lengths[:, None])).nonzero(as_tuple=True)
-        teacher = batch.logits[rows, pos[rows, entries] - 1]  # (M, V)
-        return distill_loss(head.logits(hidden[rows, entries]), teacher, torch.ones(len(rows)), config.loss)
+        return batch.distill(head, hidden[rows, entries], rows, pos[rows, entries] - 1, torch.ones(len(rows)), config.loss)
 
 
 class NextTokenDrafter(LearnedDrafter):

@@ -31,6 +31,7 @@ from jetflow_bench.sweep.grid import (
 from jetflow_bench.sweep.lossless import first_divergence, judge, tie_gap
 from jetflow_bench.sweep.store import HOLDER, RunLock, RunStore
 from jetflow_bench.sweep.tables import REQUEST_COLUMNS, STEP_COLUMNS
+from jetflow_bench.training.config import TrainConfig
 
 
 def config(**changes) -> SweepConfig:
@@ -271,6 +272,17 @@ def test_variants_name_overrides_and_route_training_options():
     untrained = variants(DrafterSpec("jetflow"), {"refine_passes": [0]}, {})
     assert [s.checkpoint for s in with_checkpoints(untrained, {}, train)] == ["/cache/jetflow-1"] * 2
     assert recipes == [{}]  # the default head is trained once and shared by inference variants
+
+
+def test_decay_variants_train_their_own_heads():
+    specs = variants(DrafterSpec("dflash", checkpoint="/ckpt"), {"decay": [0, 7]}, {})
+    assert [s.train for s in specs[1:]] == [(("decay", 0),), (("decay", 7),)]
+    recipes = []
+    trained = with_checkpoints(specs, {}, lambda drafter, recipe: recipes.append(recipe) or f"/h{len(recipes)}")
+    assert [s.checkpoint for s in trained] == ["/ckpt", "/h1", "/h2"] and recipes == [{"decay": 0}, {"decay": 7}]
+    assert TrainConfig(drafter="dflash", decay=0).to_dict()["decay"] == 0.0  # same head as `jfbench train --decay 0`
+    with pytest.raises(JfbenchError, match="--decay -1"):
+        TrainConfig(drafter="dflash", decay=-1)
 
 
 def test_variant_heads_inherit_the_default_heads_recipe(tmp_path):

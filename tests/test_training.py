@@ -19,7 +19,10 @@ from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.training import TrainConfig, ensure_head, head_path, train_drafter
 from jetflow_bench.training import data as training_data
+from jetflow_bench.training import loop as training_loop
+from jetflow_bench.training.loop import new_head, plateaued
 from jetflow_bench.training.losses import depth_weights, distill_loss
+from jetflow_bench.training.teacher import TeacherBatch, TeacherCache
 from tests.conftest import shared_data_dir
 from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
 from tests.random_models import save_random_model
@@ -96,6 +99,32 @@ def test_no_training_query_sees_the_token_it_predicts(drafter, head, layout):
         assert [g.count for g in groups] == [8, 8] and groups[1].is_mask.sum(-1).eq(5).all()
 
 
+def test_match_depth1_gives_prefix_heads_the_packed_layouts_depth1_queries():
+    """Packed, A = 16, D = 15: 8 all-mask blocks (1 depth-1 query each) + 8 packed (15 each) = 128;
+    a prefix-layout head has 16 (one per block), so 112 one-mask blocks are added."""
+    packed = TrainConfig(drafter="jetflow")
+    groups = packed.objective.block_groups(packed, "causal", 1, torch.Generator().manual_seed(0), torch.device("cpu"))
+    depth1 = sum(int((g.is_mask & (g.depth == 1)).sum()) for g in groups)
+    for config in (TrainConfig(drafter="dflash", match_depth1=True), TrainConfig(drafter="jetflow", layout="prefix", match_depth1=True)):
+        assert config.anchors + config.objective.extra_depth1_blocks(config) == depth1 == 128
+    assert DFLASH_TRAINING.extra_depth1_blocks(TrainConfig(drafter="dflash")) == 0
+    with pytest.raises(JfbenchError, match="--match-depth1"):
+        TrainConfig(drafter="jetflow", match_depth1=True)
+    with pytest.raises(JfbenchError, match="--match-depth1"):
+        TrainConfig(drafter="eagle", match_depth1=True)
+
+
+@needs_data
+def test_match_depth1_adds_depth1_supervision(random_target, tmp_path):
+    records = {}
+    for match in (False, True):
+        out = train_drafter(random_target, tmp_path / str(match), data_dir=DATA, show_progress=False, drafter="dflash",
+                            steps=1, match_depth1=match, **TINY_RUN)
+        records[match] = json.loads((out / "config.json").read_text())["training"]
+    # TINY_RUN: A = 3, D = 5 -> packed gives round(1.5) = 2 + 1 x 5 = 7 depth-1 queries; 4 one-mask blocks are added
+    assert records[True]["supervised_positions_per_step"] > records[False]["supervised_positions_per_step"]
+
+
 def test_packed_layout_needs_a_causal_jetflow_head():
     assert TrainConfig(drafter="jetflow").resolved_layout == "packed"
     assert TrainConfig(drafter="jetflow", head="bidirectional").resolved_layout == "prefix"
@@ -123,8 +152,126 @@ def test_regen_data_is_cached_on_disk(random_target, monkeypatch):
     first = training_data.training_sequences(target, config, DATA, show_progress=False)
     monkeypatch.setattr(training_data, "generate", lambda *a, **k: pytest.fail("regen ran twice"))
     assert training_data.training_sequences(target, config, DATA, show_progress=False) == first
+    pairs = training_data.training_pairs(config.corpus, config.prompts, config.seed, target.tokenizer, DATA)
+    prompts = [target.tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in pairs]
+    kept = [p for p in prompts if len(p) <= config.seq_len - config.block_size - 1]
+    assert [s.tokens[: s.prompt_len] for s in first] == kept  # each prompt length from the recomputed prompts
     raw = training_data.training_sequences(target, TrainConfig(drafter="dflash", data="raw", **TINY_RUN), DATA)
-    assert all(seq[-1] in target.eos_token_ids for seq in raw)
+    assert all(s.tokens[-1] in target.eos_token_ids and 0 < s.prompt_len < len(s.tokens) for s in raw)
+
+
+def _teacher(lengths: list[int], prompts: list[int]) -> TeacherBatch:
+    b, t = len(lengths), max(lengths)
+    tokens = torch.zeros(b, t, dtype=torch.long)
+    return TeacherBatch(tokens, torch.tensor(lengths), torch.tensor(prompts), torch.zeros(b, t, 1, 2), torch.zeros(b, t, 2),
+                        tokens.clone())
+
+
+def test_training_positions_never_predict_a_prompt_token():
+    """Anchors and roots p are drawn where x_{p+1} is continuation: p >= prompt length - 1 (and p >= 1)."""
+    batch = _teacher([40, 40, 12, 30], [30, 0, 10, 29])
+    picks = batch.random_positions(500, 1, torch.Generator().manual_seed(0))
+    assert picks.min(1).values.tolist() == [29, 1, 9, 28]  # every allowed position is drawn
+    assert picks.max(1).values.tolist() == [38, 38, 10, 28]  # room for one real token after p
+    roots = batch.random_positions(500, 0, torch.Generator().manual_seed(0))
+    assert roots.max(1).values.tolist() == [39, 39, 11, 29]
+
+
+def test_batcher_drops_sequences_without_continuation_and_reports_the_prompt_share():
+    samples = [training_data.Sample(list(range(10)), 4), training_data.Sample(list(range(12)), 12),
+               training_data.Sample(list(range(30)), 8)]
+    batcher = training_data.SequenceBatcher(samples, seq_len=20, min_len=6)
+    assert [len(s.tokens) for s in batcher.samples] == [10, 20]  # the all-prompt one is gone, the long one cut
+    assert batcher.prompt_share() == pytest.approx(12 / 30)
+    assert set(batcher.draw(8, torch.Generator().manual_seed(0))) == {0, 1}
+    held = training_data.SequenceBatcher(samples * 5, seq_len=20, min_len=6, heldout=3)  # 10 kept: 2 may be held out
+    assert held.heldout_picks() == [8, 9] and held.train_count == 8
+    assert max(held.draw(64, torch.Generator().manual_seed(0))) < 8
+
+
+@needs_data
+def test_teacher_features_are_computed_once_and_equal_a_direct_target_forward(random_target, monkeypatch):
+    target = TargetRunner.load(random_target, device="cpu")
+    samples = training_data.training_sequences(target, TrainConfig(drafter="dflash", **TINY_RUN), DATA, show_progress=False)
+    cache = TeacherCache.ensure(target, samples, (0, 1), show_progress=False)
+    monkeypatch.setattr(target, "score", lambda *a, **k: pytest.fail("the target ran again"))
+    again = TeacherCache.ensure(target, samples, (0, 1), show_progress=False)
+    assert again.folder == cache.folder
+    batch = again.batch([2, 0])
+    monkeypatch.undo()
+    direct = target.score([samples[2].tokens], taps=(0, 1))
+    n = len(samples[2].tokens)
+    torch.testing.assert_close(batch.taps[0, :n], direct.hidden[0, :n], atol=1e-5, rtol=1e-5)
+    assert batch.argmax[0, :n].tolist() == direct.logits[0, :n].argmax(-1).tolist()
+    head = new_head(target, TrainConfig(drafter="dflash", **TINY_RUN))
+    rows, cols = torch.zeros(n, dtype=torch.long), torch.arange(n)
+    torch.testing.assert_close(batch.teacher_logits(head, rows, cols), direct.logits[0, :n], atol=1e-4, rtol=1e-4)
+    assert batch.lengths.tolist() == [n, len(samples[0].tokens)]
+    assert batch.prompt_lengths.tolist() == [samples[2].prompt_len, samples[0].prompt_len]
+    other = TeacherCache.ensure(target, samples, (1,), show_progress=False)  # other taps: another cache
+    assert other.folder != cache.folder
+
+
+def test_draft_vocabulary_is_the_most_frequent_continuation_tokens():
+    samples = [training_data.Sample([9, 9, 9, 5, 5, 7, 3], 3), training_data.Sample([9, 2, 2, 7], 1)]
+    # continuation counts: 5 x2, 7 x2, 2 x2, 3 x1 (the prompts' 9s do not count); ties by lower id
+    assert training_data.frequent_tokens(samples, 3, 12).tolist() == [2, 5, 7]
+    assert training_data.frequent_tokens(samples, 6, 12).tolist() == [0, 1, 2, 3, 5, 7]  # unseen ids fill by id
+    assert training_data.coverage(samples, torch.tensor([2, 5, 7])) == pytest.approx(6 / 7)
+    with pytest.raises(JfbenchError, match="--draft-vocab 12 must be below"):
+        training_data.frequent_tokens(samples, 12, 12)
+
+
+@needs_data
+@pytest.mark.parametrize("drafter", ["eagle", "dflash", "jetflow"])
+def test_draft_vocabulary_heads_train_and_record_their_tokens(random_target, tmp_path, drafter):
+    out = train_drafter(random_target, tmp_path / drafter, data_dir=DATA, show_progress=False, drafter=drafter,
+                        steps=2, draft_vocab=6, **TINY_RUN)
+    raw = json.loads((out / "config.json").read_text())
+    assert raw["draft_vocab_size"] == 6 and raw["training"]["config"]["draft_vocab"] == 6
+    assert 0 < raw["training"]["draft_vocab_coverage"] <= 1
+    assert math.isfinite(raw["training"]["first_loss"])
+    target = TargetRunner.load(random_target, device="cpu")
+    samples = training_data.training_sequences(target, TrainConfig(drafter=drafter, **TINY_RUN), DATA, show_progress=False)
+    batcher = training_data.SequenceBatcher(samples, TINY_RUN["seq_len"], TINY_RUN["block_size"] + 2)
+    expected = training_data.frequent_tokens(batcher.samples, 6, 64)
+    assert load_file(str(out / "model.safetensors"))["d2t"].tolist() == expected.tolist()
+
+
+def test_plateau_is_under_two_percent_over_the_last_fifth():
+    def curve(values, every=10):
+        return [{"step": every * (i + 1), "accept_len": v} for i, v in enumerate(values)]
+
+    assert not plateaued(curve([1.0, 1.5, 2.0, 2.5]))  # too few evaluations
+    assert not plateaued(curve([1.0, 1.5, 2.0, 2.5, 3.0]))
+    assert plateaued(curve([1.0, 1.5, 2.0, 2.99, 3.0]))  # step 50 vs step 40: +0.3%
+    assert not plateaued(curve([1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.5]))  # step 100 vs 80: +17%
+
+
+@needs_data
+def test_training_records_heldout_curves_supervision_and_cost(random_target, tmp_path):
+    run = {**TINY_RUN, "prompts": 24, "seq_len": 96}
+    out = train_drafter(random_target, tmp_path / "jf", data_dir=DATA, show_progress=False, drafter="jetflow", steps=4,
+                        eval_every=2, heldout=2, **run)
+    record = json.loads((out / "config.json").read_text())["training"]
+    assert record["heldout_sequences"] == 2 and [h["step"] for h in record["heldout"]] == [2, 4]
+    for h in record["heldout"]:
+        assert len(h["agreement"]) == run["block_size"] - 1 and all(0 <= a <= 1 for a in h["agreement"])
+        assert 0 <= h["accept_len"] <= run["block_size"] - 1
+    assert record["supervised_positions_per_step"] > 0 and record["head_flops_per_step"] > 0
+    assert len(record["train_agreement"]) == 4 and record["step_seconds_mean"] > 0
+    assert record["stop_reason"] == "steps" and record["converged"] is False  # two evaluations cannot show a plateau
+
+
+@needs_data
+def test_stop_on_plateau_ends_the_run_and_counts_as_finished(random_target, tmp_path, monkeypatch):
+    monkeypatch.setattr(training_loop, "heldout_proxy", lambda *a: {"agreement": [0.5], "accept_len": 1.0})
+    options = {"drafter": "dflash", "steps": 12, "eval_every": 1, "stop_on_plateau": True, **TINY_RUN}
+    out = train_drafter(random_target, tmp_path / "df", data_dir=DATA, show_progress=False, **options)
+    record = json.loads((out / "config.json").read_text())["training"]
+    assert record["stop_reason"] == "plateau" and record["steps_done"] == 5 and record["converged"] is True
+    assert not (out / ".partial").exists()
+    assert training_loop.finished(out, TrainConfig(**options))
 
 
 @needs_data
@@ -162,12 +309,13 @@ def test_cli_train_prints_folder_and_summary(random_target, tmp_path):
     out = tmp_path / "head"
     args = ["train", "--drafter", "dflash", "--target", str(random_target), "--out", str(out), "--steps", "2",
             "--prompts", "8", "--max-new-tokens", "24", "--seq-len", "48", "--batch-size", "2", "--anchors", "2",
-            "--block-size", "6", "--data-dir", str(DATA), "--device", "cpu"]  # fmt: skip
+            "--block-size", "6", "--decay", "0", "--data-dir", str(DATA), "--device", "cpu"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
     assert lines[-2] == str(out)
     assert json.loads(lines[-1])["steps_done"] == 2
+    assert json.loads((out / "config.json").read_text())["training"]["config"]["decay"] == 0.0
     bad = CliRunner().invoke(app, [*args[:-2], "--loss", "kl"])
     assert bad.exit_code != 0 and isinstance(bad.exception, JfbenchError)
     seeded = CliRunner().invoke(app, [*args, "--seeds", "1,2"])

@@ -438,6 +438,13 @@ def ablate(
     layout: Annotated[
         str | None, typer.Option("--layout", help="JetFlow training-block variants: prefix (one real prefix per block).")
     ] = None,
+    decay: Annotated[
+        str | None, typer.Option("--decay", help="Loss-weighting variants (gamma; 0 = uniform), e.g. 0,3,15.")
+    ] = None,
+    match_depth1: Annotated[
+        str | None, typer.Option("--match-depth1", help="Depth-1 confound variant: true (prefix-layout heads get the "
+                                 "packed layout's depth-1 queries).")
+    ] = None,
     refine_passes: Annotated[str | None, typer.Option("--refine-passes", help="Refinement passes, e.g. 0,1,2.")] = None,
     scoring: Annotated[str | None, typer.Option("--scoring", help="Tree scoring variants: entropy.")] = None,
     construction: Annotated[str | None, typer.Option("--construction", help="Tree constructions: accum, best-first, spine-first, frontier.")] = None,
@@ -462,7 +469,7 @@ def ablate(
     ablation.parquet/csv: τ and speed-up deltas of each variant vs the default, with paired
     bootstrap 95% CIs over prompts.
 
-    Variants that need other weights (--head, --loss, --data, --layout) use --checkpoint VARIANT=DIR or are
+    Variants that need other weights (--head, --loss, --data, --layout, --decay) use --checkpoint VARIANT=DIR or are
     trained on demand, cached by recipe: the default head's own recipe (from its config.json, plus
     --train-option) changed only by the variant's setting.
 
@@ -476,6 +483,8 @@ def ablate(
         jfbench ablate --target T --drafter "eagle[top_k=4]=heads/eagle" --option depth=4,8 --out results/ea
 
         jfbench ablate --target T --drafter jetflow=heads/jf --loss rkl,sft --seeds 0,1,2 --out results/loss
+
+        jfbench ablate --target T --drafter dflash=heads/df --decay 0,3,15 --out results/decay
 
     A variant changes exactly one factor. Where the base's setting is impossible for the variant
     (a bidirectional head on the packed layout or through tree-causal refinement), both run at the
@@ -502,8 +511,8 @@ def ablate(
         raise JfbenchError(f"--drafter {drafter!r}: ablate one base drafter at a time, e.g. --drafter jetflow=DIR")
     ((name, base_options, ckpt),) = parsed
     base = arm_spec(name, base_options, ckpt, variant=DEFAULT_VARIANT)
-    flags = {"head": head, "loss": loss, "data": data, "layout": layout, "refine_passes": refine_passes, "scoring": scoring,
-             "construction": construction}
+    flags = {"head": head, "loss": loss, "data": data, "layout": layout, "decay": decay, "match_depth1": match_depth1,
+             "refine_passes": refine_passes, "scoring": scoring, "construction": construction}
     axes = {flag: _values(f"--{flag.replace('_', '-')}", text) for flag, text in flags.items() if text is not None}
     if "head" in axes:  # one name per head mode, so variants and their common settings match
         axes["head"] = [canonical_head(v) for v in axes["head"]]

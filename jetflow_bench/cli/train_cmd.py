@@ -58,11 +58,37 @@ def train(
                      "prefix length at once) or prefix (one random-length real prefix, then masks). "
                      "Default: packed for a causal head, prefix for a bidirectional one."),
     ] = None,
+    match_depth1: Annotated[
+        bool,
+        typer.Option("--match-depth1", help="Prefix-layout block heads (dflash, jetflow --layout prefix): add one-mask "
+                     "blocks until each sequence gives as many depth-1 queries as jetflow's packed layout."),
+    ] = False,
     ttt_steps: Annotated[
         int | None,
         typer.Option("--ttt-steps", min=1, help="EAGLE training-time-test steps (own features fed back). "
                      "Default: the drafted depth, block size - 1 (EAGLE-3 trains every step it drafts)."),
     ] = _DEFAULTS.ttt_steps,
+    heldout: Annotated[
+        int, typer.Option("--heldout", min=0, help="Sequences held out of training for the acceptance proxy "
+                          "(per-depth top-1 agreement with the target; at most a fifth of the data).")
+    ] = _DEFAULTS.heldout,
+    eval_every: Annotated[
+        int | None, typer.Option("--eval-every", min=1, help="Steps between held-out evaluations. Default: steps / 20.")
+    ] = None,
+    stop_on_plateau: Annotated[
+        bool, typer.Option("--stop-on-plateau", help="End once the held-out proxy moved < 2% over the last 20% of the steps.")
+    ] = False,
+    draft_vocab: Annotated[
+        int | None,
+        typer.Option("--draft-vocab", min=1, help="Reduced draft vocabulary (EAGLE-3's d2t): the head scores only the N "
+                     "most frequent continuation tokens of its training data, mapped back to target ids. Cuts the "
+                     "LM-head cost by V/N; output stays lossless. Default: the whole vocabulary."),
+    ] = None,
+    decay: Annotated[
+        float,
+        typer.Option("--decay", min=0.0, help="Loss weight exp(-(k-1)/decay) at drafted depth k (DFlash's gamma); "
+                     "0 = every depth weighs the same. The paper's loss-weighting table uses 0, 3, 7, 15."),
+    ] = _DEFAULTS.decay,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds data sampling and initialisation.")] = 0,
     seeds: Annotated[
         str | None,
@@ -91,6 +117,8 @@ def train(
         jfbench train --drafter dflash --target DIR --out heads/dflash --steps 600 --time-limit 20
 
         jfbench train --drafter jetflow --head bidirectional --loss rkl --data raw --target DIR --out heads/abl
+
+        jfbench train --drafter dflash --decay 0 --target DIR --out heads/dflash-uniform
     """
     from jetflow_bench.sweep.grid import parse_ints
     from jetflow_bench.training import train_drafter
@@ -98,7 +126,9 @@ def train(
     config = TrainConfig(
         drafter=drafter, head=head, loss=loss, data=data, corpus=tuple(s.strip() for s in corpus.split(",") if s.strip()),
         prompts=prompts, max_new_tokens=max_new_tokens, steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
-        layers=layers, block_size=block_size, anchors=anchors, layout=layout, ttt_steps=ttt_steps,
+        layers=layers, block_size=block_size, anchors=anchors, layout=layout, match_depth1=match_depth1,
+        ttt_steps=ttt_steps, decay=decay,
+        draft_vocab=draft_vocab, heldout=heldout, eval_every=eval_every, stop_on_plateau=stop_on_plateau,
         seed=seed,
     )
     if seeds is not None and seed != 0:
@@ -114,8 +144,10 @@ def train(
             time_limit_s=time_limit * 60 if time_limit else None,
         )
         training = json.loads((path / "config.json").read_text())["training"]
-        keys = ("steps_done", "sequences", "training_tokens", "first_loss", "last_loss_mean", "last_top1_agreement")
-        summary = {k: training[k] for k in keys} | {"seed": run.seed}
+        keys = ("steps_done", "stop_reason", "sequences", "training_tokens", "prompt_token_share", "first_loss",
+                "last_loss_mean", "last_top1_agreement", "heldout_accept_len", "converged", "supervised_positions_per_step",
+                "head_flops_per_step", "step_seconds_mean", "draft_vocab_coverage")
+        summary = {k: training.get(k) for k in keys} | {"seed": run.seed}
         summary["reused"] = (path / "config.json").stat().st_mtime < started
         typer.echo(str(path))
         typer.echo(json.dumps(summary))

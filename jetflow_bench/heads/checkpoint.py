@@ -17,6 +17,7 @@ formats share the architecture keys of the released heads, so one reader serves 
       layers.{i}.self_attn.{q,k}_norm.weight, layers.{i}.mlp.{gate,up,down}_proj.weight,
       layers.{i}.{input,post_attention}_layernorm.weight
       + mask_embedding (+ input_proj.weight for EAGLE)   released heads: MASK = embed[mask_token_id]
+      + d2t (N target ids) when "draft_vocab_size" is N (a reduced draft vocabulary, see jetflow_bench.heads.head)
 
 *The causal flag is spelled ``is_causal`` (top level or in dflash_config), ``causal`` or
 ``causal_head`` (JetSpec) by the different releases; absent means bidirectional (DFlash).
@@ -91,6 +92,7 @@ def config_json(head: DraftHead, drafter: str, target: TargetShape, training: di
         "rope_theta": cfg.rope_theta,
         "attention_bias": cfg.attention_bias,
         "block_size": cfg.block_size,
+        "draft_vocab_size": cfg.draft_vocab,
         "vocab_size": target.vocab_size,
         "num_target_layers": target.num_layers,
         "dflash_config": {
@@ -164,7 +166,7 @@ def _architecture(raw: dict, file: Path, mode: str) -> HeadConfig:
             taps=tuple(taps), block_size=block_size, mode=mode, mask_token_id=block.get("mask_token_id", raw.get("mask_token_id")),
             eagle_input=bool(raw.get("eagle_input", False)), rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
             rope_theta=rope.get("rope_theta") or raw.get("rope_theta", 1_000_000.0),
-            attention_bias=bool(raw.get("attention_bias", False)),
+            attention_bias=bool(raw.get("attention_bias", False)), draft_vocab=raw.get("draft_vocab_size"),
         )
     except KeyError as err:
         raise JfbenchError(f"{file} lacks the field {err.args[0]!r} that a draft head needs") from err
@@ -220,6 +222,8 @@ def load_head(path: Path, target: TargetRunner, attention: str = "sdpa") -> tupl
         raise JfbenchError(
             f"{path}: weights do not match the config (missing {sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]})"
         )
+    if head.d2t is not None and int(head.d2t.max()) >= target.embed.num_embeddings:
+        raise JfbenchError(f"{path}: its draft vocabulary names token ids beyond the target's vocabulary: pass its own --target")
     return head.to(device=target.device, dtype=target.dtype).eval(), info
 
 

@@ -13,10 +13,17 @@ layout (``fc``, ``hidden_norm``, ``layers.*``, ``norm``) so released heads load 
 
 Keys and values are always laid out as [context ; entries]; a ``KVStore`` decides where they live
 (concatenated tensors in training, the in-place context cache at inference).
+
+Reduced draft vocabulary (EAGLE-3's d2t): a head with ``draft_vocab = N`` scores only N target
+tokens — the rows ``d2t`` (a saved buffer of target ids, the most frequent tokens of its training
+data) of the target's LM head — so its LM-head cost falls from V x H to N x H per row. Its logits
+are over those N slots; `to_target` maps a slot back to the target's id. Verification is the
+target's, so output stays lossless; the head just never proposes a token outside ``d2t``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
@@ -46,6 +53,7 @@ class HeadConfig:
     mode: str = "causal"  # attention inside a block: "causal" | "bidirectional"
     mask_token_id: int | None = None  # target token whose embedding initialises (or is) the MASK input
     eagle_input: bool = False  # EAGLE: entry input = Linear([token embedding ; parent feature])
+    draft_vocab: int | None = None  # N target tokens the head scores (buffer ``d2t``); None = the whole vocabulary
     rms_norm_eps: float = 1e-6
     rope_theta: float = 1_000_000.0
     attention_bias: bool = False
@@ -160,7 +168,10 @@ class HeadMeter:
 
     def __init__(self, head: DraftHead) -> None:
         cfg = head.cfg
-        self.shape = TransformerShape.of(list(head.layers), head._shared[1], cfg.num_heads, cfg.head_dim)
+        shape = TransformerShape.of(list(head.layers), head._shared[1], cfg.num_heads, cfg.head_dim)
+        if cfg.draft_vocab is not None:  # the LM head is cut to the draft vocabulary's rows
+            shape = dataclasses.replace(shape, lm_head_params=cfg.draft_vocab * cfg.hidden_size)
+        self.shape = shape
         self.context_params = matrix_params([head.fc]) + sum(
             matrix_params([layer.self_attn.k_proj, layer.self_attn.v_proj]) for layer in head.layers
         )  # per committed token: fusion Linear + every layer's context k/v projections
@@ -199,6 +210,11 @@ class DraftHead(nn.Module):
         if cfg.eagle_input:
             self.input_proj = nn.Linear(2 * h, h, bias=False)
         self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
+        if cfg.draft_vocab is not None:  # (N,) target id of each draft slot, saved with the weights
+            self.register_buffer("d2t", torch.arange(cfg.draft_vocab, dtype=torch.long))  # set by training or loading
+        else:
+            self.d2t = None
+        self._draft_rows: tuple[torch.Tensor, torch.Tensor | None] | None = None  # LM-head rows of d2t, built once
         self._shared = (embed, lm_head)  # a tuple, so nn.Module registers neither (not saved, not trained)
         self.attend = get_attention(attention, embed.weight.device)  # inference only: kernels have no backward
         self.meter: HeadMeter | None = None  # set by an inference drafter (`count_cost`); None in training
@@ -226,10 +242,29 @@ class DraftHead(nn.Module):
         return self._shared[0](tokens)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden (..., H) -> draft logits (..., V) through the target's LM head."""
+        """hidden (..., H) -> draft logits (..., V) through the target's LM head; (..., N) over the
+        draft vocabulary's slots when the head has one (`to_target` maps slots to token ids)."""
         if self.meter is not None:
             self.meter.add(self.meter.shape.lm_head_flops(hidden.shape[:-1].numel()))
-        return self._shared[1](hidden)
+        return F.linear(hidden, *self.lm_rows())
+
+    def lm_rows(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Weight (V or N, H) and bias of the target's LM head over the tokens this head scores:
+        the draft vocabulary's rows (gathered once: the target is frozen; again only when the head
+        moves to another device or dtype), else the whole head."""
+        lm_head = self._shared[1]
+        weight = lm_head.weight
+        if self.d2t is None:
+            return weight, getattr(lm_head, "bias", None)
+        if self._draft_rows is None or self._draft_rows[0].device != weight.device or self._draft_rows[0].dtype != weight.dtype:
+            bias = getattr(lm_head, "bias", None)
+            d2t = self.d2t.to(weight.device)
+            self._draft_rows = (weight.detach()[d2t], None if bias is None else bias.detach()[d2t])
+        return self._draft_rows
+
+    def to_target(self, slots: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary slots -> target token ids (identity without a draft vocabulary)."""
+        return slots if self.d2t is None else self.d2t[slots]
 
     def fuse(self, taps: torch.Tensor) -> torch.Tensor:
         """Tapped target states (..., K, H) in ``cfg.taps`` order -> fused features (..., H)."""

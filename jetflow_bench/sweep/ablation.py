@@ -46,6 +46,8 @@ AXES: dict[str, tuple[str, str]] = {
     "loss": ("train", "loss"),  # fkl | rkl | sft
     "data": ("train", "data"),  # target-regenerated | raw corpus
     "layout": ("train", "layout"),  # jetflow training blocks: packed | prefix
+    "decay": ("train", "decay"),
+    "match_depth1": ("train", "match_depth1"),  # prefix-layout heads given the packed layout's depth-1 queries  # loss weight per drafted depth, exp(-(k-1)/decay); 0 = uniform
     "refine_passes": ("infer", "refine_passes"),
     "scoring": ("infer", "scoring"),
     "construction": ("infer", "construction"),
@@ -54,6 +56,9 @@ AXES: dict[str, tuple[str, str]] = {
 # run at: (stage, key, value, why). The comparison then runs at that setting for BOTH arms, so
 # exactly one factor differs (`one_factor`).
 COMMON_SETTINGS: dict[tuple[str, Any], list[tuple[str, str, Any, str]]] = {
+    ("match_depth1", True): [
+        ("train", "layout", "prefix", "the packed layout already gives every depth-1 query"),
+    ],
     ("head", "bidirectional"): [
         ("train", "layout", "prefix", "the packed training layout needs a causal head"),
         ("infer", "refine_passes", 0, "tree-causal refinement reads paths a bidirectional head never sees"),

@@ -27,7 +27,10 @@ DATA = ("regen", "raw")
 SOURCES = ("gsm8k", "mbpp", "sharegpt")
 # Bump when the training code changes in a way that alters the weights, so cached heads retrain.
 # 2: taps never include a shallow target's final layer (jetflow_bench.heads.checkpoint.default_taps).
-RECIPE_VERSION = 2
+# 3: the loss covers the continuation only (anchors and roots never predict a prompt token);
+#    optional reduced draft vocabulary (`draft_vocab`).
+# 4: `heldout` sequences kept out of training for the acceptance proxy.
+RECIPE_VERSION = 4
 
 
 def canonical_head(name: str | None) -> str | None:
@@ -65,7 +68,12 @@ class TrainConfig:
     anchors: int = 16  # blocks per sequence per step (block heads)
     ttt_steps: int | None = None  # eagle: training-time-test steps; None = its drafted depth (drafters/eagle_training.py)
     decay: float = 7.0  # loss weight exp(-(k-1)/decay) at drafted depth k; 0 = uniform
+    heldout: int = 32  # sequences held out for the acceptance proxy (at most a fifth of the data; 0 = none)
+    eval_every: int | None = None  # steps between held-out evaluations; None = steps // 20 (at least 1)
+    stop_on_plateau: bool = False  # end once the held-out proxy moved < 2% over the last 20% of the steps
+    draft_vocab: int | None = None  # head scores only the N most frequent continuation tokens (EAGLE-3's d2t); None = all
     prefix_zero: float = 0.5  # jetflow: share of blocks trained all-masks (pass 1); the rest keep a real prefix
+    match_depth1: bool = False  # prefix-layout block heads: extra [x_p, MASK] blocks up to the packed layout's depth-1 queries
     layout: str | None = None  # block heads: prefix | packed; None = packed for a causal jetflow head, else prefix
     seed: int = 0
 
@@ -76,6 +84,7 @@ class TrainConfig:
         family, _ = objective_for(self.drafter)  # unknown or untrainable drafters: one-line error
         object.__setattr__(self, "drafter", family)  # aliases, and arms reading another family's heads
         object.__setattr__(self, "head", canonical_head(self.head))
+        object.__setattr__(self, "decay", float(self.decay))  # `--decay 0` from ablate's value parser is an int
         choices = {"loss": (self.loss, LOSSES), "data": (self.data, DATA)}
         for option, (value, allowed) in choices.items():
             if value not in allowed:
@@ -89,6 +98,12 @@ class TrainConfig:
             raise JfbenchError(f"--corpus {','.join(self.corpus)!r}: choose from {', '.join(SOURCES)}")
         if self.block_size < 2 or self.steps < 1 or self.batch_size < 1 or self.prompts < 1:
             raise JfbenchError("--block-size must be >= 2 and --steps, --batch-size, --prompts >= 1")
+        if self.heldout < 0 or (self.eval_every is not None and self.eval_every < 1):
+            raise JfbenchError("--heldout must be 0 or more and --eval-every at least 1")
+        if self.draft_vocab is not None and self.draft_vocab < 1:
+            raise JfbenchError(f"--draft-vocab {self.draft_vocab} must be at least 1 (omit it for the whole vocabulary)")
+        if not self.decay >= 0:
+            raise JfbenchError(f"--decay {self.decay} must be 0 (uniform) or positive")
         if self.seq_len < self.block_size + 2:
             raise JfbenchError(f"--seq-len {self.seq_len} must exceed the block size ({self.block_size}) + 1")
         self.objective.validate(self)

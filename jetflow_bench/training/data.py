@@ -10,11 +10,12 @@ target + prompts + decoding settings; ``raw`` appends the corpus' own answer ins
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,15 @@ FORMAT_VERSION = 1
 FILES = {"gsm8k": "gsm8k/train.jsonl", "mbpp": "mbpp/mbpp.jsonl", "sharegpt": "sharegpt_chat/ShareGPT_V3_unfiltered_cleaned_split.first2023.json"}
 MBPP_TRAIN_IDS = range(601, 975)  # MBPP's own train split; the benchmark suite scores all 974
 REGEN_BATCH = 16
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A training sequence (prompt + continuation) and its prompt's token count: the loss covers
+    only the continuation, so the head learns what the target writes, not the prompts it is given."""
+
+    tokens: list[int]
+    prompt_len: int
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,14 @@ def _encode(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]  # long prompts are dropped later
 
 
+@contextlib.contextmanager
+def progress_steps(label: str, total: int, show: bool) -> Iterator[Callable[[int], None]]:
+    """A transient progress bar on stderr (ETA from the measured rate) over ``total`` items; yields ``advance(n)``."""
+    with progress_bar(Console(stderr=True), label, disable=not show, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
 def regenerate(
     target: TargetRunner, prompts: list[list[int]], max_new_tokens: int, show_progress: bool
 ) -> list[list[int]]:
@@ -107,28 +125,32 @@ def regenerate(
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     outputs: list[list[int]] = [[] for _ in prompts]
     stop = StopRule(max_new_tokens, frozenset(target.eos_token_ids))
-    with progress_bar(Console(stderr=True), "regen", disable=not show_progress, transient=True) as bar:
-        task = bar.add_task("regen", total=len(prompts))
+    with progress_steps("regen", len(prompts), show_progress) as advance:
         for start in range(0, len(order), REGEN_BATCH):
             batch = order[start : start + REGEN_BATCH]
             result = generate(target, [prompts[i] for i in batch], stop)
             for i, request in zip(batch, result.requests, strict=True):
                 outputs[i] = request.output_tokens
-            bar.advance(task, len(batch))
+            advance(len(batch))
     return outputs
 
 
 def training_sequences(
     target: TargetRunner, config: TrainConfig, data_dir: Path | None, show_progress: bool = True
-) -> list[list[int]]:
-    """Token sequences (prompt + continuation) to train on; regen results come from the disk cache when present."""
+) -> list[Sample]:
+    """Token sequences (prompt + continuation) to train on; regen results come from the disk cache when present.
+
+    The regen cache stores prompt + output only; each prompt's length comes from the prompts
+    recomputed here (deterministic), so caches written before prompt lengths were kept still serve.
+    """
     tokenizer = target.tokenizer
     pairs = training_pairs(config.corpus, config.prompts, config.seed, tokenizer, data_dir)
     limit = config.seq_len - config.block_size - 1  # room for at least one block after the prompt
     prompts = [ids for ids in (_encode(tokenizer, p.prompt) for p in pairs) if 0 < len(ids) <= limit]
     eos = list(target.eos_token_ids[:1])
     if config.data == "raw":
-        return [_encode(tokenizer, _joined(p)) + eos for p in pairs]
+        joined = [(_encode(tokenizer, p.prompt), _encode(tokenizer, _joined(p)) + eos) for p in pairs]
+        return [Sample(ids, _common_prefix(prompt, ids)) for prompt, ids in joined]
     key = json.dumps({
         "target": model_fingerprint(target.name), "prompts": hashlib.sha256(json.dumps(prompts).encode()).hexdigest(),
         "max_new_tokens": config.max_new_tokens, "dtype": str(target.dtype), "device": target.device.type,
@@ -138,15 +160,27 @@ def training_sequences(
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(path.with_suffix(".lock")):  # trainers of the same seed started together regenerate once
         if path.is_file():
-            return json.loads(path.read_text())["sequences"]
-        if show_progress:
-            print(f"regenerating {len(prompts)} training continuations with the target (cached at {path})", file=sys.stderr)
-        outputs = regenerate(target, prompts, config.max_new_tokens, show_progress)
-        sequences = [p + o for p, o in zip(prompts, outputs, strict=True)]
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": json.loads(key), "sequences": sequences}))
-        tmp.rename(path)
-        return sequences
+            sequences = json.loads(path.read_text())["sequences"]
+        else:
+            if show_progress:
+                print(f"regenerating {len(prompts)} training continuations with the target (cached at {path})", file=sys.stderr)
+            outputs = regenerate(target, prompts, config.max_new_tokens, show_progress)
+            sequences = [p + o for p, o in zip(prompts, outputs, strict=True)]
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"key": json.loads(key), "sequences": sequences}))
+            tmp.rename(path)
+    return [Sample(seq, len(prompt)) for prompt, seq in zip(prompts, sequences, strict=True)]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix: the prompt's tokens inside prompt + answer, where the
+    tokenizer may merge across the boundary."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _joined(pair: Pair) -> str:
@@ -155,23 +189,52 @@ def _joined(pair: Pair) -> str:
     return pair.prompt + gap + pair.reference
 
 
+def frequent_tokens(samples: list[Sample], count: int, vocab: int) -> torch.Tensor:
+    """The ``count`` most frequent continuation tokens of ``samples`` (ties: lower id first), as
+    ascending target ids (N,): a head's draft vocabulary. Tokens never seen fill any rest by id."""
+    if not 1 <= count < vocab:
+        raise JfbenchError(f"--draft-vocab {count} must be below the target's vocabulary of {vocab} (omit it for the whole vocabulary)")
+    seen = torch.tensor([t for s in samples for t in s.tokens[s.prompt_len:]], dtype=torch.long)
+    counts = torch.bincount(seen, minlength=vocab)[:vocab]
+    return torch.argsort(-counts, stable=True)[:count].sort().values
+
+
+def coverage(samples: list[Sample], d2t: torch.Tensor) -> float:
+    """Share of the continuation tokens of ``samples`` inside the draft vocabulary ``d2t``."""
+    seen = torch.tensor([t for s in samples for t in s.tokens[s.prompt_len:]], dtype=torch.long)
+    return torch.isin(seen, d2t).float().mean().item() if len(seen) else 0.0
+
+
 class SequenceBatcher:
-    """Seeded batches of whole sequences, right-padded: tokens (B, T) and lengths (B,)."""
+    """Seeded draws of training samples (indices into ``samples``; `teacher.TeacherCache` builds the batch).
 
-    def __init__(self, sequences: list[list[int]], seq_len: int, min_len: int, pad_id: int) -> None:
-        self.sequences = [s[:seq_len] for s in sequences if len(s) >= min_len]
-        if not self.sequences:
-            raise JfbenchError(f"no training sequence has the {min_len} tokens a block needs: raise --max-new-tokens")
-        self.pad_id = pad_id
+    A sequence is kept (cut to ``seq_len``) when it has ``min_len`` tokens and at least one
+    continuation token left after the cut. The last ``heldout`` kept samples (at most a fifth of
+    them) are held out for the acceptance proxy and never drawn.
+    """
 
-    def batch(self, size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        picks = torch.randint(0, len(self.sequences), (size,), generator=generator).tolist()
-        rows = [self.sequences[i] for i in picks]
-        lengths = torch.tensor([len(r) for r in rows])  # (B,)
-        tokens = torch.full((size, int(lengths.max())), self.pad_id, dtype=torch.long)  # (B, T)
-        for b, row in enumerate(rows):
-            tokens[b, : len(row)] = torch.tensor(row)
-        return tokens, lengths
+    def __init__(self, samples: list[Sample], seq_len: int, min_len: int, heldout: int = 0) -> None:
+        cut = [Sample(s.tokens[:seq_len], s.prompt_len) for s in samples]
+        self.samples = [s for s in cut if len(s.tokens) >= min_len and len(s.tokens) > s.prompt_len]
+        if not self.samples:
+            raise JfbenchError(f"no training sequence has the {min_len} tokens and the continuation a block needs: "
+                               "raise --max-new-tokens or --seq-len")
+        self.train_count = len(self.samples) - min(heldout, len(self.samples) // 5)
+
+    @property
+    def train_samples(self) -> list[Sample]:
+        return self.samples[: self.train_count]
+
+    def heldout_picks(self) -> list[int]:
+        return list(range(self.train_count, len(self.samples)))
+
+    def draw(self, size: int, generator: torch.Generator) -> list[int]:
+        return torch.randint(0, self.train_count, (size,), generator=generator).tolist()
 
     def token_count(self) -> int:
-        return sum(len(s) for s in self.sequences)
+        """Training tokens (held-out sequences excluded)."""
+        return sum(len(s.tokens) for s in self.train_samples)
+
+    def prompt_share(self) -> float:
+        """Share of the training tokens that are prompt (context for the head, never a loss target)."""
+        return sum(s.prompt_len for s in self.train_samples) / max(1, self.token_count())

@@ -30,15 +30,20 @@ from jetflow_bench.heads.checkpoint import TargetShape, default_taps, save_head
 from jetflow_bench.heads.head import DraftHead, HeadConfig
 from jetflow_bench.toy.progress import TrainProgress
 from jetflow_bench.training.config import TrainConfig, canonical_head
-from jetflow_bench.training.data import SequenceBatcher, training_sequences
-from jetflow_bench.training.teacher import teacher_batch
+from jetflow_bench.training.data import SequenceBatcher, coverage, frequent_tokens, training_sequences
+from jetflow_bench.training.teacher import TeacherCache
 
 PARTIAL = ".partial"
+PLATEAU_SHARE = 0.2  # converged: the held-out proxy moved less than PLATEAU_CHANGE over the last 20% of the steps
+PLATEAU_CHANGE = 0.02
+PLATEAU_MIN_EVALS = 5
+BACKWARD_FACTOR = 3  # training FLOPs = forward + backward (about twice the forward) = 3 x the counted forward
 
 
-def new_head(target: TargetRunner, config: TrainConfig) -> DraftHead:
+def new_head(target: TargetRunner, config: TrainConfig, d2t: torch.Tensor | None = None) -> DraftHead:
     """A freshly initialised head shaped like the target's own decoder layers (fp32 master weights);
-    the family's objective sets its depth and any wiring of its own."""
+    the family's objective sets its depth and any wiring of its own. ``d2t``: the target ids of its
+    draft vocabulary (`data.frequent_tokens`) when the recipe sets ``draft_vocab``."""
     c = target.config
     tok = target.tokenizer
     mask_id = next((i for i in (tok.mask_token_id, tok.pad_token_id, *target.eos_token_ids) if i is not None), 0)
@@ -49,10 +54,12 @@ def new_head(target: TargetRunner, config: TrainConfig) -> DraftHead:
         taps=tuple(default_taps(len(target.layers), min(config.num_taps, len(target.layers)))),
         block_size=config.block_size, mode=config.mode, mask_token_id=mask_id,
         rms_norm_eps=c.rms_norm_eps, rope_theta=rope.get("rope_theta") or getattr(c, "rope_theta", 1_000_000.0),
-        **config.objective.head_options(config),
+        draft_vocab=None if d2t is None else len(d2t), **config.objective.head_options(config),
     )
     head = DraftHead(cfg, target.embed, target.lm_head).to(target.device)
     head.init_weights(config.seed)
+    if d2t is not None:
+        head.d2t.copy_(d2t)
     with torch.no_grad():  # start from the target's output scale: the LM head expects its final norm
         head.norm.weight.copy_(target.norm.weight.float())
     return head
@@ -67,7 +74,8 @@ def lr_at(step: int, config: TrainConfig) -> float:
 
 
 def finished(out: Path, config: TrainConfig) -> bool:
-    """Whether ``out`` holds a completed head of exactly this config; another config there is an error."""
+    """Whether ``out`` holds a completed head of exactly this config (all steps run, or stopped on a
+    plateau); another config there is an error."""
     try:
         raw = json.loads((out / "config.json").read_text())
     except (OSError, json.JSONDecodeError):
@@ -77,28 +85,31 @@ def finished(out: Path, config: TrainConfig) -> bool:
     recorded = {**recorded, "head": canonical_head(recorded.get("head"))}  # heads recorded as "diffusion"
     if recorded != config.to_dict():
         raise JfbenchError(f"--out {out} holds a head trained with other settings: choose another --out or delete it")
-    return training.get("steps_done") == config.steps
+    return training.get("steps_done") == config.steps or training.get("stop_reason") == "plateau"
 
 
-def _save_partial(out: Path, head: DraftHead, optimizer: torch.optim.Optimizer, step: int, losses: list[float]) -> None:
+def _save_partial(out: Path, head: DraftHead, optimizer: torch.optim.Optimizer, step: int, history: dict[str, list]) -> None:
     tmp = out / f"{PARTIAL}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(tmp / "head.safetensors"))
-    torch.save({"step": step, "losses": losses, "optimizer": optimizer.state_dict()}, tmp / "state.pt")
+    torch.save({"step": step, **history, "optimizer": optimizer.state_dict()}, tmp / "state.pt")
     shutil.rmtree(out / PARTIAL, ignore_errors=True)
     tmp.rename(out / PARTIAL)
 
 
-def _resume(out: Path, head: DraftHead, optimizer: torch.optim.Optimizer) -> tuple[int, list[float]]:
-    """(first step to run, losses so far) from ``<out>/.partial``, else (0, [])."""
+HISTORY = ("losses", "train_agreement", "heldout", "step_seconds", "supervised", "head_flops")
+
+
+def _resume(out: Path, head: DraftHead, optimizer: torch.optim.Optimizer) -> tuple[int, dict[str, list]]:
+    """(first step to run, the run's history so far: `HISTORY` lists) from ``<out>/.partial``, else (0, empty)."""
     partial = out / PARTIAL
     if not (partial / "state.pt").is_file():
-        return 0, []
+        return 0, {k: [] for k in HISTORY}
     head.load_state_dict(load_file(str(partial / "head.safetensors")))
     state = torch.load(partial / "state.pt", weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
-    return state["step"], state["losses"]
+    return state["step"], {k: state.get(k, []) for k in HISTORY}
 
 
 def _autocast(target: TargetRunner) -> contextlib.AbstractContextManager:
@@ -106,6 +117,48 @@ def _autocast(target: TargetRunner) -> contextlib.AbstractContextManager:
     if target.dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(target.device.type, dtype=target.dtype)
+
+
+def heldout_proxy(
+    head: DraftHead, cache: TeacherCache, picks: list[int], config: TrainConfig, target: TargetRunner
+) -> dict[str, Any] | None:
+    """The held-out acceptance proxy: the head drafts (as at inference, on the true path) from the
+    same ``anchors`` positions of each held-out sequence at every evaluation.
+
+    ``agreement``: per-depth top-1 agreement with the target's greedy token; ``accept_len``: the
+    mean leading run of agreements, i.e. the tokens a greedy chain of depth D would get accepted
+    there (on regenerated data the true path is the target's own). None without held-out data or
+    when the family tracks no proxy.
+    """
+    generator = torch.Generator().manual_seed(config.seed + 7919)  # the same positions at every evaluation
+    hits, valid = [], []
+    with torch.no_grad(), _autocast(target):
+        for i in range(0, len(picks), config.batch_size):
+            found = config.objective.heldout_hits(head, cache.batch(picks[i : i + config.batch_size]), config, generator)
+            if found is None:
+                return None
+            hits.append(found[0])
+            valid.append(found[1])
+    if not hits:
+        return None
+    hit, ok = torch.cat(hits), torch.cat(valid)  # (R, D)
+    agreement = (hit & ok).sum(0) / ok.sum(0).clamp(min=1)
+    run = (hit & ok).long().cumprod(1).sum(1).float().mean()
+    return {"agreement": [round(a, 4) for a in agreement.tolist()], "accept_len": round(run.item(), 4)}
+
+
+def plateaued(heldout: list[dict[str, Any]], share: float = PLATEAU_SHARE, tolerance: float = PLATEAU_CHANGE) -> bool:
+    """Whether the proxy (``accept_len``) changed by less than ``tolerance`` (relative) over the last
+    ``share`` of the steps run: the latest evaluation against the last one at or before
+    (1 - share) x its step. Needs at least `PLATEAU_MIN_EVALS` evaluations."""
+    if len(heldout) < PLATEAU_MIN_EVALS:
+        return False
+    now = heldout[-1]
+    earlier = [h for h in heldout[:-1] if h["step"] <= (1 - share) * now["step"]]
+    if not earlier:
+        return False
+    then = earlier[-1]["accept_len"]
+    return abs(now["accept_len"] - then) <= tolerance * max(then, 1e-9)
 
 
 def train_drafter(
@@ -126,7 +179,8 @@ def train_drafter(
 
     ``config`` or keyword ``options`` (fields of `TrainConfig`, e.g. ``drafter="jetflow", steps=200``)
     choose the recipe. An interrupted run resumes from its last checkpoint; ``time_limit_s`` stops
-    early (the checkpoint keeps going on the next call).
+    early (the checkpoint keeps going on the next call). Every ``eval_every`` steps the held-out
+    proxy (`heldout_proxy`) is measured; with ``stop_on_plateau`` the run ends once it `plateaued`.
     """
     config = config or TrainConfig(**options)
     out = Path(out)
@@ -136,52 +190,90 @@ def train_drafter(
     runner = target if isinstance(target, TargetRunner) else TargetRunner.load(target, device, dtype)
     runner.model.requires_grad_(False)
     started = time.perf_counter()
-    sequences = training_sequences(runner, config, data_dir, show_progress)
-    pad = runner.tokenizer.pad_token_id if runner.tokenizer.pad_token_id is not None else 0
-    batcher = SequenceBatcher(sequences, config.seq_len, config.block_size + 2, pad)
+    samples = training_sequences(runner, config, data_dir, show_progress)
+    batcher = SequenceBatcher(samples, config.seq_len, config.block_size + 2, config.heldout)
     if show_progress:
-        print(f"training on {len(batcher.sequences)} sequences ({batcher.token_count():,} tokens, data={config.data})", file=sys.stderr)
-    head = new_head(runner, config)
+        print(f"training on {batcher.train_count} sequences ({batcher.token_count():,} tokens, "
+              f"{batcher.prompt_share():.0%} prompt: loss on the continuation only; data={config.data}), "
+              f"{len(batcher.heldout_picks())} held out", file=sys.stderr)
+    d2t = None if config.draft_vocab is None else frequent_tokens(batcher.train_samples, config.draft_vocab, runner.embed.num_embeddings)
+    head = new_head(runner, config, d2t)
     optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    start, losses = _resume(out, head, optimizer)
-    objective = config.objective
+    teacher_cache = TeacherCache.ensure(runner, batcher.samples, head.cfg.taps, show_progress)
+    start, history = _resume(out, head, optimizer)
+    setup_s = time.perf_counter() - started
+    objective, meter = config.objective, head.count_cost()
+    every = config.eval_every or max(1, config.steps // 20)
     label = f"{config.drafter} head" + (f" (resumed at {start})" if start else "")
-    agree = float("nan")
-    done = start
+    done, stop_reason = start, "steps"
     with TrainProgress(config.steps - start, config.batch_size * config.seq_len, label, show_progress) as progress:
         for step in range(start, config.steps):
+            step_started = time.perf_counter()
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, config)
             generator = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
-            tokens, lengths = batcher.batch(config.batch_size, generator)  # (B, T), (B,)
-            teacher = teacher_batch(runner, tokens, lengths, head.cfg.taps)
+            teacher = teacher_cache.batch(batcher.draw(config.batch_size, generator))
             with _autocast(runner):
                 loss, agreement = objective.loss(head, teacher, config, generator)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), config.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-            agree = agreement.item()
             done = step + 1
-            progress.update(done - start, losses[-1])
+            history["losses"].append(round(loss.item(), 4))
+            history["train_agreement"].append(round(agreement.item(), 4))
+            history["supervised"].append(teacher.supervised)
+            history["head_flops"].append(BACKWARD_FACTOR * meter.take(1).flops[0])  # forward + backward
+            history["step_seconds"].append(round(time.perf_counter() - step_started, 4))
+            progress.update(done - start, history["losses"][-1])
+            if done % every == 0 or done == config.steps:
+                proxy = heldout_proxy(head, teacher_cache, batcher.heldout_picks(), config, runner)
+                meter.take(1)  # evaluation is not training compute
+                if proxy is not None:
+                    history["heldout"].append({"step": done, **proxy})
+                    if config.stop_on_plateau and plateaued(history["heldout"]):
+                        stop_reason = "plateau"
             out_of_time = time_limit_s is not None and time.perf_counter() - started > time_limit_s
-            if done % checkpoint_every == 0 or out_of_time:
-                _save_partial(out, head, optimizer, done, losses)
-            if out_of_time:
+            if out_of_time and stop_reason != "plateau":
+                stop_reason = "time limit"
+            if done % checkpoint_every == 0 or stop_reason != "steps":
+                _save_partial(out, head, optimizer, done, history)
+            if stop_reason != "steps":
                 break
-    info = {
-        "config": config.to_dict(), "steps_done": done, "target_fingerprint": model_fingerprint(runner.name),
-        "block_layout": config.resolved_layout,
-        "sequences": len(batcher.sequences), "training_tokens": batcher.token_count(),
-        "first_loss": losses[0] if losses else None, "last_loss_mean": sum(losses[-10:]) / max(1, len(losses[-10:])),
-        "last_top1_agreement": agree, "losses": [round(x, 4) for x in losses], "seconds": time.perf_counter() - started,
-        "device": runner.device.type, "dtype": str(runner.dtype).removeprefix("torch."),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__},
-    }
+    info = _record(config, runner, batcher, history, done, stop_reason, setup_s, time.perf_counter() - started)
+    if d2t is not None:  # how much of the text the head can propose at all
+        info["draft_vocab_coverage"] = round(coverage(batcher.train_samples, d2t), 4)
     save_head(head, out, config.drafter, TargetShape.of(runner), info)
-    if done == config.steps:
+    if stop_reason != "time limit":
         shutil.rmtree(out / PARTIAL, ignore_errors=True)
     elif show_progress:
         print(f"stopped at step {done}/{config.steps} (time limit); run again to resume", file=sys.stderr)
     return out
+
+
+def _record(
+    config: TrainConfig, runner: TargetRunner, batcher: SequenceBatcher, history: dict[str, list], done: int,
+    stop_reason: str, setup_s: float, seconds: float,
+) -> dict[str, Any]:
+    """The head's training record (config.json ``training``): recipe, data, curves, cost, convergence."""
+    losses, heldout = history["losses"], history["heldout"]
+
+    def mean(values: list) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    return {
+        "config": config.to_dict(), "steps_done": done, "stop_reason": stop_reason,
+        "target_fingerprint": model_fingerprint(runner.name), "block_layout": config.resolved_layout,
+        "sequences": batcher.train_count, "heldout_sequences": len(batcher.heldout_picks()),
+        "training_tokens": batcher.token_count(), "prompt_token_share": round(batcher.prompt_share(), 4),
+        "first_loss": losses[0] if losses else None, "last_loss_mean": mean(losses[-10:]),
+        "last_top1_agreement": history["train_agreement"][-1] if history["train_agreement"] else None,
+        "losses": losses, "train_agreement": history["train_agreement"],
+        "heldout": heldout, "heldout_accept_len": heldout[-1]["accept_len"] if heldout else None,
+        "converged": plateaued(heldout) if heldout else None,
+        "supervised_positions_per_step": mean(history["supervised"]),
+        "head_flops_per_step": mean(history["head_flops"]),
+        "step_seconds_mean": mean(history["step_seconds"]), "setup_seconds": round(setup_s, 2), "seconds": seconds,
+        "device": runner.device.type, "dtype": str(runner.dtype).removeprefix("torch."),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__},
+    }

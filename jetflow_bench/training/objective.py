@@ -56,6 +56,15 @@ class TrainingObjective(ABC):
         """`jetflow_bench.heads.head.HeadConfig` fields this family sets beyond the shared ones (e.g. its input wiring)."""
         return {}
 
+    def heldout_hits(
+        self, head: DraftHead, batch: TeacherBatch, config: TrainConfig, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The held-out acceptance proxy's raw material: the head drafting as at inference from
+        random continuation positions of ``batch`` (the true path as context), returning (hit,
+        valid), (R, D) bool each: whether its top-1 at depth d equals the target's greedy token,
+        and whether depth d lies inside the sequence. None: the family tracks no proxy."""
+        return None
+
     @abstractmethod
     def loss(
         self, head: DraftHead, batch: TeacherBatch, config: TrainConfig, generator: torch.Generator
