@@ -115,13 +115,18 @@ def save_head(head: DraftHead, out: Path, drafter: str, target: TargetShape, tra
     return out
 
 
+def read_json(file: Path, fix: str) -> dict:
+    """A head's config.json; unreadable -> one line naming the file and ``fix``."""
+    try:
+        return json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise JfbenchError(f"cannot read draft-head config {file} ({err}): {fix}") from err
+
+
 def read_config(path: Path) -> tuple[HeadConfig, HeadInfo]:
     """Parse a checkpoint's config.json (either format) without loading weights."""
     file = Path(path) / "config.json"
-    try:
-        raw = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise JfbenchError(f"cannot read draft-head config {file} ({err}): pass a head directory made by `jfbench train`") from err
+    raw = read_json(file, "pass a head directory made by `jfbench train`")
     if raw.get("format") == FORMAT:
         return _architecture(raw, file, raw["head_mode"]), HeadInfo(
             Path(path), "jfbench", raw["drafter"], TargetShape(**raw["target"]), raw.get("training", {})
@@ -210,7 +215,7 @@ def load_head(path: Path, target: TargetRunner, attention: str = "sdpa") -> tupl
     cfg, info = read_config(path)
     check_target(cfg, info, target)
     head = DraftHead(cfg, target.embed, target.lm_head, attention)
-    state = _load_tensors(Path(path))
+    state = load_tensors(Path(path))
     if info.source == "published" and "mask_embedding" not in state:
         if cfg.mask_token_id is None:
             raise JfbenchError(f"{path}/config.json has no mask_token_id: the head cannot draft without a MASK input")
@@ -223,7 +228,7 @@ def load_head(path: Path, target: TargetRunner, attention: str = "sdpa") -> tupl
     return head.to(device=target.device, dtype=target.dtype).eval(), info
 
 
-def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
+def load_tensors(path: Path) -> dict[str, torch.Tensor]:
     """All tensors of a (possibly sharded) safetensors checkpoint, with a ``model.`` prefix removed."""
     files = sorted(path.glob("*.safetensors"))
     if not files:

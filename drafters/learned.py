@@ -55,7 +55,7 @@ class LearnedDrafter(Drafter):
                 f"drafter {cls.name!r} needs a trained head: pass --checkpoint DIR (made by `jfbench train "
                 f"--drafter {cls.train_name()}`) or a released DFlash/JetSpec head directory"
             )
-        head, info = load_head(Path(checkpoint), target, options.pop("attention", target.attention_backend))  # the head follows the target
+        head, info = cls.load(Path(checkpoint), target, options.pop("attention", target.attention_backend))  # the head follows the target
         cls.check_head(head, info)
         tree_keys = ("scoring", "construction", "fanout", "entropy_weight", "builder")
         tree_opts = {k: options.pop(k) for k in tree_keys if k in options}
@@ -66,6 +66,11 @@ class LearnedDrafter(Drafter):
             return cls(head, info, TreeOptions(**tree_opts), **options)
         except TypeError as err:
             raise JfbenchError(f"drafter {cls.name!r} got an unknown option: {err}") from err
+
+    @classmethod
+    def load(cls, checkpoint: Path, target: TargetRunner, attention: str) -> tuple[DraftHead, HeadInfo]:
+        """Read the family's head (jfbench's layout or a released DFlash / JetSpec head) onto the target."""
+        return load_head(checkpoint, target, attention)
 
     @classmethod
     def option_defaults(cls) -> dict[str, Any]:
