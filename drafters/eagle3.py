@@ -95,6 +95,9 @@ def read_config(path: Path) -> tuple[dict, Eagle3Layout]:
     """Parse an EAGLE-3 config.json (the decoder keys stay in the raw dict)."""
     file = Path(path) / "config.json"
     raw = read_json(file, "pass a head directory in the SpecForge / vLLM EAGLE-3 layout")
+    if not is_eagle3(raw):
+        raise JfbenchError(f"{path} is not an EAGLE-3 head (no Eagle3 architecture, no draft_vocab_size): jfbench's own "
+                           "eagle heads are another architecture (drafter eagle), which vLLM's eagle3 cannot run")
     eagle = raw.get("eagle_config") or {}
     if not eagle.get("use_aux_hidden_state", True):
         raise JfbenchError(f"{file}: use_aux_hidden_state is false; only EAGLE-3 heads that fuse aux layers are supported")
@@ -308,9 +311,9 @@ def load_eagle3(path: Path, target: TargetRunner, attention: str = DEFAULT_ATTEN
         raise JfbenchError(f"{where} has vocab_size {layout.vocab_size} but target {target.name!r} has {have.vocab_size} tokens: use a head trained for this target")
     if layout.target_hidden_size != have.hidden_size:
         raise JfbenchError(f"{where} expects target hidden size {layout.target_hidden_size} but target {target.name!r} has {have.hidden_size}")
-    if len(set(aux)) != AUX_COUNT or not all(0 <= a < have.num_layers for a in aux):
+    if len(set(aux)) != AUX_COUNT or not all(0 <= a <= have.num_layers for a in aux):
         raise JfbenchError(f"{where}: aux layers {list(aux)} do not fit target {target.name!r} ({have.num_layers} layers): "
-                           f"give {AUX_COUNT} distinct layer ids in 0..{have.num_layers - 1} (eagle_config.eagle_aux_hidden_state_layer_ids)")
+                           f"give {AUX_COUNT} distinct layer ids in 0..{have.num_layers} (eagle_config.eagle_aux_hidden_state_layer_ids)")
     cfg = head_config(raw, [aux_tap(a) for a in sorted(aux)])
     state = {k.replace("midlayer.", "layers.0."): v for k, v in load_tensors(Path(path)).items()}
     embed, own_embedding = target.embed, "embed_tokens.weight" in state
@@ -351,25 +354,21 @@ def _t2d(target_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return mask
 
 
-def save_eagle3(head: Eagle3Head, out: Path, num_target_layers: int) -> Path:
-    """Write ``head`` in the public layout vLLM's ``eagle3`` method and SpecForge read."""
-    cfg, layout = head.cfg, head.layout
+def export_eagle3(source: Path, out: Path) -> Path:
+    """Rewrite the EAGLE-3 head at ``source`` (any public spelling: ``model.`` prefixes, ``layers.0.``
+    or ``midlayer.``, missing ``t2d``) as the folder vLLM's ``eagle3`` method and SpecForge load:
+    ``midlayer.*`` weights, ``d2t`` with its ``t2d``, an explicit architecture. Weights are copied
+    bit for bit."""
+    raw, layout = read_config(source)
+    tensors = {k.replace("layers.0.", "midlayer."): v.contiguous() for k, v in load_tensors(source).items() if k != "t2d"}
+    d2t = tensors.setdefault("d2t", torch.zeros(layout.draft_vocab_size, dtype=torch.long))
+    _check_vocab_maps(f"EAGLE-3 head {source}", d2t, None, layout)
+    tensors["t2d"] = _t2d(torch.arange(layout.draft_vocab_size) + d2t, layout.vocab_size)
+    config = {**raw, "architectures": [ARCHITECTURE], "model_type": "llama", "draft_vocab_size": layout.draft_vocab_size}
+    if layout.aux_layers:  # vLLM reads eagle_config's list; it captures in ascending order anyway
+        config["eagle_config"] = {**(raw.get("eagle_config") or {}), "use_aux_hidden_state": True,
+                                  "eagle_aux_hidden_state_layer_ids": sorted(layout.aux_layers)}
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {k.replace("layers.0.", "midlayer."): v.detach().contiguous().cpu()
-               for k, v in head.state_dict().items() if head.own_embedding or not k.startswith("embed_tokens.")}
-    tensors["t2d"] = _t2d(head.target_ids().cpu(), layout.vocab_size)
     save_file(tensors, str(out / "model.safetensors"))
-    config = {
-        "architectures": [ARCHITECTURE], "model_type": "llama", "hidden_act": "silu",
-        "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size, "num_hidden_layers": 1,
-        "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
-        "rms_norm_eps": cfg.rms_norm_eps, "rope_theta": cfg.rope_theta, "attention_bias": cfg.attention_bias,
-        "max_position_embeddings": 32768, "tie_word_embeddings": False, "torch_dtype": "float32",
-        "vocab_size": layout.vocab_size, "draft_vocab_size": layout.draft_vocab_size,
-        "target_hidden_size": layout.target_hidden_size, "norm_before_residual": layout.norm_before_residual,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0 if t == EMBEDDING_TAP else t + 1 for t in cfg.taps],
-                         "use_aux_hidden_state": True},
-        "num_target_layers": num_target_layers,
-    }
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     return out

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from drafters import DRAFTERS
 from drafters.base import SequenceView
-from drafters.eagle3 import load_eagle3, save_eagle3
+from drafters.eagle3 import export_eagle3, load_eagle3
 from jetflow_bench.engine import generate
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.rope import Rotary, rotate
@@ -164,9 +164,9 @@ def test_published_eagle3_head_is_lossless(target, tmp_path, budget):
 
 
 def test_export_then_read_back_gives_identical_drafts(target, tmp_path):
-    source = write_specforge_head(tmp_path / "specforge", draft_vocab=40)
+    source = write_specforge_head(tmp_path / "specforge", draft_vocab=40, aux=(2, 0, 1))
     first = DRAFTERS.get("eagle3").build(target, source)
-    copy = save_eagle3(first.head, tmp_path / "vllm", num_target_layers=3)
+    copy = export_eagle3(source, tmp_path / "vllm")
     second = DRAFTERS.get("eagle3").build(target, copy)
     proposals = [d.propose(observe_prompts(d, target), 12) for d in (first, second)]
     assert proposals[0] == proposals[1] and all(isinstance(t, DraftTree) and len(t) == 12 for t in proposals[0])
@@ -178,7 +178,7 @@ def test_export_then_read_back_gives_identical_drafts(target, tmp_path):
 @pytest.mark.parametrize(("change", "named"), [
     ({"config": {"vocab_size": 99}}, "vocab_size 99"),
     ({"config": {"target_hidden_size": 32}}, "target hidden size 32"),
-    ({"aux": (1, 2, 3)}, "aux layers [1, 2, 3]"),
+    ({"aux": (1, 2, 4)}, "aux layers [1, 2, 4]"),
     ({"aux": (0, 1, 1)}, "aux layers [0, 1, 1]"),
     ({"config": {"num_hidden_layers": 2}}, "2 draft layers"),
     ({"config": {"draft_vocab_size": 50}}, "d2t has shape (40,)"),
