@@ -38,10 +38,12 @@ def target(tmp_path_factory) -> TargetRunner:
 
 def write_specforge_head(
     folder: Path, *, draft_vocab: int = VOCAB, aux=(0, 1, 2), seed: int = 0, embed: torch.Tensor | None = None,
-    **config_overrides,
+    vocab: int = VOCAB, hidden: int = HIDDEN, **config_overrides,
 ) -> Path:
     """An EAGLE-3 head as SpecForge's LlamaForCausalLMEagle3 saves it: every key and shape its
-    ``__init__`` creates, the vocabulary maps as its buffers, the config keys its loaders read."""
+    ``__init__`` creates, the vocabulary maps as its buffers, the config keys its loaders read.
+    Random weights; also used by results/baselines/vllm-heads to hand vLLM a head of this layout."""
+    VOCAB, HIDDEN = vocab, hidden  # noqa: N806  (the module's sizes, unless a target needs others)
     gen = torch.Generator().manual_seed(seed)
 
     def rand(*shape: int) -> torch.Tensor:
