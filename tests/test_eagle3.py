@@ -26,6 +26,7 @@ from tests.random_models import VOCAB, random_model, word_tokenizer
 
 PROMPTS = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12]]
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INNER = 64, 4, 2, 16, 96
+SHAPE = {"vocab": VOCAB, "hidden": HIDDEN, "heads": HEADS, "kv_heads": KV_HEADS, "head_dim": HEAD_DIM, "inner": INNER}
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +39,14 @@ def target(tmp_path_factory) -> TargetRunner:
 
 def write_specforge_head(
     folder: Path, *, draft_vocab: int = VOCAB, aux=(0, 1, 2), seed: int = 0, embed: torch.Tensor | None = None,
-    vocab: int = VOCAB, hidden: int = HIDDEN, **config_overrides,
+    shape: dict[str, int] | None = None, **config_overrides,
 ) -> Path:
     """An EAGLE-3 head as SpecForge's LlamaForCausalLMEagle3 saves it: every key and shape its
     ``__init__`` creates, the vocabulary maps as its buffers, the config keys its loaders read.
-    Random weights; also used by results/baselines/vllm-heads to hand vLLM a head of this layout."""
-    VOCAB, HIDDEN = vocab, hidden  # noqa: N806  (the module's sizes, unless a target needs others)
+    Random weights, sizes from ``shape`` (keys of `SHAPE`); also used by
+    results/baselines/vllm-heads to hand vLLM a head of this layout."""
+    size = {**SHAPE, **(shape or {})}
+    VOCAB, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INNER = (size[k] for k in SHAPE)  # noqa: N806
     gen = torch.Generator().manual_seed(seed)
 
     def rand(*shape: int) -> torch.Tensor:
