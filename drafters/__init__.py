@@ -12,7 +12,7 @@ DRAFTERS: Registry[type[Drafter]] = Registry("drafter", entry_point_group="jfben
 DRAFTERS.register("ngram", "drafters.ngram:NgramDrafter", aliases=("prompt-lookup", "pld"))
 DRAFTERS.register("oracle", "drafters.oracle:OracleDrafter")
 DRAFTERS.register("eagle", "drafters.eagle:EagleDrafter")
-DRAFTERS.register("eagle3", "drafters.eagle3:Eagle3Drafter", aliases=("eagle-3",))
+DRAFTERS.register("eagle3", "drafters.eagle:Eagle3Drafter")
 DRAFTERS.register("dflash", "drafters.dflash:DFlashDrafter", aliases=("dflash-t",))
 DRAFTERS.register("jetflow", "drafters.jetflow:JetFlowDrafter")
 DRAFTERS.register("jetflow-refine", "drafters.jetflow:JetFlowRefineDrafter")

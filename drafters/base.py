@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from jetflow_bench.tree import DraftTree
+from jetflow_bench.engine.tree import DraftTree
 
 if TYPE_CHECKING:
-    from jetflow_bench.target import TargetRunner
+    from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.training.objective import TrainingObjective
 
 

@@ -36,7 +36,7 @@ from drafters.head import DraftHead, HeadConfig
 from jetflow_bench.errors import JfbenchError
 
 if TYPE_CHECKING:
-    from jetflow_bench.target import TargetRunner
+    from jetflow_bench.engine.target import TargetRunner
 
 FORMAT = "jfbench-head"
 FORMAT_VERSION = 1

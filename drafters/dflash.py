@@ -20,7 +20,7 @@ from drafters.learned import LearnedDrafter
 from drafters.masks import block_allowed, block_layout
 from drafters.timing import span
 from drafters.tree_ops import Dists, draft_trees
-from jetflow_bench.tree import DraftTree
+from jetflow_bench.engine.tree import DraftTree
 
 
 class DFlashDrafter(LearnedDrafter):

@@ -4,28 +4,49 @@ The head's entry for a node is its token embedding fused with the feature of the
 it: the target's fused feature for the root (the last cached token), the head's own output for
 drafted nodes. The output at a node -> LM head -> its children's distribution.
 
-Drafting grows one depth per head forward: at each depth the ``top_k`` frontier candidates with
-the best cumulative score are run (tree mask: context + own ancestors), each yields its top-K
-children, and those children compete for the next frontier. Finally the explored distributions
-feed the shared best-first builder, which keeps the best ``budget - 1`` nodes (ancestor-closed).
-Cost grows linearly with depth — the price of path-conditioned drafts.
+Drafting grows one depth per head forward: at each depth the frontier (the best candidates by
+cumulative score) is run (tree mask: context + own ancestors), each node yields its top-K children,
+and those children compete for the next frontier. Finally the explored distributions feed the
+shared tree builder. How wide the frontier is follows the construction, so that every construction
+builds the tree it builds from full knowledge of the head's distributions:
+
+- ``frontier`` (default, EAGLE-2/3): ``top_k`` per depth; then the best ``budget - 1`` explored nodes.
+- ``best-first`` / ``spine-first``: ``budget - 1`` per depth (spine-first keeps the greedy chain
+  first), enough to hold every node of the global k-best tree at that depth.
+- ``accum``: ceil((budget - 1) / K) per depth, the most nodes it pops.
+
+Cost grows linearly with depth — the price of path-conditioned drafts — and with the frontier's width.
+
+``eagle3`` is the same drafter with the EAGLE-3 reference code's drafting configuration
+(SafeAILab/EAGLE, ``eagle/model/ea_model.py`` ``from_pretrained`` defaults ``total_token=60,
+depth=7, top_k=10``; ``cnets.py`` ``topK_genrate``): 8 head forwards (the root's, then ``depth``
+more), a frontier of 10 nodes with 10 children each, and at most 60 verified tokens, root included.
+It reads the heads ``eagle`` reads.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from drafters.base import SequenceView
-from drafters.checkpoint import HeadInfo
+from drafters.checkpoint import HeadInfo, read_json
+from drafters.eagle3 import Eagle3Head, PairCache, is_eagle3, load_eagle3
 from drafters.head import DraftHead
+from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import Dists, KnownNodes, draft_trees
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.tree import DraftTree
+
+if TYPE_CHECKING:
+    from jetflow_bench.engine.target import TargetRunner
 
 
 class EagleDrafter(LearnedDrafter):
@@ -34,30 +55,56 @@ class EagleDrafter(LearnedDrafter):
     the same for every learned arm."""
 
     name = "eagle"
-    default_construction = "best-first"  # EAGLE-2 keeps the global best budget - 1 explored nodes
+    tree_defaults = {"construction": "frontier"}  # EAGLE-2: top_k per depth, then the best budget - 1 explored
     training = "drafters.eagle_training:EAGLE_TRAINING"
     depth_option = "depth"  # EAGLE's name for the tree's max_depth
+    default_total_tokens: int | None = None  # verified tokens per step, root included; None = the budget
 
-    def __init__(self, head: DraftHead, info: HeadInfo, tree: TreeOptions, top_k: int = 8) -> None:
+    def __init__(
+        self, head: DraftHead, info: HeadInfo, tree: TreeOptions, total_tokens: int | None = default_total_tokens
+    ) -> None:
         super().__init__(head, info, tree)
-        if top_k < 1:
-            raise JfbenchError(f"eagle top-k ({top_k}) must be at least 1")
-        self.top_k = top_k  # frontier nodes expanded per depth
+        if total_tokens is not None and total_tokens < 2:
+            raise JfbenchError(f"{self.name} total_tokens ({total_tokens}) must be at least 2 (the root and one draft)")
+        self.total_tokens = total_tokens
+
+    def frontier_width(self, budget: int) -> int:
+        """Nodes expanded per depth under this construction (module docstring)."""
+        construction = self.tree.construction
+        if construction == "frontier":
+            return self.tree.top_k
+        if construction == "accum":
+            return -(-(budget - 1) // self.tree.fanout)
+        return budget - 1
+
+    @classmethod
+    def load(cls, checkpoint: Path, target: TargetRunner, attention: str) -> tuple[DraftHead | Eagle3Head, HeadInfo]:  # type: ignore[override]
+        """jfbench's own EAGLE head, or a published EAGLE-3 head (SpecForge / vLLM layout)."""
+        if is_eagle3(read_json(Path(checkpoint) / "config.json", "pass a head directory")):
+            return load_eagle3(checkpoint, target, attention)
+        return super().load(checkpoint, target, attention)
+
+    def new_cache(self, seqs: Sequence[SequenceView]) -> ContextCache:
+        if isinstance(self.head, Eagle3Head):  # its context entries pair each token with the feature before it
+            return PairCache(self.head, [s.request for s in seqs])  # type: ignore[arg-type]
+        return super().new_cache(seqs)
 
     @classmethod
     def check_head(cls, head: DraftHead, info: HeadInfo) -> None:
-        if not head.cfg.eagle_input:
+        if not (head.cfg.eagle_input or isinstance(head, Eagle3Head)):
             raise JfbenchError(
                 f"{info.path} is a block head: the eagle drafter needs a head trained with `jfbench train --drafter eagle`"
             )
 
     @torch.inference_mode()
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
+        budget = min(budget, self.total_tokens or budget)
         depth = min(self.tree.max_depth, budget - 1)  # >= 1: budget >= 2, max_depth >= 1
+        width = self.frontier_width(budget)
         cache = self.require_cache(seqs)
         head, b = self.head, len(seqs)
         device = cache.last_feature.device
-        capacity = 1 + (depth - 1) * self.top_k  # entries over all depths
+        capacity = 1 + (depth - 1) * width  # entries over all depths
         features = torch.zeros(b, capacity, head.cfg.hidden_size, dtype=cache.last_feature.dtype, device=device)
         sees = torch.zeros(b, capacity, capacity, dtype=torch.bool, device=device)  # entry -> visible entries
         # Explored nodes = the head's entries (entry index = trie index; entry 0 is the root).
@@ -68,6 +115,7 @@ class EagleDrafter(LearnedDrafter):
         tokens = torch.tensor([s.tokens[-1] for s in seqs], device=device)[:, None]
         parent = torch.full((b, 1), -1, dtype=torch.long, device=device)
         score = torch.zeros(b, 1, dtype=torch.float64, device=device)
+        spine = torch.ones(b, 1, dtype=torch.bool, device=device)  # on the greedy chain
         rows = torch.arange(b, device=device)[:, None]
         anchors = cache.anchor_positions()[:, None]  # (B, 1)
         written = 0
@@ -89,27 +137,47 @@ class EagleDrafter(LearnedDrafter):
             with span("tree"):
                 trie_parent[:, own], trie_token[:, own] = parent, tokens
                 explored.record(own, dists)
-                tokens, parent, score = self._next_frontier(score, dists, written)
+                tokens, parent, score, spine = self._next_frontier(score, spine, dists, written, width)
             written += n
         with span("tree"):
             known = KnownNodes(trie_parent, trie_token, explored.has, explored.store)
             return draft_trees(trie_token[:, 0], budget, self.tree, known=known)
 
     def _next_frontier(
-        self, score: torch.Tensor, dists: Dists, first: int
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The best ``top_k`` children of the frontier (entries ``first``, ``first + 1``, ...) by score
-        (ties: frontier order, then rank) -> their tokens, parent entries and scores, (B, top_k) each."""
+        self, score: torch.Tensor, spine: torch.Tensor, dists: Dists, first: int, width: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The best ``width`` children of the frontier (entries ``first``, ``first + 1``, ...) by score
+        (ties: frontier order, then rank; under spine-first the greedy chain's child first) -> their
+        tokens, parent entries, scores and spine flags, (B, width) each."""
         b, n, _ = dists.tokens.shape
         fanout = min(self.tree.fanout, dists.k)
         penalty = self.tree.entropy_weight * dists.entropy.double() if self.tree.scoring == "entropy" else 0.0
         child = (score[..., None] + dists.logps[..., :fanout].double()) - (
             penalty[..., None] if torch.is_tensor(penalty) else penalty
         )  # (B, n, K), as `child_score` adds
-        best = (-child.reshape(b, -1)).sort(dim=-1, stable=True).indices[:, : self.top_k]  # (B, top_k)
+        on_spine = spine[..., None] & (torch.arange(fanout, device=child.device) == 0)  # (B, n, K)
+        key = -child if self.tree.construction != "spine-first" else torch.where(on_spine, -math.inf, -child)
+        best = key.reshape(b, -1).sort(dim=-1, stable=True).indices[:, :width]  # (B, width)
         tokens = dists.tokens[..., :fanout].reshape(b, -1).gather(1, best)
         parent = first + best // fanout
-        return tokens, parent, child.reshape(b, -1).gather(1, best)
+        return tokens, parent, child.reshape(b, -1).gather(1, best), on_spine.reshape(b, -1).gather(1, best)
+
+
+class Eagle3Drafter(EagleDrafter):
+    """EAGLE with the EAGLE-3 reference code's drafting configuration (module docstring): depth 7
+    after the root's forward (8 drafted levels), top_k 10 frontier nodes with 10 children each, at
+    most 60 verified tokens. Same heads as ``eagle``."""
+
+    name = "eagle3"
+    trained_as = "eagle"
+    tree_defaults = {"construction": "frontier", "top_k": 10, "fanout": 10}
+    default_depth = 8  # ea_model.py depth=7: topK_genrate's first forward, then 7 more
+    default_total_tokens = 60  # ea_model.py total_token=60: draft tokens + the root
+
+    def __init__(
+        self, head: DraftHead, info: HeadInfo, tree: TreeOptions, total_tokens: int | None = default_total_tokens
+    ) -> None:
+        super().__init__(head, info, tree, total_tokens)
 
 
 class _Explored:

@@ -13,7 +13,8 @@ An EAGLE-3 head differs from jfbench's own ``eagle`` head in three places, so it
 Context: entry p pairs the committed token p + 1 with the target's fused feature at p and sits at
 position p; its keys/values are what the drafter caches (`PairCache`). The newest pair (the root
 token with the feature before it) is the first drafted entry, so a proposal's entries are laid out
-exactly as jfbench's ``eagle`` drafter lays out its own, and `EagleDrafter.propose` drafts both.
+exactly as jfbench's ``eagle`` drafter lays out its own: ``eagle`` and ``eagle3`` draft with either
+head (`drafters.eagle`).
 
 Aux layer ids (``eagle_config.eagle_aux_hidden_state_layer_ids``) name layer *inputs*, as vLLM and
 SpecForge capture them: id i is the output of layer i - 1, jfbench's tap i - 1 (id 0: the embeddings,
@@ -38,7 +39,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import save_file
@@ -46,17 +47,16 @@ from torch import nn
 
 from drafters.base import SequenceView
 from drafters.checkpoint import HeadInfo, TargetShape, load_tensors, read_json
-from drafters.eagle import EagleDrafter
 from drafters.head import HeadConfig, HeadMeter, KVStore, SwiGLU
 from drafters.head_cache import ContextCache
-from jetflow_bench.attention import DEFAULT_ATTENTION, AttentionFn, get_attention
+from jetflow_bench.engine.attention import DEFAULT_ATTENTION, AttentionFn, get_attention
+from jetflow_bench.engine.rope import Rotary, rotate
+from jetflow_bench.engine.target import EMBEDDING_TAP
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.kernels.mask import TreeMask
-from jetflow_bench.rope import Rotary, rotate
-from jetflow_bench.target import EMBEDDING_TAP
 
 if TYPE_CHECKING:
-    from jetflow_bench.target import TargetRunner
+    from jetflow_bench.engine.target import TargetRunner
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 DEFAULT_DEPTH = 7  # drafted depth when no option says otherwise (EAGLE-2/3's default tree depth)
@@ -263,7 +263,7 @@ class PairCache(ContextCache):
     started = False  # the first append has no earlier feature to pair with its first token
 
     @torch.inference_mode()
-    def append_pairs(self, seqs: Sequence[SequenceView], features: Sequence[torch.Tensor]) -> None:
+    def observe(self, seqs: Sequence[SequenceView], features: Sequence[torch.Tensor]) -> None:
         fused, counts = self.fuse(features)  # (B, n, H)
         lead = int(self.started)
         feats = torch.cat([self.last_feature[:, None], fused], dim=1) if lead else fused  # (B, lead + n, H)
@@ -275,29 +275,6 @@ class PairCache(ContextCache):
         self.write_entries(self.head.eagle_inputs(tokens, feats[:, : max(pairs)]), pairs)
         self.last_feature = self.newest(fused, counts)
         self.started = True
-
-
-class Eagle3Drafter(EagleDrafter):
-    """EAGLE-2 dynamic trees (or a chain, ``fanout=1``) from a published EAGLE-3 head."""
-
-    name = "eagle3"
-    training = None  # heads come from SpecForge (or any trainer writing the public layout)
-
-    @classmethod
-    def load(cls, checkpoint: Path, target: TargetRunner, attention: str) -> tuple[Eagle3Head, HeadInfo]:  # type: ignore[override]
-        return load_eagle3(checkpoint, target, attention)
-
-    @classmethod
-    def check_head(cls, head: Any, info: HeadInfo) -> None:
-        """Any EAGLE-3 head `load_eagle3` accepted drafts."""
-
-    def observe(self, seqs: Sequence[SequenceView], features: Sequence[torch.Tensor] | None) -> None:
-        if features is None:
-            raise RuntimeError(f"drafter {self.name!r} has taps {self.taps} but received no features")
-        if self.cache is None:
-            self.cache = PairCache(self.head, [s.request for s in seqs])  # type: ignore[arg-type]
-        self.cache.align(seqs)
-        self.cache.append_pairs(seqs, features)  # type: ignore[attr-defined]
 
 
 def load_eagle3(path: Path, target: TargetRunner, attention: str = DEFAULT_ATTENTION) -> tuple[Eagle3Head, HeadInfo]:

@@ -25,10 +25,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from drafters.base import DraftCost
-from jetflow_bench.attention import DEFAULT_ATTENTION, AttentionFn, get_attention
+from jetflow_bench.engine.attention import DEFAULT_ATTENTION, AttentionFn, get_attention
+from jetflow_bench.engine.rope import Rotary, rotate
 from jetflow_bench.flops import TransformerShape, matrix_params
 from jetflow_bench.kernels.mask import TreeMask
-from jetflow_bench.rope import Rotary, rotate
 
 
 @dataclass(frozen=True)

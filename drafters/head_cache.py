@@ -18,8 +18,8 @@ import torch
 
 from drafters.base import SequenceView
 from drafters.head import DraftHead
+from jetflow_bench.engine.kv_cache import KVCache
 from jetflow_bench.kernels.mask import TreeMask
-from jetflow_bench.kv_cache import KVCache
 
 
 class ScratchKV:
@@ -64,6 +64,10 @@ class ContextCache:
             self.last_feature = self.last_feature[rows]
             self.requests = wanted
             self._positions = None
+
+    def observe(self, seqs: Sequence[SequenceView], features: Sequence[torch.Tensor]) -> None:
+        """The engine committed tokens (`Drafter.observe`): cache their features."""
+        self.append(features)
 
     @torch.inference_mode()
     def append(self, features: Sequence[torch.Tensor]) -> None:

@@ -47,8 +47,8 @@ from drafters.masks import tree_allowed
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import Dists, KnownNodes, TreeBatch, build_trees
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.tree import DraftTree
 
 
 def refinement_entries(tree: DraftTree, max_depth: int) -> tuple[DraftTree, list[int]]:
@@ -195,4 +195,4 @@ class JetFlowRefineDrafter(JetFlowDrafter):
     name = "jetflow-refine"
     trained_as = "jetflow"
     default_refine_passes = 1
-    default_construction = "best-first"
+    tree_defaults = {"construction": "best-first"}

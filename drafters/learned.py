@@ -23,7 +23,7 @@ from drafters.tree_ops import Dists, top_children
 from jetflow_bench.errors import JfbenchError
 
 if TYPE_CHECKING:
-    from jetflow_bench.target import TargetRunner
+    from jetflow_bench.engine.target import TargetRunner
 
 
 def head_depth(head: DraftHead) -> int:
@@ -34,7 +34,9 @@ def head_depth(head: DraftHead) -> int:
 class LearnedDrafter(Drafter):
     """A drafter driven by a trained draft head (see ``drafters.head``)."""
 
-    default_construction: ClassVar[str] = "accum"  # tree construction unless an option overrides it
+    # Tree options that differ from `TreeOptions`' defaults unless an option overrides them (construction, ...).
+    tree_defaults: ClassVar[dict[str, Any]] = {"construction": "accum"}
+    default_depth: ClassVar[int | None] = None  # depth cap unless an option sets it; None = the head's depth
     node_scores = "logp"  # cumulative draft log-probs; an instance with scoring="entropy" has None
     trained_as: ClassVar[str | None] = None  # `jfbench train --drafter` name of its heads; None = its own name
     depth_option: ClassVar[str] = "max_depth"  # the option that sets its depth cap, `TreeOptions.max_depth`
@@ -57,11 +59,10 @@ class LearnedDrafter(Drafter):
             )
         head, info = cls.load(Path(checkpoint), target, options.pop("attention", target.attention_backend))  # the head follows the target
         cls.check_head(head, info)
-        tree_keys = ("scoring", "construction", "fanout", "entropy_weight", "builder")
-        tree_opts = {k: options.pop(k) for k in tree_keys if k in options}
-        depth = options.pop(cls.depth_option, None)
+        tree_keys = [f.name for f in dataclasses.fields(TreeOptions) if f.name != "max_depth"]
+        tree_opts = {**cls.tree_defaults, **{k: options.pop(k) for k in tree_keys if k in options}}
+        depth = options.pop(cls.depth_option, cls.default_depth)
         tree_opts["max_depth"] = head_depth(head) if depth is None else depth  # the one depth cap
-        tree_opts.setdefault("construction", cls.default_construction)
         try:
             return cls(head, info, TreeOptions(**tree_opts), **options)
         except TypeError as err:
@@ -76,7 +77,7 @@ class LearnedDrafter(Drafter):
     def option_defaults(cls) -> dict[str, Any]:
         """Options ``build`` accepts -> defaults; None = from the head (the depth cap: `head_depth`)."""
         tree = {f.name: f.default for f in dataclasses.fields(TreeOptions) if f.name != "max_depth"}
-        tree.update({"construction": cls.default_construction, cls.depth_option: None})
+        tree.update({**cls.tree_defaults, cls.depth_option: cls.default_depth})
         params = list(inspect.signature(cls.__init__).parameters.values())[4:]  # after self, head, info, tree
         return {**tree, **{p.name: p.default for p in params}, "attention": "sdpa"}
 
@@ -96,9 +97,13 @@ class LearnedDrafter(Drafter):
         if features is None:
             raise RuntimeError(f"drafter {self.name!r} has taps {self.taps} but received no features")
         if self.cache is None:
-            self.cache = ContextCache(self.head, [s.request for s in seqs])
+            self.cache = self.new_cache(seqs)
         self.cache.align(seqs)
-        self.cache.append(features)
+        self.cache.observe(seqs, features)
+
+    def new_cache(self, seqs: Sequence[SequenceView]) -> ContextCache:
+        """The head's context cache for a new batch."""
+        return ContextCache(self.head, [s.request for s in seqs])
 
     def children(self, logits: torch.Tensor) -> Dists:
         """Logits (R, S, V) -> each slot's top-``fanout`` children (entropies only when scored by them)."""

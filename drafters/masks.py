@@ -20,9 +20,9 @@ import functools
 
 import torch
 
+from jetflow_bench.engine.tree import ancestor_mask
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.kernels.mask import TreeMask
-from jetflow_bench.tree import ancestor_mask
 
 BLOCK_MODES = ("causal", "bidirectional")
 

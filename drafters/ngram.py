@@ -26,8 +26,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from drafters.base import Drafter, SequenceView
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.tree import DraftTree
 
 PREFER = ("latest", "earliest")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from drafters.base import Drafter, SequenceView
-from jetflow_bench.tree import DraftTree
+from jetflow_bench.engine.tree import DraftTree
 
 
 class OracleDrafter(Drafter):

@@ -9,7 +9,7 @@ node is scored
     score(child) = score(parent) + log q(child)                 scoring="logp" (default)
     score(child) = score(parent) + log q(child) - gamma * H(q)  scoring="entropy"
 
-and the tree grows under a node budget (root included) by one of three constructions:
+and the tree grows under a node budget (root included) by one of four constructions:
 
 ``accum`` (default; the JetSpec authors' "accum_logp" rule): keep a max-heap of *nodes* by score,
 starting with the root. Pop the best node; unless it sits at the depth cap (or has no
@@ -24,6 +24,14 @@ sibling and its own best child) adds nodes in global score order: exactly the mi
 reachable) best nodes, ancestor-closed.
 
 ``spine-first``: the greedy chain (rank-0 child at every depth) first, then best-first.
+
+``frontier`` (EAGLE-2's rule, the EAGLE-3 reference code's ``topK_genrate``): explore depth by
+depth, expanding only a frontier of the ``top_k`` best nodes per depth: the candidates at depth
+d + 1 are the top-K children of the depth-d frontier, and the depth-(d + 1) frontier is their
+``top_k`` best (ties: frontier order, then rank). Then keep the best ``budget - 1`` of all
+candidates, ancestor-closed (best-first over the explored nodes). A node that outscores every
+frontier node's children but whose parent fell off its frontier is never reached, which global
+best-first would have reached.
 
 Whatever the construction: parents precede children, siblings carry distinct tokens, no node is
 deeper than ``max_depth``, and no node has more than ``fanout`` children.
@@ -47,11 +55,11 @@ from typing import NamedTuple
 
 import torch
 
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.tree import DraftTree
 
 SCORINGS = ("logp", "entropy")
-CONSTRUCTIONS = ("accum", "best-first", "spine-first")
+CONSTRUCTIONS = ("accum", "best-first", "spine-first", "frontier")
 BUILDERS = ("auto", "tensor", "host")
 
 TokenPath = tuple[int, ...]  # tokens below the root, root excluded; () is the root itself
@@ -79,6 +87,7 @@ class TreeOptions:
     max_depth: int = 15  # D: deepest drafted level (root = depth 0)
     entropy_weight: float = 0.5  # gamma for scoring="entropy", per nat of entropy
     builder: str = "auto"  # "tensor" (batched ops on the device) | "host" (this module) | "auto" (host on a CPU)
+    top_k: int = 8  # construction="frontier": nodes expanded per depth (EAGLE's top_k)
 
     def __post_init__(self) -> None:
         if self.scoring not in SCORINGS:
@@ -89,8 +98,10 @@ class TreeOptions:
             )
         if self.builder not in BUILDERS:
             raise JfbenchError(f"tree builder {self.builder!r} is unknown: choose one of {', '.join(BUILDERS)}")
-        if self.fanout < 1 or self.max_depth < 1:
-            raise JfbenchError(f"fanout ({self.fanout}) and max depth ({self.max_depth}) must be at least 1")
+        if self.fanout < 1 or self.max_depth < 1 or self.top_k < 1:
+            raise JfbenchError(
+                f"fanout ({self.fanout}), max depth ({self.max_depth}) and top_k ({self.top_k}) must be at least 1"
+            )
 
 
 def child_dists(logits: torch.Tensor, k: int) -> list[ChildDist]:
@@ -135,6 +146,8 @@ def build_tree(
     """Grow a tree of at most ``budget`` nodes (root included) from ``children``; see module docstring."""
     if options.construction == "accum":
         return _accum_tree(root, children, budget, options)
+    if options.construction == "frontier":
+        children = frontier_children(children, budget, options)
     tokens, parents, scores, logps, paths = [root], [-1], [0.0], [0.0], [()]
     heap: list[tuple[float, int, int, int, ChildDist]] = []  # (-score, tie, parent node, rank, dist)
     tie = 0
@@ -207,6 +220,27 @@ def _accum_tree(
             logps.append(dist.logps[rank])
             depths.append(depth + 1)
     return DraftTree.trusted(tokens, parents, scores, depths, logps)
+
+
+def frontier_children(
+    children: Callable[[TokenPath], ChildDist | None], budget: int, options: TreeOptions
+) -> Callable[[TokenPath], ChildDist | None]:
+    """``children`` restricted to the per-depth frontiers of the ``frontier`` construction (module
+    docstring); best-first over the result keeps the best ``budget - 1`` explored nodes."""
+    frontier: list[tuple[float, TokenPath]] = [(0.0, ())]
+    expanded: set[TokenPath] = set()
+    for _ in range(min(options.max_depth, budget - 1)):  # a frontier at the last depth adds nothing
+        candidates = []
+        for score, path in frontier:
+            dist = children(path)
+            if dist is None:
+                continue
+            expanded.add(path)
+            for rank in range(min(options.fanout, len(dist.tokens))):
+                if math.isfinite(dist.logps[rank]):
+                    candidates.append((child_score(score, dist, rank, options), (*path, dist.tokens[rank])))
+        frontier = sorted(candidates, key=lambda c: -c[0])[: options.top_k]  # stable: frontier order, then rank
+    return lambda path: children(path) if path in expanded else None
 
 
 def _path_to(node: int, tokens: list[int], parents: list[int]) -> TokenPath:

@@ -27,7 +27,7 @@ from drafters.tree_builder import (
     tree_paths,
 )
 from drafters.tree_ops import Dists, KnownNodes, TreeBatch
-from jetflow_bench.tree import DraftTree
+from jetflow_bench.engine.tree import DraftTree
 
 
 def host_dists(tokens: torch.Tensor, logps: torch.Tensor, entropy: torch.Tensor) -> list[list[ChildDist]]:

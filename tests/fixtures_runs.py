@@ -49,7 +49,9 @@ def _cell_rows(
                 emitted = min(accepted + 1, left[r])
                 steps.append({**cell, "request": r, "step": step_no[r], "batch_step": batch_step,
                               "active": active, "drafted": budget - 1,
-                              "accepted": min(accepted, emitted), "accepted_raw": accepted, "emitted": emitted, "depth": depth, **times})
+                              "accepted": min(accepted, emitted), "accepted_raw": accepted, "emitted": emitted, "depth": depth, **times,
+                              # a branch as deep as the tree, 2 nats short per rejected depth (no RNG draw)
+                              "rank1_len": depth if p else 0, "rank1_gap": 2.0 * (depth - accepted) if p else 0.0})
                 left[r] -= emitted
                 step_no[r] += 1
                 decode[r] += sum(times.values())

@@ -16,11 +16,11 @@ import pytest
 from drafters import DRAFTERS
 from drafters.base import Drafter, SequenceView
 from jetflow_bench.budget_policy import BudgetPolicy
-from jetflow_bench.engine import generate
+from jetflow_bench.engine.loop import generate
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
-from jetflow_bench.tree import DraftTree
 from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
 from tests.random_models import random_model
 from tests.test_engine import repetitive_prompts

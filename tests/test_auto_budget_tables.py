@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from jetflow_bench.budget_policy import AUTO_BUDGET
-from jetflow_bench.engine import NodeBlock
+from jetflow_bench.engine.loop import NodeBlock
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.projection.policy_replay import replay_arm
 from jetflow_bench.report.loading import load_run

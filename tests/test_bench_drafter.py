@@ -16,8 +16,8 @@ import torch
 from drafters import DRAFTERS, timing
 from drafters.timing import SplitTimer, span
 from jetflow_bench.bench_drafter import split_drafter
+from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.stopping import StopRule
 from tests.conftest import shared_data_dir
 from tests.test_drafters_head import PROMPTS, checkpoints, target  # noqa: F401 - fixtures
 

@@ -26,7 +26,7 @@ from drafters.tree_builder import (
     marginal_lookup,
     tree_paths,
 )
-from jetflow_bench.tree import DraftTree, pad_trees
+from jetflow_bench.engine.tree import DraftTree, pad_trees
 from tests.test_drafters_head import checkpoints, observed_cache, target  # noqa: F401 - fixtures
 
 
@@ -64,23 +64,27 @@ def reference_block(drafter, seqs, budget: int) -> list[DraftTree]:
 
 
 def reference_eagle(drafter, seqs, budget: int) -> list[DraftTree]:
-    """EAGLE-2 with a Python frontier (heapq.nlargest) and a dict of explored paths."""
+    """EAGLE-2 with a Python frontier (heapq.nlargest) and a dict of explored paths; the frontier is
+    as wide as the construction needs (spine-first: the greedy chain's child first)."""
+    budget = min(budget, drafter.total_tokens or budget)
     depth = min(drafter.tree.max_depth, budget - 1)
+    width = drafter.frontier_width(budget)
+    spine_first = drafter.tree.construction == "spine-first"
     roots = [s.tokens[-1] for s in seqs]
     cache = drafter.require_cache(seqs)
     head, b = drafter.head, len(seqs)
-    capacity = 1 + (depth - 1) * drafter.top_k
+    capacity = 1 + (depth - 1) * width
     features = torch.zeros(b, capacity, head.cfg.hidden_size)
     sees = torch.zeros(b, capacity, capacity, dtype=torch.bool)
     explored = [{} for _ in seqs]
-    frontier = [[(0.0, (), -1)] for _ in seqs]
+    frontier = [[(0.0, (), -1, True)] for _ in seqs]
     written = 0
     for level in range(depth):
         n = max(len(f) for f in frontier)
         tokens = torch.zeros(b, n, dtype=torch.long)
         parent = torch.full((b, n), -1, dtype=torch.long)
         for row, nodes in enumerate(frontier):
-            for j, (_, path, par) in enumerate(nodes):
+            for j, (_, path, par, _) in enumerate(nodes):
                 tokens[row, j] = path[-1] if path else roots[row]
                 parent[row, j] = par
         rows = torch.arange(b)[:, None]
@@ -97,11 +101,12 @@ def reference_eagle(drafter, seqs, budget: int) -> list[DraftTree]:
         nxt = []
         for row, nodes in enumerate(frontier):
             children = []
-            for j, ((score, path, _), dist) in enumerate(zip(nodes, dists[row * n : row * n + len(nodes)], strict=True)):
+            for j, ((score, path, _, spine), dist) in enumerate(zip(nodes, dists[row * n : row * n + len(nodes)], strict=True)):
                 explored[row][path] = dist
                 for rank, token in enumerate(dist.tokens[: drafter.tree.fanout]):
-                    children.append((child_score(score, dist, rank, drafter.tree), (*path, token), written + j))
-            nxt.append(heapq.nlargest(drafter.top_k, children, key=lambda c: c[0]))
+                    children.append((child_score(score, dist, rank, drafter.tree), (*path, token), written + j,
+                                     spine and rank == 0))
+            nxt.append(heapq.nlargest(width, children, key=lambda c: (spine_first and c[3], c[0])))
         frontier = nxt
         written += n
     return [build_tree(r, e.get, budget, drafter.tree) for r, e in zip(roots, explored, strict=True)]
@@ -113,15 +118,19 @@ VARIANTS = [
     ("jetflow", {"refine_passes": 2, "construction": "spine-first", "scoring": "entropy"}),
     ("jetflow-refine", {}), ("jetflow-refine", {"construction": "accum", "fanout": 2}),
     ("eagle", {}), ("eagle", {"construction": "accum", "top_k": 3}), ("eagle", {"scoring": "entropy", "depth": 3}),
+    ("eagle", {"construction": "best-first", "depth": 4}), ("eagle", {"construction": "spine-first", "depth": 4}),
+    ("eagle3", {}), ("dflash", {"construction": "frontier", "top_k": 2}),
+    ("jetflow-refine", {"construction": "frontier", "top_k": 3}),
 ]
 
 
 @pytest.mark.parametrize("builder", ["tensor", "host"])
 @pytest.mark.parametrize(("name", "options"), VARIANTS)
 def test_device_path_matches_the_python_path(target, checkpoints, name, options, builder):  # noqa: F811
-    drafter = DRAFTERS.get(name).build(target, checkpoints[name.removesuffix("-refine")], builder=builder, **options)
+    cls = DRAFTERS.get(name)
+    drafter = cls.build(target, checkpoints[cls.train_name()], builder=builder, **options)
     drafter.cache, seqs = observed_cache(target, drafter.head)
-    reference = reference_eagle if name == "eagle" else reference_block
+    reference = reference_eagle if name.startswith("eagle") else reference_block
     with torch.inference_mode():
         for budget in (2, 5, 16, 64):
             got, want = drafter.propose(seqs, budget), reference(drafter, seqs, budget)

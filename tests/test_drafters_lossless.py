@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from drafters import DRAFTERS
-from jetflow_bench.engine import generate
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
+from jetflow_bench.engine.loop import generate
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
 from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
 
 QUESTIONS = [
@@ -25,6 +25,9 @@ VARIANTS = [
     ("jetflow-refine", {}),  # the extension on the same head: r = 1, best-first
     ("jetflow", {"refine_passes": 2, "construction": "spine-first", "scoring": "entropy"}),
     ("dflash", {"fanout": 1}),  # linear DFlash
+    ("eagle3", {}),  # the EAGLE-3 reference drafting config on the eagle head
+    ("eagle", {"depth": 4, "construction": "best-first"}),  # a frontier as wide as the budget
+    ("dflash", {"construction": "frontier"}),
 ]
 
 

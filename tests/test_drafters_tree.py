@@ -15,8 +15,8 @@ from drafters.tree_builder import (
     marginal_lookup,
     tree_paths,
 )
+from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.tree import DraftTree, ancestor_mask, pad_trees
 
 
 def dist(**probs: float) -> ChildDist:

@@ -16,12 +16,12 @@ from safetensors.torch import load_file, save_file
 from drafters import DRAFTERS
 from drafters.base import SequenceView
 from drafters.eagle3 import export_eagle3, load_eagle3
-from jetflow_bench.engine import generate
+from jetflow_bench.engine.loop import generate
+from jetflow_bench.engine.rope import Rotary, rotate
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.rope import Rotary, rotate
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
-from jetflow_bench.tree import DraftTree
 from tests.random_models import VOCAB, random_model, word_tokenizer
 
 PROMPTS = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12]]
@@ -141,7 +141,7 @@ def test_chain_matches_eagle3_recomputed_from_the_weights(target, tmp_path, draf
     """Pairing (token p + 1, feature p), the positions, the residual and the fed-back pre-norm
     feature all have to be right for the cached drafter to equal the from-scratch reference."""
     folder = write_specforge_head(tmp_path / "head", draft_vocab=draft_vocab)
-    drafter = DRAFTERS.get("eagle3").build(target, folder, fanout=1, depth=5)
+    drafter = DRAFTERS.get("eagle").build(target, folder, fanout=1, depth=5)
     trees = drafter.propose(observe_prompts(drafter, target), 6)
     for prompt, tree in zip(PROMPTS, trees, strict=True):
         assert tree.tokens[1:] == reference_chain(folder, target, prompt, 1, 5)
@@ -159,8 +159,9 @@ def test_head_loads_with_its_own_embedding_and_maps_draft_ids(target, tmp_path):
 
 
 @pytest.mark.parametrize("budget", [4, 16])
-def test_published_eagle3_head_is_lossless(target, tmp_path, budget):
-    drafter = DRAFTERS.get("eagle3").build(target, write_specforge_head(tmp_path / "head"))
+@pytest.mark.parametrize("name", ["eagle", "eagle3"])  # both read either layout
+def test_published_eagle3_head_is_lossless(target, tmp_path, budget, name):
+    drafter = DRAFTERS.get(name).build(target, write_specforge_head(tmp_path / "head"))
     stop = StopRule(24, frozenset())
     reference = generate(target, PROMPTS, stop)
     result = generate(target, PROMPTS, stop, budget=budget, drafter=drafter)
@@ -170,9 +171,9 @@ def test_published_eagle3_head_is_lossless(target, tmp_path, budget):
 
 def test_export_then_read_back_gives_identical_drafts(target, tmp_path):
     source = write_specforge_head(tmp_path / "specforge", draft_vocab=40, aux=(2, 0, 1))
-    first = DRAFTERS.get("eagle3").build(target, source)
+    first = DRAFTERS.get("eagle").build(target, source)
     copy = export_eagle3(source, tmp_path / "vllm")
-    second = DRAFTERS.get("eagle3").build(target, copy)
+    second = DRAFTERS.get("eagle").build(target, copy)
     proposals = [d.propose(observe_prompts(d, target), 12) for d in (first, second)]
     assert proposals[0] == proposals[1] and all(isinstance(t, DraftTree) and len(t) == 12 for t in proposals[0])
     config = json.loads((copy / "config.json").read_text())

@@ -7,10 +7,10 @@ import pytest
 
 from drafters import DRAFTERS
 from drafters.oracle import OracleDrafter
-from jetflow_bench.engine import generate
+from jetflow_bench.engine.loop import generate
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
 from tests.random_models import random_model
 
 
@@ -168,7 +168,7 @@ def test_stop_rule_is_independent_of_step_grouping():
 def test_kv_cache_grows_in_place_keeping_committed_slots():
     import torch
 
-    from jetflow_bench.kv_cache import KVCache
+    from jetflow_bench.engine.kv_cache import KVCache
 
     cache = KVCache(2, 2, 1, 4, capacity=3, dtype=torch.float32, device=torch.device("cpu"))
     k = torch.arange(2 * 1 * 3 * 4, dtype=torch.float32).view(2, 1, 3, 4)  # (B, H_kv, N, hd)

@@ -14,7 +14,7 @@ def test_eagle_depth_cap_is_the_block_heads_depth(target, checkpoints):  # noqa:
     eagle = DRAFTERS.get("eagle").build(target, checkpoints["eagle"])
     block = DRAFTERS.get("jetflow").build(target, checkpoints["jetflow"])
     assert eagle.tree.max_depth == block.tree.max_depth == 7  # block_size 8 - 1 for both recipes
-    assert eagle.tree.construction == "best-first"  # EAGLE-2's rerank keeps the global best nodes
+    assert eagle.tree.construction == "frontier"  # EAGLE-2: top_k per depth, then the best explored nodes
     shallow = DRAFTERS.get("eagle").build(target, checkpoints["eagle"], depth=4)
     assert shallow.tree.max_depth == 4 and "max_depth" not in type(shallow).option_defaults()  # one name per cap
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from drafters.masks import block_allowed, context_allowed, join
-from jetflow_bench.attention import get_attention
+from jetflow_bench.engine.attention import get_attention
+from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.kernels.mask import TreeMask
-from jetflow_bench.tree import DraftTree, ancestor_mask, pad_trees
 from tests.conftest import shared_data_dir
 
 

@@ -16,11 +16,11 @@ from lm_eval import simple_evaluate  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
+from jetflow_bench.engine.target import TargetRunner  # noqa: E402
 from jetflow_bench.integrations.lm_eval import JfbenchLM  # noqa: E402
 from jetflow_bench.integrations.lm_eval_tasks import CODE_SUITES, SUITES, TASK_DIR, task_name  # noqa: E402
 from jetflow_bench.integrations.lm_eval_tasks.suite_tasks import load_docs, process_results  # noqa: E402
 from jetflow_bench.prompts import suite_requests  # noqa: E402
-from jetflow_bench.target import TargetRunner  # noqa: E402
 from suites import get_suite  # noqa: E402
 from tests.conftest import shared_data_dir  # noqa: E402
 from tests.learned_heads import learned_heads  # noqa: E402, F401 - session fixture

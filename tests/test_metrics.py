@@ -205,7 +205,7 @@ def test_summary_rows_are_rederivable_from_raw_rows() -> None:
     assert list(summary.columns) == [
         *KEYS, "n_requests", "n_steps", "drafted", "accepted", "accepted_raw", "tau", "accepted_per_step",
         "tau_per_draft", "alpha", "budget_efficiency", "draft_passes", "draft_entries", "draft_flops",
-        "verify_flops", *depth, "accept_hist", "new_tokens", "tokens_per_s", "seq_tokens_per_s", "wall_s", "tpot_s",
+        "verify_flops", *depth, "accept_hist", "rank1_faithful", "new_tokens", "tokens_per_s", "seq_tokens_per_s", "wall_s", "tpot_s",
         "ttft_s", "draft_s", "verify_s", "other_s", "other_share", *speedups, "accuracy",
         "baseline_accuracy", "lossless_unexcused", "lossless_excused",
     ]

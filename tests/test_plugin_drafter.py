@@ -26,9 +26,9 @@ from drafters import DRAFTERS
 from drafters.base import SequenceView
 from drafters.learned import LearnedDrafter
 from drafters.masks import block_allowed, context_allowed, join
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.training.losses import distill_loss
 from jetflow_bench.training.objective import TrainingObjective
-from jetflow_bench.tree import DraftTree
 from tests.conftest import shared_data_dir
 
 NAME = "next-token"

@@ -91,7 +91,7 @@ def test_plots_for_one_and_four_drafters(drafters: tuple[str, ...], tmp_path: Pa
 def test_report_has_every_section_and_is_self_contained(report_html: str) -> None:
     page = parse(report_html)
     assert page.errors == [] and page.stack == []
-    for section in ("status", "run-1", "headline-1", "quality-1", "ablation-1", "summary-1", "manifest-1"):
+    for section in ("status", "run-1", "headline-1", "depth-1", "quality-1", "ablation-1", "summary-1", "manifest-1"):
         assert section in page.ids, section
     assert "summary-table-1" in page.ids
     images = [u for u in page.urls if u.startswith("data:image/png;base64,")]
@@ -105,6 +105,16 @@ def test_report_has_every_section_and_is_self_contained(report_html: str) -> Non
     assert "banner pass" in report_html and "banner fail" not in report_html
     for key in ("command", "config_hash", "device", "git_commit", "versions"):
         assert f"<dt>{key}</dt>" in report_html
+
+
+def test_depth_table_has_conditional_acceptance_and_faithfulness(ablation_run: Path, report_html: str) -> None:
+    summary = pd.read_parquet(ablation_run / "summary.parquet")
+    drafting = summary[summary["drafter"] != "ar"]
+    section = report_html.split('id="depth-1"')[1].split("</table>")[0]
+    assert section.count("<tr>") == len(drafting) + 1
+    for column in ("a_1", "p_2", "p_4", "rank1_faithful"):
+        assert f">{column}<" in section, column
+    assert drafting["rank1_faithful"].between(0, 1).all() and drafting["rank1_faithful"].lt(1).any()
 
 
 def test_report_summary_table_holds_every_cell(ablation_run: Path, report_html: str) -> None:

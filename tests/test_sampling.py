@@ -7,11 +7,18 @@ import math
 import pytest
 import torch
 
-from jetflow_bench.acceptance import accept_tree
+from jetflow_bench.engine.acceptance import accept_tree
+from jetflow_bench.engine.sampling import (
+    GREEDY,
+    RandomStreams,
+    SamplingParams,
+    draw,
+    inverse_cdf,
+    target_probs,
+)
+from jetflow_bench.engine.speculative_sampling import point_mass, sample_accept, verify_node, walk_tree
+from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.sampling import GREEDY, RandomStreams, SamplingParams, draw, inverse_cdf, target_probs
-from jetflow_bench.speculative_sampling import point_mass, sample_accept, verify_node, walk_tree
-from jetflow_bench.tree import DraftTree, ancestor_mask, pad_trees
 from tests.chi_square import ALPHA, chi_square_p
 
 LOGITS = torch.log(torch.tensor([0.1, 0.4, 0.2, 0.3]))

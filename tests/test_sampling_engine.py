@@ -25,13 +25,13 @@ from drafters import DRAFTERS
 from drafters.base import Drafter, SequenceView
 from drafters.checkpoint import TargetShape, save_head
 from drafters.head import DraftHead, HeadConfig
-from jetflow_bench import engine
-from jetflow_bench.acceptance import Acceptance, accept_tree
-from jetflow_bench.engine import generate
-from jetflow_bench.sampling import SamplingParams, inverse_cdf, target_probs
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
-from jetflow_bench.tree import DraftTree
+from jetflow_bench.engine import loop as engine
+from jetflow_bench.engine.acceptance import Acceptance, accept_tree
+from jetflow_bench.engine.loop import generate
+from jetflow_bench.engine.sampling import SamplingParams, inverse_cdf, target_probs
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.engine.tree import DraftTree
 from tests.chi_square import ALPHA, chi_square_p
 
 VOCAB, HIDDEN = 12, 64

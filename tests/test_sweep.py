@@ -115,7 +115,7 @@ def test_summary_rows_derive_from_step_rows(base_run):
     t = _tables(base_run)
     derived = acceptance_stats(t["steps"], CELL_KEYS).set_index(CELL_KEYS)
     summary = t["summary"].set_index(CELL_KEYS)
-    for column in ("n_steps", "drafted", "accepted", "tau", "alpha"):
+    for column in ("n_steps", "drafted", "accepted", "tau", "alpha", "p_2", "rank1_faithful"):
         pd.testing.assert_series_equal(summary[column], derived.loc[summary.index, column], check_dtype=False)
     by_request = t["steps"].groupby([*CELL_KEYS, "request"])["accepted"].agg(["sum", "size"])
     requests = t["requests"].set_index([*CELL_KEYS, "request"])
@@ -128,6 +128,11 @@ def test_show_formats(base_run):
     assert code == 0 and "ngram" in out and "other" in out and "tau" in out
     code, out, _ = jfbench("show", base_run, "--format", "markdown")
     assert code == 0 and out.splitlines()[2].startswith("| suite | arm |") and "| gsm8k | ngram | 16 |" in out
+    code, out, _ = jfbench("show", base_run, "--format", "markdown", "--wide")
+    header, _, *rows = out.splitlines()[2:]
+    assert code == 0 and {"a_1", "p_2", "p_4", "rank1<=5nats"} <= {c.strip() for c in header.split("|")}
+    ngram = [r for r in rows if "| ngram |" in r]
+    assert ngram and all(r.rstrip(" |").split("|")[-1].strip() for r in ngram)  # a share for every drafting arm
     code, out, _ = jfbench("show", base_run, "--format", "csv")
     frame = pd.read_csv(io.StringIO(out))
     assert code == 0 and len(frame) == 6 and {"other_share", "speedup_decode_micro_lo", "budget_fill"} <= set(frame)

@@ -398,7 +398,7 @@ def test_seeds_pool_into_one_row_with_a_ci_over_seeds_and_prompts():
 
 # ------------------------------------------------------------------ memory check
 def test_kv_cache_size_formula_is_what_the_cache_allocates():
-    from jetflow_bench.kv_cache import KVCache
+    from jetflow_bench.engine.kv_cache import KVCache
 
     cache = KVCache(3, 2, 4, 8, 17, torch.bfloat16, torch.device("cpu"))
     allocated = cache.k.nbytes + cache.v.nbytes
@@ -422,7 +422,7 @@ def test_bad_max_memory_is_a_one_line_error(text):
 
 
 def test_memory_check_takes_the_largest_cache_of_the_grid_and_names_its_numbers():
-    from jetflow_bench.stopping import StopRule
+    from jetflow_bench.engine.stopping import StopRule
     from jetflow_bench.sweep.memory import check_memory, largest_cache
     from jetflow_bench.sweep.runner import Prompt
 

@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from drafters.block_training import DFLASH_TRAINING, JETFLOW_TRAINING
+from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.target import TargetRunner
 from jetflow_bench.training import TrainConfig, ensure_head, head_path, train_drafter
 from jetflow_bench.training import data as training_data
 from jetflow_bench.training.losses import depth_weights, distill_loss

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from jetflow_bench.acceptance import accept_tree
-from jetflow_bench.tree import DraftTree, ancestor_mask, pad_trees
+from jetflow_bench.engine.acceptance import accept_tree
+from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
 
 # root "The"=10, children cat=11 / dog=12, cat -> sat=13   (the module docstring's example)
 EXAMPLE = DraftTree([10, 11, 12, 13], [-1, 0, 0, 1])

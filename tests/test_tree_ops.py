@@ -26,7 +26,7 @@ from drafters.tree_builder import (
     tree_paths,
 )
 from drafters.tree_ops import Dists, KnownNodes, TreeBatch, build_trees, top_children
-from jetflow_bench.tree import DraftTree, pad_trees
+from jetflow_bench.engine.tree import DraftTree, pad_trees
 
 
 def _child_dist(d: Dists, row: int, slot: int) -> ChildDist:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.integrations.vllm_arms import VLLMArm, parse_arm
 from jetflow_bench.integrations.vllm_metrics import (
@@ -19,7 +20,6 @@ from jetflow_bench.integrations.vllm_metrics import (
 )
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, log_cause
 from jetflow_bench.integrations.vllm_steps import _assign, batch_result
-from jetflow_bench.stopping import StopRule
 
 RECORDED = Path(__file__).parent / "data" / "vllm_metrics"
 

@@ -49,8 +49,8 @@ def baseline(
     import torch
 
     from jetflow_bench.bench_baseline import compare_with_hf
+    from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.prompts import encode, suite_requests
-    from jetflow_bench.target import TargetRunner
 
     set_threads(threads)
     sizes = _int_list(batch_sizes, "--batch-sizes")
@@ -107,11 +107,11 @@ def drafter(
     """
     from drafters import DRAFTERS
     from jetflow_bench.bench_drafter import ar_step_ms, split_drafter
+    from jetflow_bench.engine.stopping import StopRule
+    from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.prompts import encode, suite_requests
-    from jetflow_bench.stopping import StopRule
     from jetflow_bench.sweep.arms import arm_spec
     from jetflow_bench.sweep.grid import DEFAULT_VARIANT, parse_budgets, parse_drafters
-    from jetflow_bench.target import TargetRunner
 
     if prompts % batch_size:
         raise JfbenchError(f"--prompts {prompts} is not a multiple of --batch-size {batch_size}: "
@@ -177,10 +177,10 @@ def verify_cost(
 
     Example: jfbench bench verify-cost --target ~/.cache/jfbench/targets/micro-seed0-... --sizes 1,4,16,64 --out cal.json
     """
+    from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.projection.calibration import write_calibration
     from jetflow_bench.projection.measure import measure
     from jetflow_bench.projection.shapes import shape_from_config
-    from jetflow_bench.target import TargetRunner
 
     set_threads(threads)
     tree_sizes = sorted({1, *_int_list(sizes, "--sizes")})

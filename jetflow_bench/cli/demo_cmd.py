@@ -71,7 +71,7 @@ def demo(
 
         jfbench demo --temperatures 0,1 --out results/demo-sampled
     """
-    from jetflow_bench.attention import get_attention
+    from jetflow_bench.engine.attention import get_attention
     from jetflow_bench.runtime import resolve_device
     from jetflow_bench.sweep.grid import DrafterSpec
     from jetflow_bench.toy import ensure_toy_target

@@ -82,7 +82,8 @@ def eval_(
 
         jfbench eval --target T --drafter jetflow=HEAD --tasks gsm8k --limit 64 --compare-plain --temperature 1
     """
-    from jetflow_bench.attention import get_attention
+    from jetflow_bench.engine.attention import get_attention
+    from jetflow_bench.engine.sampling import SamplingParams
     from jetflow_bench.integrations.lm_eval_run import (
         EvalConfig,
         check_data_dir,
@@ -92,7 +93,6 @@ def eval_(
         run_eval,
     )
     from jetflow_bench.runtime import resolve_device, set_threads
-    from jetflow_bench.sampling import SamplingParams
 
     require_lm_eval()
     names = [t.strip() for t in tasks.split(",") if t.strip()]

@@ -24,9 +24,23 @@ DataDirOpt = Annotated[
         help="Folder with the benchmark data files (layout: docs/methodology.md, Data). Env: JFBENCH_DATA_DIR.",
     ),
 ]
+def _resolve_target(value: str | None) -> str | None:
+    """Names (micro, tiny, deep, smollm2-135m-instruct) become their cached folders before any work starts."""
+    if value is None:
+        return None
+    from jetflow_bench.targets import resolve_target
+
+    return resolve_target(value)
+
+
 TargetOpt = Annotated[
     str,
-    typer.Option("--target", help="Target model: a Hugging Face hub id or a local directory (e.g. a toy target)."),
+    typer.Option(
+        "--target",
+        callback=_resolve_target,
+        help="Target model: a name from `jfbench target list` (micro, tiny, deep, smollm2-135m-instruct), "
+        "a local model folder or a Hugging Face hub id.",
+    ),
 ]
 AttentionOpt = Annotated[
     str,
@@ -44,7 +58,7 @@ ThreadsOpt = Annotated[
 
 
 # Sampling (sweep, ablate, demo; `jfbench eval` takes the same): temperature 0 is greedy, which
-# ignores top-p and top-k. Build `jetflow_bench.sampling.SamplingParams` from them inside the command:
+# ignores top-p and top-k. Build `jetflow_bench.engine.sampling.SamplingParams` from them inside the command:
 # it range-checks them with one-line errors.
 TemperatureOpt = Annotated[
     float, typer.Option("--temperature", help="Sampling temperature; 0 = greedy (default).")

@@ -27,13 +27,16 @@ class ShowTable(str, Enum):
 
 
 ARM_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "temperature"]
+WIDE_DEPTHS = 4  # --wide: a_1 and the conditional p_2..p_4
 
 
-def compact(summary: pd.DataFrame) -> pd.DataFrame:
+def compact(summary: pd.DataFrame, wide: bool = False) -> pd.DataFrame:
     """One row per arm (repeats pooled): the figures a reader compares, formatted as text.
 
     Numbers are means over repeats; the decode speed-up's bracket is the mean of its per-repeat
     bootstrap 95% bounds and "sd" its standard deviation across repeats (blank for one repeat).
+    ``wide`` adds where acceptance is won or lost: a_1, the conditional p_2..p_4 (p_d = a_d / a_{d-1})
+    and the rank-1 faithfulness share (jetflow_bench.faithfulness).
     """
     import pandas as pd
 
@@ -64,8 +67,16 @@ def compact(summary: pd.DataFrame) -> pd.DataFrame:
             **({"ECE": _f(g["ece"].mean(), 3)} if "ece" in g else {}),
             **({"chosen B": g["chosen_budgets"].dropna().iloc[0] if g["chosen_budgets"].notna().any() else ""}
                if "chosen_budgets" in g else {}),
+            **(_wide(g) if wide else {}),
         })
     return pd.DataFrame(rows)
+
+
+def _wide(g: pd.DataFrame) -> dict[str, str]:
+    """--wide's columns for one arm (blank where a run lacks them: shallow acceptance, older runs)."""
+    columns = ["a_1", *(f"p_{d}" for d in range(2, WIDE_DEPTHS + 1))]
+    cells = {c: _f(g[c].mean(), 2) if c in g else "" for c in columns}
+    return {**cells, "rank1<=5nats": _f(g["rank1_faithful"].mean(), 2) if "rank1_faithful" in g else ""}
 
 
 def compact_ablation(ablation: pd.DataFrame) -> pd.DataFrame:
@@ -131,6 +142,7 @@ def show(
     run: Annotated[Path, typer.Argument(help="A run folder written by `jfbench sweep` or `jfbench ablate`.")],
     format: TableFormatOpt = TableFormat.table,
     table: Annotated[ShowTable, typer.Option("--table", help="Which table csv/json print (all its columns).")] = ShowTable.summary,
+    wide: Annotated[bool, typer.Option("--wide", help="Add a_1, conditional p_2..p_4 and rank-1 faithfulness.")] = False,
 ) -> None:
     """Print a run's summary (and ablation) as tables, or its rows as csv/json.
 
@@ -138,7 +150,9 @@ def show(
     drafts per step after and before the stop rule (acc/step, raw acc/step), τ per drafting step
     (vLLM's figure), α, sequential draft passes per step, budget fill, tokens/s, TPOT, TTFT,
     decode speed-up with CI and spread, e2e speed-up, accuracy vs AR, diverged (unexcused +
-    excused requests), other (engine overhead share of step time). csv/json: every column of
+    excused requests), other (engine overhead share of step time). --wide adds a_1, the conditional
+    acceptance p_d = a_d / a_(d-1) for d = 2..4, and rank1<=5nats (share of steps whose top-ranked
+    draft branch is within 5 nats of the target's greedy choices along it). csv/json: every column of
     summary.parquet (or --table ablation / cells), one row per cell, for scripts.
 
     Examples:
@@ -167,7 +181,7 @@ def show(
         else:
             print(json.dumps(json.loads(frame.to_json(orient="records")), indent=1))
         return
-    views = [("summary", compact(_read(run, "summary")))]
+    views = [("summary", compact(_read(run, "summary"), wide))]
     if (run / "ablation.parquet").exists():
         views.append(("ablation (variant - the arm in 'vs')", compact_ablation(_read(run, "ablation"))))
     if format == TableFormat.markdown:

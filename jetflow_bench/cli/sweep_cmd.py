@@ -138,8 +138,8 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     """Validate every flag (before any model loads) and resolve the config."""
     import torch
 
-    from jetflow_bench.attention import get_attention
     from jetflow_bench.budget_policy import AUTO_BUDGET
+    from jetflow_bench.engine.attention import get_attention
     from jetflow_bench.sweep.grid import SweepConfig, parse_budgets, parse_ints, parse_names
     from jetflow_bench.sweep.runner import ENGINES
 
@@ -184,7 +184,7 @@ def grid_temperatures(grid: GridFlags) -> tuple[float, ...]:
 
     --temperatures wins; --temperature T is the one-value shorthand; giving both is an error.
     """
-    from jetflow_bench.sampling import SamplingParams
+    from jetflow_bench.engine.sampling import SamplingParams
     from jetflow_bench.sweep.grid import parse_temperatures
 
     if grid.temperatures is not None and grid.temperature != 0:
@@ -416,7 +416,7 @@ def ablate(
     ] = None,
     refine_passes: Annotated[str | None, typer.Option("--refine-passes", help="Refinement passes, e.g. 0,1,2.")] = None,
     scoring: Annotated[str | None, typer.Option("--scoring", help="Tree scoring variants: entropy.")] = None,
-    construction: Annotated[str | None, typer.Option("--construction", help="Tree construction: spine-first.")] = None,
+    construction: Annotated[str | None, typer.Option("--construction", help="Tree constructions: accum, best-first, spine-first, frontier.")] = None,
     option: Annotated[
         list[str] | None, typer.Option("--option", help="Any build option's values: KEY=V1,V2 (repeatable).")
     ] = None,

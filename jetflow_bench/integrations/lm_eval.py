@@ -2,7 +2,7 @@
 
     lm_eval --model jfbench --model_args target=DIR,drafter=jetflow=HEAD,budget=64,batch_size=8 ...
 
-- ``generate_until`` decodes through `jetflow_bench.engine.generate` with the chosen drafter and
+- ``generate_until`` decodes through `jetflow_bench.engine.loop.generate` with the chosen drafter and
   budget, greedily or, with ``temperature`` > 0 (plus ``top_p``, ``top_k``, ``seed``), by lossless
   speculative sampling with one random stream per request (its index in the harness's request
   list, the same in every arm), in batches of requests that share a stop rule: the harness's ``until``
@@ -37,16 +37,16 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from drafters import DRAFTERS, Drafter
-from jetflow_bench import engine
-from jetflow_bench.attention import DEFAULT_ATTENTION
+from jetflow_bench.engine import loop as engine
+from jetflow_bench.engine.attention import DEFAULT_ATTENTION
+from jetflow_bench.engine.sampling import SamplingParams
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.metrics import acceptance_stats
 from jetflow_bench.prompts import encode
-from jetflow_bench.sampling import SamplingParams
-from jetflow_bench.stopping import StopRule
 from jetflow_bench.sweep.grid import parse_drafters
-from jetflow_bench.target import TargetRunner
 from suites import Request
 
 logger = logging.getLogger(__name__)

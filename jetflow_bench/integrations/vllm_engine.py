@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from drafters import Drafter
-from jetflow_bench.engine import BatchResult
+from jetflow_bench.engine.loop import BatchResult
+from jetflow_bench.engine.sampling import GREEDY, SamplingParams
+from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.integrations.vllm_arms import (
     NONE,
@@ -36,8 +38,6 @@ from jetflow_bench.integrations.vllm_client import RequestFailed, Sampling, comp
 from jetflow_bench.integrations.vllm_metrics import SpecCounters, spec_counters
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, group_peak_rss, http_get
 from jetflow_bench.integrations.vllm_steps import batch_result
-from jetflow_bench.sampling import GREEDY, SamplingParams
-from jetflow_bench.stopping import StopRule
 from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
 from jetflow_bench.sweep.runner import HFEngine
 

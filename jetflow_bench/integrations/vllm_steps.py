@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jetflow_bench.engine import BatchResult, RequestResult, StepRecord
+from jetflow_bench.engine.loop import BatchResult, RequestResult, StepRecord
+from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.integrations.vllm_client import Completion
 from jetflow_bench.integrations.vllm_metrics import SpecCounters, StepCounts, step_rows
-from jetflow_bench.stopping import StopRule
 
 NAN = float("nan")
 

@@ -20,6 +20,7 @@ from jetflow_bench.report.plots import CPU_NOTE, ReportFigure, ablation_deltas, 
 from jetflow_bench.report.tables import (
     Table,
     delta_table,
+    depth_table,
     divergent_cells,
     frame_table,
     headline,
@@ -46,6 +47,7 @@ class RunSection:
     headline: Table
     figures: list[tuple[ReportFigure, str]]  # (figure, base64 PNG); the ablation figure excluded
     summary: Table
+    depth: Table  # a_1, conditional p_2..p_4, rank-1 faithfulness per drafting cell
     quality: Table
     divergent: Table  # cells with unexcused divergences (empty table when none)
     divergences: Table | None  # the divergent requests with their positions, when requests.parquet has them
@@ -74,6 +76,7 @@ def _section(run: Run, first: Run | None) -> RunSection:
         headline=headline(run),
         figures=[(f, f.png_base64()) for f in figures if f is not ablation_fig],
         summary=summary_table(run),
+        depth=depth_table(run),
         quality=quality_table(run),
         divergent=frame_table(divergent_cells(run)),
         divergences=None if divergences is None or divergences.empty else frame_table(divergences.head(50)),

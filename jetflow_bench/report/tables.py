@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import budget_label
 from jetflow_bench.report.loading import CELL_KEYS, SAMPLED_LOSSLESS, SPEEDUP, Run, align
 from jetflow_bench.report.palette import drafter_color, drafter_order
@@ -108,6 +109,16 @@ def summary_table(run: Run) -> Table:
     """The full summary (every cell and column; the JSON histogram is left to the Parquet file)."""
     frame = run.summary.drop(columns=["accept_hist"], errors="ignore")
     return frame_table(frame, bad={"lossless_unexcused": 0})
+
+
+def depth_table(run: Run, depths: int = 4) -> Table:
+    """Where each drafting cell wins or loses acceptance: a_1, the conditional p_2..p_depths
+    (p_d = a_d / a_{d-1}, the chance of one more accepted token given d - 1) and the rank-1
+    faithfulness share (jetflow_bench.faithfulness); columns a run lacks are left out."""
+    summary = run.summary[run.summary["drafter"] != AR_ARM]
+    wanted = ["a_1", *(f"p_{d}" for d in range(2, depths + 1)), "rank1_faithful"]
+    frame = summary[[*CELL_KEYS, *(c for c in wanted if c in summary)]]
+    return frame_table(frame.sort_values(list(CELL_KEYS)))
 
 
 def divergent_cells(run: Run) -> pd.DataFrame:

@@ -24,7 +24,8 @@ The AR baseline is drafter `AR_ARM` (jetflow_bench.arms), variant "default", bud
 
 steps:    run_id, <cell keys>, request, step, batch_step, active, drafted, accepted (kept after the
           stop rule), accepted_raw (before it), emitted, depth, draft_passes, draft_entries,
-          draft_flops, verify_flops, draft_s, verify_s, other_s  (the three times belong to the
+          draft_flops, verify_flops, draft_s, verify_s, other_s, rank1_len, rank1_gap (the
+          top-ranked branch's length and gap, jetflow_bench.faithfulness; the three times belong to the
           whole batched forward `batch_step`, repeated on each of its rows; `budget` is the
           cell's B, root included)
 requests: run_id, <cell keys>, request, record_id, prompt, prompt_hash, prompt_tokens (count),
@@ -36,7 +37,7 @@ cells:    run_id, <cell keys>, cell_id, config_hash, engine, n_requests, wall_s,
           speed-ups divide by: AR, or vllm:none for vLLM arms)
 summary:  <cell keys>, then `jetflow_bench.metrics.summarize`'s columns (tau, accepted_per_step,
           tau_per_draft, alpha, draft_passes, draft_entries, draft_flops, verify_flops,
-          budget_efficiency, a_1..a_D, p_1..p_D, accept_hist, tokens_per_s, tpot_s, ttft_s,
+          budget_efficiency, a_1..a_D, p_1..p_D, accept_hist, rank1_faithful, tokens_per_s, tpot_s, ttft_s,
           other_share, speedup_{decode,e2e}_{micro,macro}{,_lo,_hi}, accuracy, baseline_accuracy,
           lossless_unexcused, lossless_excused, ...), then drafted_mean, drafted_max,
           budget_fill, peak_mem_bytes, engine (hf, or "vllm <version>"), baseline, config_hash

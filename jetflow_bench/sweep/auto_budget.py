@@ -17,10 +17,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from jetflow_bench.acceptance import accept_tree
 from jetflow_bench.budget_policy import BudgetPolicy, StepCost
+from jetflow_bench.engine.acceptance import accept_tree
+from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.projection.measure import _interleaved, _tree
-from jetflow_bench.target import TargetRunner
 
 REPEATS = 7  # timed repeats per (size, batch) point; the median is kept
 

@@ -26,8 +26,8 @@ import torch
 
 from drafters import Drafter
 from jetflow_bench.budget_policy import AUTO_BUDGET
+from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.stopping import StopRule
 from jetflow_bench.sweep.grid import (
     AR_ARM,
     Cell,

@@ -30,10 +30,10 @@ from typing import Any
 
 from jetflow_bench.arms import AR_ARM, ARM_SYNTAX
 from jetflow_bench.budget_policy import AUTO_BUDGET, DEFAULT_CANDIDATES, budget_label
-from jetflow_bench.engine import check_budget
+from jetflow_bench.engine.loop import check_budget
+from jetflow_bench.engine.sampling import SamplingParams
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
-from jetflow_bench.sampling import SamplingParams
 
 CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat", "temperature"]
 PAIR_KEYS = ["suite", "batch_size", "repeat", "temperature"]  # a drafter cell's AR baseline shares these
@@ -90,7 +90,7 @@ class SweepConfig:
     tie_eps: float = 1e-4  # logit gap (fp32) under which a divergence is an excused near-tie
     warmup_tokens: int = 8  # new tokens of the untimed warm-up generate before each cell
     n_boot: int = 1000  # bootstrap resamples for speed-up CIs
-    attention: str = "sdpa"  # attention backend of the target and heads (jetflow_bench.attention)
+    attention: str = "sdpa"  # attention backend of the target and heads (jetflow_bench.engine.attention)
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)  # e.g. the ablation's flags
 
 

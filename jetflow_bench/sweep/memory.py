@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from jetflow_bench.budget_policy import AUTO_BUDGET
-from jetflow_bench.engine import cache_capacity
+from jetflow_bench.engine.loop import cache_capacity
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.sweep.grid import SweepConfig, auto_budgets
 from jetflow_bench.sweep.runner import Engine, Prompt, batches

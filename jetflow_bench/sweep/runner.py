@@ -3,7 +3,7 @@
 The engine is a seam (``--engine``): the sweep only needs `Engine` — load a target, decode a
 batch of token-id prompts (greedy or sampled) with an optional drafter, give next-token logits
 for the losslessness tie check, and describe itself. ``hf`` is this package's own engine
-(`jetflow_bench.engine`); ``vllm`` (`jetflow_bench.integrations.vllm_engine`) registers next to it
+(`jetflow_bench.engine.loop`); ``vllm`` (`jetflow_bench.integrations.vllm_engine`) registers next to it
 without changing the result schema, which is engine-neutral. An engine factory takes the resolved
 config, the run folder (for logs) and engine-specific options that are not part of the config hash.
 """
@@ -21,19 +21,19 @@ from typing import Any, Protocol
 import torch
 
 from drafters import DRAFTERS, Drafter
-from jetflow_bench import engine as hf_engine
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import AUTO_BUDGET, DEFAULT_CANDIDATES, BudgetPolicy
-from jetflow_bench.engine import BatchResult, NodeBlock, RequestResult, StepRecord
+from jetflow_bench.engine import loop as hf_engine
+from jetflow_bench.engine.kv_cache import KVCache
+from jetflow_bench.engine.loop import BatchResult, NodeBlock, RequestResult, StepRecord
+from jetflow_bench.engine.sampling import GREEDY, SamplingParams
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.kv_cache import KVCache
 from jetflow_bench.prompts import encode
 from jetflow_bench.registry import Registry
 from jetflow_bench.runtime import available_memory_bytes, synchronize
-from jetflow_bench.sampling import GREEDY, SamplingParams
-from jetflow_bench.stopping import StopRule
 from jetflow_bench.sweep.grid import Cell, DrafterSpec, SweepConfig
-from jetflow_bench.target import TargetRunner
 
 
 class Engine(Protocol):
@@ -78,7 +78,7 @@ class Engine(Protocol):
 
 
 class HFEngine:
-    """This package's engine: `TargetRunner` + `jetflow_bench.engine.generate`."""
+    """This package's engine: `TargetRunner` + `jetflow_bench.engine.loop.generate`."""
 
     name = "hf"
 

@@ -25,6 +25,7 @@ from jetflow_bench.sweep.runner import CellRun
 STEP_COLUMNS = [
     "run_id", *CELL_KEYS, "request", "step", "batch_step", "active", "drafted", "accepted", "accepted_raw",
     "emitted", "depth", *DRAFT_COST_COLUMNS, "verify_flops", "draft_s", "verify_s", "other_s", "step_budget",
+    "rank1_len", "rank1_gap",
 ]
 REQUEST_COLUMNS = [
     "run_id", *CELL_KEYS, "request", "record_id", "prompt", "prompt_hash", "prompt_tokens",

@@ -23,11 +23,11 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jetflow_bench import runtime
-from jetflow_bench.engine import generate
+from jetflow_bench.engine.loop import generate
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
 from jetflow_bench.training.config import TrainConfig
 from suites import get_suite
 from suites.base import Record, render_chat

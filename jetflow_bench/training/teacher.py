@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from drafters.head import ConcatKV, DraftHead
-from jetflow_bench.target import TargetRunner
+from jetflow_bench.engine.target import TargetRunner
 
 
 @dataclass

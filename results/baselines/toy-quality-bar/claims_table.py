@@ -15,7 +15,9 @@ parquet files. ``table`` then prints
 2. the ablations' Δτ with their CIs (computed by ``jfbench ablate``, copied as they are), plus the
    training layout's own effect (``layout.csv``: the head ablation's reference arm, prefix layout,
    against the default, packed; the same delta code);
-3. divergences from the AR output in every run (unexcused and excused).
+3. where each arm's acceptance comes from: a_1 and the conditional p_d = a_d / a_(d-1) for d = 2..4,
+   pooled over head seeds (step-weighted: a_d = Σ n_steps · a_d / Σ n_steps over the seeds' cells);
+4. divergences from the AR output in every run (unexcused and excused).
 """
 
 from __future__ import annotations
@@ -142,6 +144,23 @@ def head_to_head(requests: pd.DataFrame, suite: str, pairs: tuple[tuple[str, str
     return lines
 
 
+def conditional_table(claims: Path, suite: str, depths: int = 4) -> list[str]:
+    """a_1 and the conditional p_2..p_depths per arm and budget, pooled over the ``main-`` runs' seeds:
+    does a lead come from the first token or from deeper, path-conditioned acceptance?"""
+    frames = [pd.read_csv(path) for path in sorted(claims.glob("main-*/summary.csv"))]
+    rows = pd.concat(frames)
+    rows = rows[(rows["suite"] == suite) & rows["drafter"].isin(ARMS)]
+    head = " | ".join(["a_1", *(f"p_{d}" for d in range(2, depths + 1))])
+    lines = [f"| arm ({suite}) | B | {head} |", "| --- | --- |" + " --- |" * depths]
+    for (arm, budget), cell in rows.groupby(["drafter", "budget"]):
+        at_least = [1.0] + [(cell["n_steps"] * cell[f"a_{d}"]).sum() / cell["n_steps"].sum()
+                            for d in range(1, depths + 1)]  # pooled a_0 = 1, a_1, ..., a_depths
+        cells = [f"{at_least[1]:.2f}"] + [f"{at_least[d] / at_least[d - 1]:.2f}" if at_least[d - 1] else "–"
+                                          for d in range(2, depths + 1)]
+        lines.append(f"| {arm} | {budget} | {' | '.join(cells)} |")
+    return lines
+
+
 def ablation_lines(claims: Path) -> list[str]:
     """Claims 2-4: every ablation row as `jfbench ablate` computed it."""
     lines = ["| suite | B | variant | compared with | τ variant | τ compared | Δτ [95% CI, seeds × prompts] | Δτ per seed |",
@@ -168,6 +187,7 @@ def table(claims: Path) -> None:
     for suite in sorted(requests["suite"].unique()):
         print("\n".join(tau_table(requests, suite)), end="\n\n")
         print("\n".join(head_to_head(requests, suite)), end="\n\n")
+        print("\n".join(conditional_table(claims, suite)), end="\n\n")
     print("\n".join(extension_table(requests)), end="\n\n")
     print("\n".join(ablation_lines(claims)), end="\n\n")
     print("\n".join(divergence_lines(claims)))

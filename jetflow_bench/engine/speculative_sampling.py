@@ -48,9 +48,9 @@ from collections.abc import Sequence
 
 import torch
 
-from jetflow_bench.acceptance import Acceptance, accept_tree
-from jetflow_bench.sampling import SamplingParams, draw, inverse_cdf
-from jetflow_bench.tree import DraftTree
+from jetflow_bench.engine.acceptance import Acceptance, accept_tree
+from jetflow_bench.engine.sampling import SamplingParams, draw, inverse_cdf
+from jetflow_bench.engine.tree import DraftTree
 
 
 def sample_accept(

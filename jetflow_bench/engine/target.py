@@ -16,14 +16,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from jetflow_bench.attention import DEFAULT_ATTENTION, get_attention
+from jetflow_bench.engine.attention import DEFAULT_ATTENTION, get_attention
+from jetflow_bench.engine.kv_cache import KVCache
+from jetflow_bench.engine.rope import rotate
+from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.flops import TransformerShape
 from jetflow_bench.kernels.mask import TreeMask
-from jetflow_bench.kv_cache import KVCache
-from jetflow_bench.rope import rotate
 from jetflow_bench.runtime import resolve_device, resolve_dtype
-from jetflow_bench.tree import DraftTree, ancestor_mask, pad_trees
+from jetflow_bench.targets import resolve_target
 
 # The tap that reads the token embeddings (the input of layer 0); tap i >= 0 is layer i's output.
 # EAGLE-3 heads name layer inputs, so their aux layer 0 is this tap.
@@ -66,7 +67,7 @@ class TargetRunner:
         self.tokenizer = tokenizer
         self.name = name
         self.config = model.config
-        self.attention_backend = attention  # sdpa | triton | flex (jetflow_bench.attention)
+        self.attention_backend = attention  # sdpa | triton | flex (jetflow_bench.engine.attention)
         decoder = model.model
         self.embed = decoder.embed_tokens
         self.layers = list(decoder.layers)
@@ -93,7 +94,7 @@ class TargetRunner:
         dtype: str | None = None,
         attention: str = DEFAULT_ATTENTION,
     ) -> TargetRunner:
-        """Load by hub id or local directory, exactly as a real user's model would be."""
+        """Load by name (`jetflow_bench.targets`), hub id or local directory, exactly as a real user's model would be."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
@@ -101,7 +102,7 @@ class TargetRunner:
         dev = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, dev)
         get_attention(attention, dev)  # a missing kernel package is a usage error before any model loads
-        name = str(name_or_path)
+        name = resolve_target(name_or_path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(name)
             model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, attn_implementation="sdpa")

@@ -3,7 +3,7 @@
 The AR baseline is this engine with no drafter (every tree is just its root); a speculative arm
 passes a drafter. Batches of prompts decode together with ragged acceptance; finished rows leave
 the batch. Greedy by default; with `SamplingParams` (temperature > 0) every token is a sample of
-the target, drawn with its request's random stream (`jetflow_bench.sampling`). Every verify step
+the target, drawn with its request's random stream (`jetflow_bench.engine.sampling`). Every verify step
 leaves raw counters and timings; all rates are derived later (`jetflow_bench.metrics`).
 """
 
@@ -18,13 +18,14 @@ import torch
 from drafters.base import DraftCost, Drafter, SequenceView
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import BudgetPolicy
+from jetflow_bench.engine.faithfulness import branch_gaps
+from jetflow_bench.engine.sampling import GREEDY, RandomStreams, SamplingParams, draw
+from jetflow_bench.engine.speculative_sampling import sample_accept
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import synchronize
-from jetflow_bench.sampling import GREEDY, RandomStreams, SamplingParams, draw
-from jetflow_bench.speculative_sampling import sample_accept
-from jetflow_bench.stopping import StopRule
-from jetflow_bench.target import TargetRunner
-from jetflow_bench.tree import DraftTree
 
 MAX_BUDGET = 1024
 
@@ -50,6 +51,8 @@ class StepRecord:
     draft_s: float  # drafter: propose + observe (head forwards, tree building inside the drafter)
     verify_s: float  # the target forward only
     other_s: float  # engine overhead: tree checks, masks, acceptance, KV commit, stop rules
+    rank1_len: int = 0  # drafted tokens on the top-ranked branch (jetflow_bench.faithfulness); 0 = none
+    rank1_gap: float = float("nan")  # nats that branch falls short of the target's greedy choices along it
 
 
 @dataclass
@@ -233,7 +236,7 @@ def _speculative_step(
     Acceptance: the target's token after every node is drawn (its argmax when greedy); keep the
     deepest node whose whole root path matches the target's token at each parent, then append the
     target's token at that node (the bonus). At temperature > 0 this is rejection sampling with
-    point-mass drafts, which keeps the target's distribution (`jetflow_bench.speculative_sampling`).
+    point-mass drafts, which keeps the target's distribution (`jetflow_bench.engine.speculative_sampling`).
     Counting: a row's `accepted` is what survives the stop rule — when EOS, a stop string or
     max_new_tokens cuts the final step, the accepted tokens past the cut were never emitted.
     """
@@ -280,6 +283,8 @@ def _speculative_step(
         committed = [[trees[r].tokens[u] for u in acc.paths[r][1:]] + [acc.bonus[r]] for r in range(len(rows))]
         policy.observe(drafted, committed, (t1 - t0) + (t5 - t4))
     t6 = clock()
+    # A measurement, not part of decoding: outside every timed span (its host transfer syncs).
+    rank1_len, rank1_gap = branch_gaps(trees, ver.logits) if drafting else ([0] * len(rows), [0.0] * len(rows))
     cost = drafter.take_cost(len(rows)) if drafter else DraftCost.free(len(rows))
     batch.batch_steps += 1
     return [
@@ -290,6 +295,7 @@ def _speculative_step(
             draft_passes=cost.passes, draft_entries=cost.entries[row], draft_flops=cost.flops[row],
             verify_flops=target.shape.forward_flops(len(trees[row]), before[row] - 1 + len(trees[row])),
             draft_s=(t1 - t0) + (t5 - t4), verify_s=t3 - t2, other_s=(t2 - t1) + (t4 - t3) + (t6 - t5),
+            rank1_len=rank1_len[row], rank1_gap=rank1_gap[row],
         )
         for row, i in enumerate(rows)
     ]

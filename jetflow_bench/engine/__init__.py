@@ -1,0 +1,24 @@
+"""The decoding core: everything one speculative step touches, and nothing that measures it.
+
+A step reads draft -> verify -> accept -> commit (`loop._speculative_step`); each stage has one
+module here:
+
+    loop                  the step loop: batches of requests, the AR arm as budget 1, raw counters
+                          per step (`StepRecord`); `generate` is the engine's one entry point
+    target                `TargetRunner`: prefill, plain decoding and tree verification of a
+                          Hugging Face causal LM through the preallocated cache
+    kv_cache              `KVCache`: written in place; committing a path gathers its slots
+    tree                  `DraftTree` and the index arithmetic on trees (padding, ancestor masks)
+    attention             attention backends behind one signature (sdpa, flex, triton), selected
+                          by name; the kernels themselves live in `jetflow_bench.kernels`
+    rope                  the one rotary embedding (target and draft heads)
+    acceptance            greedy tree acceptance (target token at the parent == drafted token)
+    sampling              `SamplingParams`, per-request random streams, the target's distribution
+    speculative_sampling  lossless tree acceptance at temperature > 0 (recursive rejection)
+    stopping              stop rules, identical in every arm
+    faithfulness          the rank-1 branch's distance from the target's greedy choices (a counter)
+
+Drafters (`drafters/`) plug in through `drafters.base.Drafter`; measurement (`metrics`), sweeps,
+reports, projection, training and integrations sit above this package and import from it, never
+the reverse. This file imports nothing, so importing one engine module stays cheap.
+"""
