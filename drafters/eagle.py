@@ -22,6 +22,10 @@ Cost grows linearly with depth — the price of path-conditioned drafts — and 
 depth=7, top_k=10``; ``cnets.py`` ``topK_genrate``): 8 head forwards (the root's, then ``depth``
 more), a frontier of 10 nodes with 10 children each, and at most 60 verified tokens, root included.
 It reads the heads ``eagle`` reads.
+
+Both read jfbench's own EAGLE heads and published EAGLE-3 heads (SpecForge / vLLM layout,
+`drafters.eagle3`): the checkpoint's layout decides which head is built and how its context is
+cached; drafting is the same code.
 """
 
 from __future__ import annotations
