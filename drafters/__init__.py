@@ -1,4 +1,4 @@
-"""Drafter plug-ins. Built-ins are registered lazily by name; third parties use the
+"""Drafter plug-ins. Built-ins are registered lazily by name (into `jetflow_bench.plugins.DRAFTERS`); third parties use the
 ``jfbench.drafters`` entry-point group (value ``"module:Class"``)."""
 
 import importlib
@@ -6,9 +6,8 @@ from pathlib import Path
 
 from drafters.base import Drafter
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.registry import Registry
+from jetflow_bench.plugins import DRAFTERS
 
-DRAFTERS: Registry[type[Drafter]] = Registry("drafter", entry_point_group="jfbench.drafters")
 DRAFTERS.register("ngram", "drafters.ngram:NgramDrafter", aliases=("prompt-lookup", "pld"))
 DRAFTERS.register("oracle", "drafters.oracle:OracleDrafter")
 DRAFTERS.register("eagle", "drafters.eagle:EagleDrafter")
@@ -21,7 +20,7 @@ DRAFTERS.register("jetflow-refine", "drafters.jetflow:JetFlowRefineDrafter")
 
 # `jfbench export --format NAME`: the writer of each serving layout ("module:function"; loaded on use).
 EXPORT_FORMATS: dict[str, str] = {
-    "dflash": "drafters.checkpoint:export_dflash",  # vLLM --speculative-config method "dflash"
+    "dflash": "jetflow_bench.heads.checkpoint:export_dflash",  # vLLM --speculative-config method "dflash"
     "eagle3": "drafters.eagle3:export_eagle3",  # vLLM method "eagle3", SpecForge, SGLang
 }
 

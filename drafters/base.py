@@ -7,7 +7,7 @@ alternates ``propose`` (one tree per active sequence) and ``observe`` (what beca
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -83,6 +83,13 @@ class Drafter(ABC):
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
         """One tree per sequence, root = ``seq.tokens[-1]``, at most ``budget`` nodes; ``budget`` >= 2
         (at budget 1 the engine verifies the root alone without asking)."""
+
+    @classmethod
+    def nominal_counters(cls, budget: int, block_size: int | None, options: Mapping[str, Any]) -> tuple[float, float] | None:
+        """(head forwards, entries per sequence) of one step at ``budget`` >= 2 implied by the algorithm
+        with ``options`` over this class's defaults, for runs recorded before the engine counted them
+        (`jetflow_bench.projection.nominal`); None: not derivable (the projection then refuses)."""
+        return None
 
     def take_cost(self, rows: int) -> DraftCost:
         """The drafting cost since the last call, for the ``rows`` sequences of the step just drafted.

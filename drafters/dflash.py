@@ -10,22 +10,29 @@ comes from the checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
 from drafters.base import SequenceView
 from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
-from drafters.masks import block_allowed, block_layout
 from drafters.timing import span
-from drafters.tree_ops import Dists, draft_trees
+from drafters.tree_ops import draft_trees
+from drafters.tree_tensors import Dists
 from jetflow_bench.engine.tree import DraftTree
+from jetflow_bench.heads.masks import block_allowed, block_layout
 
 
 class DFlashDrafter(LearnedDrafter):
     name = "dflash"
     training = "drafters.block_training:DFLASH_TRAINING"
+
+    @classmethod
+    def nominal_counters(cls, budget: int, block_size: int | None, options: Mapping[str, Any]) -> tuple[float, float] | None:
+        """One forward over the block: anchor + block - 1 MASK positions."""
+        return None if block_size is None else (1.0, float(block_size))
 
     @torch.inference_mode()
     def marginals(self, anchors: torch.Tensor, cache: ContextCache) -> Dists:

@@ -31,23 +31,24 @@ cached; drafting is the same code.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from drafters.base import SequenceView
-from drafters.checkpoint import HeadInfo, read_json
 from drafters.eagle3 import Eagle3Head, PairCache, is_eagle3, load_eagle3
-from drafters.head import DraftHead
 from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
-from drafters.tree_ops import Dists, KnownNodes, draft_trees
+from drafters.tree_ops import draft_trees
+from drafters.tree_tensors import Dists, KnownNodes
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.heads.checkpoint import HeadInfo, read_json
+from jetflow_bench.heads.head import DraftHead
 
 if TYPE_CHECKING:
     from jetflow_bench.engine.target import TargetRunner
@@ -63,6 +64,18 @@ class EagleDrafter(LearnedDrafter):
     training = "drafters.eagle_training:EAGLE_TRAINING"
     depth_option = "depth"  # EAGLE's name for the tree's max_depth
     default_total_tokens: int | None = None  # verified tokens per step, root included; None = the budget
+
+    @classmethod
+    def nominal_counters(cls, budget: int, block_size: int | None, options: Mapping[str, Any]) -> tuple[float, float] | None:
+        """min(depth, B - 1) forwards, one per level: the root's entry, then ``top_k`` per level."""
+        defaults = cls.option_defaults()
+        depth = options.get(cls.depth_option, defaults[cls.depth_option])
+        if depth is None:  # the head's own depth
+            if block_size is None:
+                return None
+            depth = block_size - 1
+        passes = min(int(depth), budget - 1)
+        return float(passes), float(1 + (passes - 1) * int(options.get("top_k", defaults["top_k"])))
 
     def __init__(
         self, head: DraftHead, info: HeadInfo, tree: TreeOptions, total_tokens: int | None = default_total_tokens

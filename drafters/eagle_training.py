@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from drafters.head import DraftHead
-from drafters.masks import context_allowed, join
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.heads.head import DraftHead
+from jetflow_bench.heads.masks import context_allowed, join
 from jetflow_bench.training.losses import depth_weights, distill_loss
 from jetflow_bench.training.objective import TrainingObjective
 

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import torch
 
 from drafters.base import SequenceView
-from drafters.head import DraftHead
 from jetflow_bench.engine.kv_cache import KVCache
+from jetflow_bench.heads.head import DraftHead
 from jetflow_bench.kernels.mask import TreeMask
 
 

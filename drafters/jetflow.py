@@ -35,7 +35,7 @@ path through a tree-causal mask, which is what the ablation measures.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -43,12 +43,13 @@ import torch
 from drafters.base import SequenceView
 from drafters.dflash import DFlashDrafter
 from drafters.head_cache import ContextCache
-from drafters.masks import tree_allowed
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
-from drafters.tree_ops import Dists, KnownNodes, TreeBatch, build_trees
+from drafters.tree_ops import build_trees
+from drafters.tree_tensors import Dists, KnownNodes, TreeBatch
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.heads.masks import tree_allowed
 
 
 def refinement_entries(tree: DraftTree, max_depth: int) -> tuple[DraftTree, list[int]]:
@@ -180,6 +181,15 @@ class JetFlowDrafter(DFlashDrafter):
                 trees = build_trees(roots, budget, self.tree, marginals=marginals, known=known)
         with span("tree"):
             return trees.to_trees()
+
+    @classmethod
+    def nominal_counters(cls, budget: int, block_size: int | None, options: Mapping[str, Any]) -> tuple[float, float] | None:
+        """1 + r forwards: pass 1 over the block, then r refinements over at most 2B entries (B nodes
+        and at most B MASK queries), an upper bound."""
+        if block_size is None:
+            return None
+        r = int(options.get("refine_passes", cls.default_refine_passes))
+        return 1.0 + r, float(block_size + r * 2 * budget)
 
     @classmethod
     def option_defaults(cls) -> dict[str, Any]:

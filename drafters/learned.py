@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from drafters.base import DraftCost, Drafter, SequenceView
-from drafters.checkpoint import HeadInfo, load_head
-from drafters.head import DraftHead
 from drafters.head_cache import ContextCache
 from drafters.tree_builder import TreeOptions
-from drafters.tree_ops import Dists, top_children
+from drafters.tree_tensors import Dists, top_children
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.heads.checkpoint import HeadInfo, load_head
+from jetflow_bench.heads.head import DraftHead
 
 if TYPE_CHECKING:
     from jetflow_bench.engine.target import TargetRunner
@@ -32,7 +32,7 @@ def head_depth(head: DraftHead) -> int:
 
 
 class LearnedDrafter(Drafter):
-    """A drafter driven by a trained draft head (see ``drafters.head``)."""
+    """A drafter driven by a trained draft head (see ``jetflow_bench.heads.head``)."""
 
     # Tree options that differ from `TreeOptions`' defaults unless an option overrides them (construction, ...).
     tree_defaults: ClassVar[dict[str, Any]] = {"construction": "accum"}

@@ -20,7 +20,8 @@ its prefix).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -79,6 +80,10 @@ class NgramDrafter(Drafter):
     """Prompt lookup; proposes a chain, or a tree when earlier matches continue differently."""
 
     name = "ngram"
+
+    @classmethod
+    def nominal_counters(cls, budget: int, block_size: int | None, options: Mapping[str, Any]) -> tuple[float, float]:
+        return 0.0, 0.0  # a host-side suffix lookup: no model forward
 
     def __init__(
         self, max_ngram: int = 4, min_ngram: int = 1, max_depth: int = 16, max_matches: int = 8, prefer: str = "latest"

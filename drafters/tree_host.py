@@ -26,7 +26,7 @@ from drafters.tree_builder import (
     marginal_lookup,
     tree_paths,
 )
-from drafters.tree_ops import Dists, KnownNodes, TreeBatch
+from drafters.tree_tensors import Dists, KnownNodes, TreeBatch
 from jetflow_bench.engine.tree import DraftTree
 
 

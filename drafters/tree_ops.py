@@ -56,86 +56,18 @@ from dataclasses import dataclass
 import torch
 
 from drafters.tree_builder import TreeOptions
+from drafters.tree_host import build_trees_on_host, host_trees
+from drafters.tree_tensors import Dists, KnownNodes, TreeBatch
 from jetflow_bench.engine.tree import DraftTree
 
-_NO_KEY = torch.iinfo(torch.long).max
-_TOKEN_SPAN = 1 << 31  # trie keys: parent id * span + token (token ids < 2^31)
 _TIE_ROUNDS = 2  # re-sorts that settle chains of exact score ties (see `_refine`)
 
 
-@dataclass(frozen=True)
-class Dists:
-    """Top-K children distributions in slots: one per depth (marginals) or per known node."""
-
-    tokens: torch.Tensor  # (R, S, K) long, distinct tokens by descending log-prob
-    logps: torch.Tensor  # (R, S, K) float32 log q(token)
-    entropy: torch.Tensor  # (R, S) float32, nats, of the full distribution
-
-    @property
-    def k(self) -> int:
-        return self.tokens.shape[-1]
-
-
-def top_children(logits: torch.Tensor, k: int, with_entropy: bool = True) -> Dists:
-    """Logits (R, S, V) -> the top-k children of each slot; the same numbers `child_dists` gives.
-
-    ``with_entropy=False`` leaves the entropies at 0: only ``scoring="entropy"`` reads them, and the
-    full-vocabulary pass they need is a visible share of a CPU drafting step. One ``topk`` over the
-    vocabulary, not a blocked two-stage one: the two stages won in a hot loop on 15 x 4096 rows but
-    lost inside a drafting step, where each of their ten small ops runs with cold caches between the
-    head's matrix products (measure such cuts in place, with ``jfbench bench drafter``).
-    """
-    r, s, v = logits.shape
-    logp = torch.log_softmax(logits.reshape(r * s, v).float(), dim=-1)  # (R*S, V)
-    top = logp.topk(min(k, v), dim=-1)
-    entropy = -(logp.exp() * logp).sum(-1) if with_entropy else logp.new_zeros(r * s)  # (R*S,)
-    return Dists(top.indices.view(r, s, -1), top.values.view(r, s, -1), entropy.view(r, s))
-
-
-@dataclass(frozen=True)
-class KnownNodes:
-    """Explicit nodes with their own children distributions, as a trie per row (node 0 = the root)."""
-
-    parent: torch.Tensor  # (R, T) long, trie index of the parent; -1 for the root and padding
-    token: torch.Tensor  # (R, T) long
-    has_dist: torch.Tensor  # (R, T) bool: dists slot t holds node t's children
-    dists: Dists  # S = T slots, aligned with the nodes
-
-    def lookup(self, parent_id: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
-        """Trie index of the child ``token`` of node ``parent_id`` ((R, C) each), -1 where absent."""
-        live = self.parent >= 0
-        keys = torch.where(live, self.parent * _TOKEN_SPAN + self.token, _NO_KEY)  # (R, T)
-        sorted_keys, order = keys.sort(dim=-1)
-        query = torch.where(parent_id >= 0, parent_id * _TOKEN_SPAN + token, -1)  # (R, C)
-        at = torch.searchsorted(sorted_keys, query).clamp(max=keys.shape[1] - 1)
-        hit = (sorted_keys.gather(1, at) == query) & (parent_id >= 0)
-        return torch.where(hit, order.gather(1, at), -1)
-
-
-@dataclass
-class TreeBatch:
-    """Trees of a batch, padded to one width; node 0 of each row is its root."""
-
-    tokens: torch.Tensor  # (R, N) long, 0 on padding
-    parents: torch.Tensor  # (R, N) long, -1 for the root and padding
-    depths: torch.Tensor  # (R, N) long, 0 on padding
-    scores: torch.Tensor  # (R, N) float64 cumulative score
-    valid: torch.Tensor  # (R, N) bool
-    known_ids: torch.Tensor  # (R, N) long: trie index in the `KnownNodes` the tree was built from, -1 if none
-    host_trees: list[DraftTree] | None = None  # the rows' trees when the host builder made them
-
-    def to_trees(self) -> list[DraftTree]:
-        """The engine's `DraftTree`s: ONE device-to-host transfer for the whole batch."""
-        if self.host_trees is not None:
-            return self.host_trees
-        packed = torch.stack([self.tokens, self.parents, self.depths, self.valid.long()]).cpu()  # (4, R, N)
-        tokens, parents, depths, valid = packed.tolist()
-        scores = self.scores.cpu().tolist()
-        trees = []
-        for tok, par, dep, ok, sc in zip(tokens, parents, depths, valid, scores, strict=True):
-            n = sum(ok)
-            trees.append(DraftTree.trusted(tok[:n], par[:n], sc[:n], dep[:n]))
-        return trees
+def host_checks_are_free(device: torch.device) -> bool:
+    """Whether reading a tensor on the host is cheap on ``device``: on a CPU it costs no device sync,
+    so the builder may stop early or skip tie rounds; on an accelerator every such check is a sync.
+    (One predicate, so that a CPU test can take the accelerator's branches.)"""
+    return device.type == "cpu"
 
 
 @dataclass
@@ -224,8 +156,6 @@ def draft_trees(
 ) -> list[DraftTree]:
     """``build_trees(...).to_trees()``, without packing host-built trees into tensors nobody reads."""
     if on_host(options, roots) and (marginals is not None or known is not None):  # neither: build_trees refuses
-        from drafters.tree_host import host_trees
-
         return host_trees(roots, budget, options, marginals, known)[0]
     return build_trees(roots, budget, options, marginals, known).to_trees()
 
@@ -245,8 +175,6 @@ def build_trees(
     if marginals is None and known is None:
         raise ValueError("build_trees needs marginals, known nodes or both")
     if on_host(options, roots):
-        from drafters.tree_host import build_trees_on_host  # it builds on this module's types
-
         return build_trees_on_host(roots, budget, options, marginals, known)
     r, device = roots.shape[0], roots.device
     accum = options.construction == "accum"
@@ -268,7 +196,7 @@ def build_trees(
     )
     stages, dists = [stage], []
     offset = 1  # global index of the next stage's first node
-    cpu = device.type == "cpu"  # a host check costs no device sync there
+    cpu = host_checks_are_free(device)
     for depth in range(max(last, 0) + (1 if accum else 0)):
         found = source.children(stage, depth)
         if found is None:
@@ -399,7 +327,7 @@ def _refine(primary: torch.Tensor, predecessor, span: int) -> torch.Tensor:
     order = ordered.indices
     if order.shape[1] < 2:
         return order
-    if primary.device.type == "cpu":
+    if host_checks_are_free(primary.device):
         keys = ordered.values
         if not bool(((keys[:, 1:] == keys[:, :-1]) & torch.isfinite(keys[:, 1:])).any()):
             return order

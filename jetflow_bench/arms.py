@@ -5,6 +5,12 @@ budget 1. Its name lives here, once; every table, plot, check and store asks for
 """
 
 AR_ARM = "ar"
+DEFAULT_VARIANT = "default"  # the variant of an arm run with the drafter's own settings
+
+
+def arm_label(drafter: str, variant: str) -> str:
+    """How tables and messages name an arm: ``eagle``, or ``eagle[depth=15]`` for a variant."""
+    return drafter if variant == DEFAULT_VARIANT else f"{drafter}[{variant}]"
 
 # How a drafter arm is written on the command line (`sweep --drafters`, `ablate --drafter`); options
 # that differ from the drafter's defaults become part of the arm's name, e.g. eagle[depth=15].

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from jetflow_bench.engine.loop import generate
+from jetflow_bench.engine.loop import cache_capacity, generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.runtime import synchronize
@@ -28,6 +28,7 @@ class BaselineComparison:
     ours_tok_s: list[float]  # per pair
     hf_tok_s: list[float]  # per pair
     same_tokens: bool  # greedy outputs identical in every pair
+    compile_s: float = 0.0  # compiled target: the untimed warm-up before the pairs
 
     @property
     def ratios(self) -> list[float]:
@@ -86,6 +87,8 @@ def compare_with_hf(
     rows = []
     for b in batch_sizes:
         batch = list(prompts[:b])
+        capacity = cache_capacity(max(len(p) for p in batch), max_new_tokens, target.tree_width(1))
+        compile_s = target.warm_up(b, 1, capacity)  # compiled: every shape the timed runs meet
         _ours(target, batch, 4)  # warm-up, untimed
         _hf_generate(target, batch, 4)
         tokens = b * max_new_tokens
@@ -99,5 +102,5 @@ def compare_with_hf(
             same &= out_ours == out_hf
             if progress is not None:
                 progress()
-        rows.append(BaselineComparison(b, ours_rates, hf_rates, same))
+        rows.append(BaselineComparison(b, ours_rates, hf_rates, same, compile_s))
     return rows

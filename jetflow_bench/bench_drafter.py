@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 
 from drafters.base import Drafter
 from drafters.timing import SplitTimer, span, timing
+from jetflow_bench import metrics
 from jetflow_bench.engine.loop import BatchResult, StepRecord, generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
@@ -98,7 +99,7 @@ Batches = Sequence[Sequence[Sequence[int]]]  # batches of prompts (token ids), d
 def ar_step_ms(target: TargetRunner, batches: Batches, stop: StopRule) -> float:
     """Mean wall time of one plain decode step over every batch (after a warm-up on the first)."""
     generate(target, batches[0], stop)
-    steps = [s for prompts in batches for s in _batched(generate(target, prompts, stop).steps)]
+    steps = [s for prompts in batches for s in _batched(generate(target, prompts, stop, profile=True).steps)]
     return 1e3 * sum(s.draft_s + s.verify_s + s.other_s for s in steps) / len(steps)
 
 
@@ -109,11 +110,12 @@ def split_drafter(
     generate(target, batches[0], stop, budget=budget, drafter=drafter)
     timer = SplitTimer(target.device)
     with _timed(drafter, timer):
-        results: list[BatchResult] = [generate(target, prompts, stop, budget=budget, drafter=drafter) for prompts in batches]
+        results: list[BatchResult] = [generate(target, prompts, stop, budget=budget, drafter=drafter, profile=True)
+                                      for prompts in batches]
     rows = [s for r in results for s in r.steps]
     steps = [s for r in results for s in _batched(r.steps)]
     n = len(steps)
     draft, head, tree = (1e3 * timer.seconds[k] / n for k in ("draft", "head", "tree"))
-    tau = sum(s.emitted for s in rows) / len(rows)
+    tau = float(metrics.tau(sum(s.emitted for s in rows), len(rows)))
     verify = 1e3 * sum(s.verify_s for s in steps) / n
     return DraftSplit(name, budget, len(batches[0]), n, tau, draft, head, tree, draft - head - tree, verify, ar_ms)

@@ -37,6 +37,7 @@ Pure numpy: no torch, no drafter names.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -44,18 +45,81 @@ from typing import Protocol
 import numpy as np
 
 from jetflow_bench.calibration import SCORE_EDGES, score_bin
+from jetflow_bench.errors import JfbenchError
 
 DEFAULT_CANDIDATES: tuple[int, ...] = (1, 4, 16, 64, 256)
-AUTO_BUDGET = 0  # the budget (cell key) of a cell whose budget the policy chooses per step; shown as "auto"
+MAX_BUDGET = 1024  # most nodes per tree, root included
+# Tables store a cell's budget as an int column (the committed runs' schema): a fixed budget is its
+# size, a cell whose budget the policy chooses is this. Only table readers meet it; code passes `Budget`.
+AUTO_COLUMN = 0
 PRIOR_NODES = 8.0  # m: pseudo-nodes per bin that the drafter's own probability is worth
 DRAFT_EMA = 0.2  # weight of the newest step in the running draft-seconds estimate
 EXPLORE_EVERY = 8  # every 8th step drafts at the largest candidate
 
 
+def check_budget(nodes: int) -> None:
+    """The one range rule for a tree size B (nodes, root included)."""
+    if not 1 <= nodes <= MAX_BUDGET:
+        raise JfbenchError(f"budget {nodes} is out of range: use 1 <= budget <= {MAX_BUDGET} (nodes incl. root)")
 
-def budget_label(budget: int) -> str:
-    """'auto' for the per-step policy's cells, else the number."""
-    return "auto" if budget == AUTO_BUDGET else str(budget)
+
+@functools.total_ordering
+@dataclass(frozen=True)
+class Budget:
+    """A cell's draft budget: one fixed tree size, or the per-step policy over candidate sizes.
+
+    Build it with `Budget.fixed` / `Budget.auto` (the CLI: `sweep.grid.parse_budgets`); every size is
+    range-checked here.
+    """
+
+    policy: bool  # True: the policy chooses among ``sizes`` every step (`--budgets auto`)
+    sizes: tuple[int, ...]  # fixed: (B,); policy: the candidates, ascending
+
+    def __post_init__(self) -> None:
+        if not self.sizes or (not self.policy and len(self.sizes) != 1):
+            raise ValueError(f"a budget has one size, or candidates for the policy: {self.sizes}")
+        for size in self.sizes:
+            check_budget(size)
+        object.__setattr__(self, "sizes", tuple(sorted(set(self.sizes))))
+
+    @classmethod
+    def fixed(cls, nodes: int) -> Budget:
+        return cls(False, (nodes,))
+
+    @classmethod
+    def auto(cls, candidates: Sequence[int] = DEFAULT_CANDIDATES) -> Budget:
+        return cls(True, tuple(candidates))
+
+    @property
+    def nodes(self) -> int:
+        """The most nodes a tree is drafted with (the fixed size, or the largest candidate)."""
+        return self.sizes[-1]
+
+    @property
+    def column(self) -> int:
+        """The value of the tables' ``budget`` column (`AUTO_COLUMN` for the policy)."""
+        return AUTO_COLUMN if self.policy else self.sizes[0]
+
+    @property
+    def label(self) -> str:
+        return budget_label(self.column)
+
+    def __lt__(self, other: Budget) -> bool:
+        return (self.column, self.sizes) < (other.column, other.sizes)
+
+
+def require_logp_scores(node_scores: str | None, arm: str) -> None:
+    """The per-step policy ranks nodes by their cumulative draft log-prob: refuse drafters without one."""
+    if node_scores != "logp":
+        raise JfbenchError(
+            f"--budgets auto: drafter {arm!r} does not score nodes by cumulative draft log-probs, which the "
+            "per-step policy needs; run it with static budgets only (a separate sweep)"
+        )
+
+
+def budget_label(column: int) -> str:
+    """'auto' for the policy's cells, else the size (of a tables' ``budget`` value)."""
+    return "auto" if column == AUTO_COLUMN else str(column)
 
 
 StepCost = Callable[[int, int], float]  # (nodes per tree N, batch b) -> verify + bookkeeping seconds

@@ -38,12 +38,19 @@ TimeKind = Literal["decode", "e2e"]
 FAITHFUL_NATS = 5.0  # the paper's threshold: a rank-1 branch within 5 nats of the target's greedy choices
 
 
-def _div(num: np.ndarray | pd.Series | float, den: np.ndarray | pd.Series | float) -> np.ndarray:
-    """num / den elementwise, NaN where den == 0 (an empty denominator has no rate)."""
+def rate(num: np.ndarray | pd.Series | float, den: np.ndarray | pd.Series | float) -> np.ndarray:
+    """num / den elementwise, NaN where den == 0 (an empty denominator has no rate): every rate here
+    and in the tables and scripts that report one is this division."""
     num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
     out = np.full(np.broadcast(num, den).shape, np.nan)
     np.divide(num, den, out=out, where=den != 0)
     return out
+
+
+def tau(emitted: np.ndarray | pd.Series | float, steps: np.ndarray | pd.Series | float) -> np.ndarray:
+    """τ = Σemitted / Σverify steps, from those two sums: tokens per target forward, the bonus
+    token included (so plain decoding has τ = 1); NaN without steps."""
+    return rate(emitted, steps)
 
 
 def _grouped(frame: pd.DataFrame, keys: list[str]) -> DataFrameGroupBy:
@@ -99,19 +106,19 @@ def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None
     )
     at_least = counts.to_numpy()[:, ::-1].cumsum(axis=1)[:, ::-1]  # (cells, H+1); at_least[:, 0] = N
     out = sums[["n_steps", "drafted", "accepted", "accepted_raw"]].copy()
-    out["tau"] = _div(sums["emitted"], sums["n_steps"])
-    out["accepted_per_step"] = _div(sums["accepted"], sums["n_steps"])
-    out["tau_per_draft"] = 1 + _div(sums["accepted"], sums["drafting"])
-    out["alpha"] = _div(sums["accepted"], sums["drafted"])
-    out["budget_efficiency"] = _div(sums["accepted"], sums["slots"])
+    out["tau"] = tau(sums["emitted"], sums["n_steps"])
+    out["accepted_per_step"] = rate(sums["accepted"], sums["n_steps"])
+    out["tau_per_draft"] = 1 + rate(sums["accepted"], sums["drafting"])
+    out["alpha"] = rate(sums["accepted"], sums["drafted"])
+    out["budget_efficiency"] = rate(sums["accepted"], sums["slots"])
     for c in COST_COLUMNS:
         out[c] = sums[c]
     for d in range(1, depth + 1):
-        out[f"a_{d}"] = _div(at_least[:, d], at_least[:, 0])
+        out[f"a_{d}"] = rate(at_least[:, d], at_least[:, 0])
     for d in range(1, depth + 1):
-        out[f"p_{d}"] = _div(at_least[:, d], at_least[:, d - 1])
+        out[f"p_{d}"] = rate(at_least[:, d], at_least[:, d - 1])
     out["accept_hist"] = [json.dumps(row) for row in counts.to_numpy().tolist()]
-    out["rank1_faithful"] = _div(sums["faithful"], sums["ranked"])
+    out["rank1_faithful"] = rate(sums["faithful"], sums["ranked"])
     return out.reset_index()
 
 
@@ -146,7 +153,7 @@ def time_stats(
     Columns: keys..., new_tokens, tokens_per_s, seq_tokens_per_s, wall_s, tpot_s, ttft_s,
     draft_s, verify_s, other_s, other_share.
     """
-    step_times = _grouped(batch_step_times(steps, keys), keys)[list(STEP_TIME_COLUMNS)].sum()
+    step_times = _grouped(batch_step_times(steps, keys), keys)[list(STEP_TIME_COLUMNS)].sum(min_count=1)  # untimed: NaN
     per_request = requests.assign(
         latency_s=requests["ttft_s"] + requests["decode_s"], decoded=requests["new_tokens"] - 1
     )
@@ -161,12 +168,12 @@ def time_stats(
         if cells.duplicated(keys).any():
             raise ValueError("`cells` must hold one row per cell")
         out = out.merge(cells[[*keys, "wall_s"]], on=keys, how="left")
-    out["seq_tokens_per_s"] = _div(out["new_tokens"], out["latency_s"])
+    out["seq_tokens_per_s"] = rate(out["new_tokens"], out["latency_s"])
     out["tokens_per_s"] = np.where(
-        out["wall_s"].notna(), _div(out["new_tokens"], out["wall_s"]), out["seq_tokens_per_s"]
+        out["wall_s"].notna(), rate(out["new_tokens"], out["wall_s"]), out["seq_tokens_per_s"]
     )
-    out["tpot_s"] = _div(out["decode_s"], out["decoded"])
-    out["other_share"] = _div(out["other_s"], out[list(STEP_TIME_COLUMNS)].sum(axis=1, min_count=1))
+    out["tpot_s"] = rate(out["decode_s"], out["decoded"])
+    out["other_share"] = rate(out["other_s"], out[list(STEP_TIME_COLUMNS)].sum(axis=1, min_count=1))
     columns = ["tokens_per_s", "seq_tokens_per_s", "wall_s", "tpot_s", "ttft_s", *STEP_TIME_COLUMNS]
     return out[[*keys, "new_tokens", *columns, "other_share"]]
 
@@ -205,6 +212,20 @@ def request_time(requests: pd.DataFrame, kind: TimeKind) -> pd.Series:
     return pd.Series(time.to_numpy(dtype=float), index=requests["request"].to_numpy())
 
 
+def bootstrap_draws(n_prompts: int, n_seeds: int = 1, n_boot: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Index draws of the two-level bootstrap over head seeds x prompts, both with replacement.
+
+    Returns (seeds (n_boot, n_seeds), prompts (n_boot, n_prompts)): resample r pools the drawn
+    seeds x the drawn prompts, one prompt draw for all of them, so prompt difficulty stays paired
+    across seeds and across the arms a statistic compares. The prompt draws come first from
+    ``np.random.default_rng(seed)``, so with one seed this is the plain prompt bootstrap, draw for draw.
+    """
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(0, n_prompts, size=(n_boot, n_prompts))  # (n_boot, n)
+    seeds = rng.integers(0, n_seeds, size=(n_boot, n_seeds))  # (n_boot, S)
+    return seeds, prompts
+
+
 def paired_ratio_ci(
     baseline_s: np.ndarray, method_s: np.ndarray, n_boot: int = 1000, seed: int = 0
 ) -> dict[str, float]:
@@ -213,18 +234,18 @@ def paired_ratio_ci(
         micro = Σ baseline_s / Σ method_s        (time-weighted: long prompts count more)
         macro = mean_i (baseline_s[i] / method_s[i])  (every prompt counts once)
     The bootstrap resamples prompts with replacement, keeping each (baseline, method) pair
-    together, `n_boot` times with `np.random.default_rng(seed)`; lo/hi are the 2.5th/97.5th
+    together, `n_boot` times (`bootstrap_draws`); lo/hi are the 2.5th/97.5th
     percentiles of the resampled statistic. No pairs → all NaN; n_boot = 0 → NaN bounds.
     """
     baseline_s, method_s = np.asarray(baseline_s, dtype=float), np.asarray(method_s, dtype=float)
     n = len(baseline_s)
     if n == 0:
         return dict.fromkeys(SPEEDUP_FIELDS, float("nan"))
-    ratios = _div(baseline_s, method_s)  # (n,)
-    out = {"micro": float(_div(baseline_s.sum(), method_s.sum())), "macro": float(ratios.mean())}
-    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))  # (n_boot, n) prompt draws
+    ratios = rate(baseline_s, method_s)  # (n,)
+    out = {"micro": float(rate(baseline_s.sum(), method_s.sum())), "macro": float(ratios.mean())}
+    idx = bootstrap_draws(n, n_boot=n_boot, seed=seed)[1]  # (n_boot, n) prompt draws
     boot = {
-        "micro": _div(baseline_s[idx].sum(axis=1), method_s[idx].sum(axis=1)),  # (n_boot,)
+        "micro": rate(baseline_s[idx].sum(axis=1), method_s[idx].sum(axis=1)),  # (n_boot,)
         "macro": ratios[idx].mean(axis=1),  # (n_boot,)
     }
     for name, samples in boot.items():

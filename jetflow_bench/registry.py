@@ -1,4 +1,6 @@
-"""One generic registry for every plug-in kind (drafters, suites).
+"""One generic registry for every plug-in kind (drafters, suites, engines), and the two helpers every
+name lookup shares: `load_attr` (a lazy ``"module:attr"``) and `did_you_mean` (the hint for an
+unknown name).
 
 Entries are either objects or lazy ``"module:attr"`` strings, so heavy backends import only when
 chosen. Third-party packages add entries through an entry-point group (``jfbench.drafters``,
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
 
@@ -18,12 +20,32 @@ from jetflow_bench.errors import JfbenchError
 T = TypeVar("T")
 
 
+def load_attr(spec: str) -> Any:
+    """The object a ``"module:attr"`` string names, importing its module now."""
+    module_name, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def close_names(name: str, choices: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
+    """Up to ``n`` known names close to ``name`` (difflib's ratio >= ``cutoff``), closest first."""
+    return difflib.get_close_matches(name, list(choices), n=n, cutoff=cutoff)
+
+
+def did_you_mean(name: str, choices: Iterable[str], shown: str = "{!r}") -> str:
+    """"did you mean 'x'? " for the known name closest to ``name`` (``shown`` formats it), else ""."""
+    close = close_names(name, choices)
+    return f"did you mean {shown.format(close[0])}? " if close else ""
+
+
 class Registry(Generic[T]):
     """Name -> plug-in, with aliases, lazy imports, duplicate checks and "did you mean"."""
 
-    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
+    def __init__(self, kind: str, entry_point_group: str | None = None, builtins: str | None = None) -> None:
         self.kind = kind  # e.g. "drafter"; used in error messages
         self.entry_point_group = entry_point_group
+        # The module that registers the built-ins, imported before the first lookup: code below the
+        # plug-in package (training) finds plug-ins by name without importing that package.
+        self.builtins = builtins
         self._entries: dict[str, T | str] = {}
         self._aliases: dict[str, str] = {}
         self._entry_points_loaded = False
@@ -43,6 +65,8 @@ class Registry(Generic[T]):
         return add(obj) if obj is not None else add
 
     def _load_entry_points(self) -> None:
+        if self.builtins is not None:
+            importlib.import_module(self.builtins)
         if self._entry_points_loaded or self.entry_point_group is None:
             return
         self._entry_points_loaded = True
@@ -63,9 +87,7 @@ class Registry(Generic[T]):
         key = name.strip().lower()
         key = self._aliases.get(key, key)
         if key not in self._entries:
-            choices = sorted(self._entries) + sorted(self._aliases)
-            close = difflib.get_close_matches(key, choices, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint = did_you_mean(key, sorted(self._entries) + sorted(self._aliases))
             raise JfbenchError(
                 f"unknown {self.kind} {name!r}: {hint}choose one of {', '.join(sorted(self._entries))}"
             )
@@ -76,8 +98,7 @@ class Registry(Generic[T]):
         key = self.canonical(name)
         entry = self._entries[key]
         if isinstance(entry, str):
-            module_name, _, attr = entry.partition(":")
-            entry = getattr(importlib.import_module(module_name), attr)
+            entry = load_attr(entry)
             self._entries[key] = entry
         return entry  # type: ignore[return-value]
 

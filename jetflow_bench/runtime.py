@@ -75,6 +75,8 @@ def available_memory_bytes(device: torch.device) -> int | None:
     """Memory a new allocation can still get: free device memory on CUDA; on CPU the kernel's
     MemAvailable, capped by the cgroup (container) limit minus its usage. None when unknown."""
     if device.type == "cuda":
+        import torch
+
         return int(torch.cuda.mem_get_info(device)[0])
     if device.type != "cpu":
         return None

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jetflow_bench.budget_policy import AUTO_BUDGET
+from jetflow_bench.budget_policy import AUTO_COLUMN, DEFAULT_CANDIDATES, Budget
 from jetflow_bench.engine.loop import NodeBlock
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.projection.policy_replay import replay_arm
@@ -28,17 +28,20 @@ from tests.fixtures_runs import write_fixture_run
 
 
 def test_budgets_parse_auto_alone_or_beside_static_budgets():
-    assert parse_budgets("16,auto") == (16, AUTO_BUDGET)
-    assert parse_budgets("auto") == (AUTO_BUDGET,)
+    assert parse_budgets("16,auto") == (Budget.fixed(16), Budget.auto(DEFAULT_CANDIDATES))
+    assert parse_budgets("auto", "16,4") == (Budget.auto((4, 16)),)
+    assert parse_budgets("auto")[0].nodes == max(DEFAULT_CANDIDATES)  # auto drafts at its largest candidate
     with pytest.raises(JfbenchError, match="auto-budgets"):
-        parse_budgets("4,auto", "--auto-budgets", allow_auto=False)
-    cell = Cell("gsm8k", "jetflow", "default", AUTO_BUDGET, 1, 0)
+        parse_budgets("auto", "4,auto")
+    with pytest.raises(JfbenchError, match="budget 0 is out of range"):
+        Budget.auto((0, 4))
+    cell = Cell("gsm8k", "jetflow", "default", Budget.auto(), 1, 0)
     assert cell.cell_id == "gsm8k__jetflow__default__Bauto__bs1__r0"
     assert "B=auto" in cell.label()
 
 
 def test_node_frame_marks_the_accepted_path_and_caps_each_tree():
-    cell = Cell("gsm8k", "jetflow", "default", 512, 1, 0)
+    cell = Cell("gsm8k", "jetflow", "default", Budget.fixed(512), 1, 0)
     small = NodeBlock(0, 0, [0.0, -0.1, -0.2, -0.3], [-1, 0, 0, 1], [0, 1, 3])
     big = NodeBlock(0, 1, [0.0] + [-1.0] * 400, [-1] + list(range(400)), [0, 1])
     run = SimpleNamespace(nodes=[(7, small), (7, big)])
@@ -51,7 +54,7 @@ def test_node_frame_marks_the_accepted_path_and_caps_each_tree():
 
 def test_chosen_budgets_share_per_auto_cell_only():
     keys = {"suite": "gsm8k", "drafter": "jetflow", "variant": "default", "batch_size": 1, "repeat": 0, "temperature": 0.0}
-    steps = pd.DataFrame([{**keys, "budget": AUTO_BUDGET, "step_budget": b} for b in (4, 16, 16, 16)]
+    steps = pd.DataFrame([{**keys, "budget": AUTO_COLUMN, "step_budget": b} for b in (4, 16, 16, 16)]
                          + [{**keys, "budget": 16, "step_budget": 16}])
     table = chosen_budgets(steps)
     assert table["chosen_budgets"].tolist() == ["4:0.25,16:0.75"]
@@ -115,8 +118,8 @@ def test_replay_auto_finds_the_best_static_budget(slope, best):
     steps = geometric_steps(400, 0.97, np.random.default_rng(3))
     candidates = (1, 4, 16, 64, 256)
     rows = replay_arm(steps, candidates, 1, FlatOrLinearCost(1.0, slope), dict.fromkeys(candidates, 0.1))
-    statics = [r for r in rows if r["budget"] != AUTO_BUDGET]
-    auto = next(r for r in rows if r["budget"] == AUTO_BUDGET)
+    statics = [r for r in rows if r["budget"] != AUTO_COLUMN]
+    auto = next(r for r in rows if r["budget"] == AUTO_COLUMN)
     top = max(statics, key=lambda r: r["speedup"])
     assert top["budget"] == best
     assert auto["speedup"] >= 0.97 * top["speedup"]

@@ -16,7 +16,6 @@ import torch
 
 from drafters import DRAFTERS
 from drafters.jetflow import refinement_entries
-from drafters.masks import tree_allowed
 from drafters.tree_builder import (
     ChildDist,
     build_tree,
@@ -27,6 +26,7 @@ from drafters.tree_builder import (
     tree_paths,
 )
 from jetflow_bench.engine.tree import DraftTree, pad_trees
+from jetflow_bench.heads.masks import tree_allowed
 from tests.test_drafters_head import checkpoints, observed_cache, target  # noqa: F401 - fixtures
 
 

@@ -15,15 +15,15 @@ from safetensors.torch import save_file
 
 from drafters import DRAFTERS
 from drafters.base import SequenceView
-from drafters.checkpoint import TargetShape, default_taps, load_head, save_head
-from drafters.head import DraftHead, HeadConfig
 from drafters.head_cache import ContextCache
-from drafters.masks import block_allowed, context_allowed, join, tree_allowed
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree, pad_trees
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.heads.checkpoint import TargetShape, default_taps, load_head, save_head
+from jetflow_bench.heads.head import DraftHead, HeadConfig
+from jetflow_bench.heads.masks import block_allowed, context_allowed, join, tree_allowed
 from tests.random_models import random_model, word_tokenizer
 
 PROMPTS = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12]]

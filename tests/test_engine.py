@@ -180,3 +180,38 @@ def test_kv_cache_grows_in_place_keeping_committed_slots():
     assert torch.equal(keys, k) and torch.equal(values, -k) and cache.lengths == [3, 2]
     cache.reserve(5)  # already fits: nothing moves
     assert cache.capacity == 12
+
+
+@pytest.mark.parametrize("profile", [False, True])
+def test_one_device_sync_per_step_unless_the_split_is_profiled(runner, monkeypatch, profile):
+    """Bugs: a sync at every phase boundary on a GPU by default (seven per step distort every
+    speed-up), or a default step record that reports a draft / verify split it never timed.
+
+    The clock is told its device is a GPU (the runner stays on the CPU) and syncs are counted."""
+    import torch
+
+    from jetflow_bench.engine import loop
+
+    syncs = []
+    monkeypatch.setattr(loop, "synchronize", syncs.append)
+
+    class GpuClock(loop._Clock):
+        def __init__(self, device: torch.device, split: bool) -> None:
+            super().__init__(torch.device("cuda"), split)
+
+    monkeypatch.setattr(loop, "_Clock", GpuClock)
+    prompts = repetitive_prompts(2, seed=3)
+    result = generate(runner, prompts, StopRule(max_new_tokens=20), budget=16, drafter=DRAFTERS.get("ngram")(),
+                      profile=profile)
+    steps = 1 + max(s.batch_step for s in result.steps)
+    assert sum(s.accepted for s in result.steps) > 0  # drafts were verified and kept
+    around = 3  # batch start, first token, the batch's end
+    if profile:  # seven phase boundaries, plus the finish time of a step where a request ends
+        assert 7 * steps <= len(syncs) - around <= 8 * steps
+    else:
+        assert len(syncs) - around == steps
+    assert {s.timing for s in result.steps} == {"split" if profile else "step"}
+    if profile:
+        assert all(s.verify_s > 0 and s.draft_s >= 0 for s in result.steps)
+    else:
+        assert all(math.isnan(s.draft_s) and math.isnan(s.verify_s) for s in result.steps)

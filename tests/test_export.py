@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from drafters import DRAFTERS
-from drafters.checkpoint import TargetShape, save_head
-from drafters.head import DraftHead
+from jetflow_bench.heads.checkpoint import TargetShape, save_head
+from jetflow_bench.heads.head import DraftHead
 from tests.test_drafters_head import PROMPTS, head_config, target  # noqa: F401  (module fixture)
 from tests.test_eagle3 import observe_prompts
 

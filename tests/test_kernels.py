@@ -17,10 +17,10 @@ from torch import nn
 DEVICE = torch.device(os.environ.get("JFBENCH_TEST_DEVICE", "cpu"))  # conftest sets TRITON_INTERPRET=1 on cpu
 triton = pytest.importorskip("triton")
 
-from drafters.head import ConcatKV, DraftHead, HeadConfig  # noqa: E402
-from drafters.masks import block_allowed, context_allowed, join, tree_allowed  # noqa: E402
 from jetflow_bench.engine.attention import get_attention, sdpa_attention  # noqa: E402
 from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees  # noqa: E402
+from jetflow_bench.heads.head import ConcatKV, DraftHead, HeadConfig  # noqa: E402
+from jetflow_bench.heads.masks import block_allowed, context_allowed, join, tree_allowed  # noqa: E402
 from jetflow_bench.kernels.mask import TreeMask  # noqa: E402
 from tests.learned_heads import learned_heads  # noqa: E402, F401 - session fixture
 

@@ -11,10 +11,10 @@ import sys
 import pytest
 import torch
 
-from drafters.masks import block_allowed, context_allowed, join
 from jetflow_bench.engine.attention import get_attention
 from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.heads.masks import block_allowed, context_allowed, join
 from jetflow_bench.kernels.mask import TreeMask
 from tests.conftest import shared_data_dir
 
@@ -78,7 +78,8 @@ def test_triton_on_cpu_without_the_interpreter_says_set_the_flag(monkeypatch):
 def test_sweep_attention_triton_on_cpu_is_one_line_before_any_model_loads(cli, monkeypatch, tmp_path):
     pytest.importorskip("triton")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    code, out, err = cli("sweep", "--target", str(tmp_path / "no-such-model"), "--out", str(tmp_path / "run"),
+    # a hub id that cannot load: the attention check must fire before any model (or hub) is tried
+    code, out, err = cli("sweep", "--target", "no-org/no-such-model", "--out", str(tmp_path / "run"),
                          "--device", "cpu", "--attention", "triton")
     assert code == 2 and out == ""
     assert err.startswith("error: ") and "TRITON_INTERPRET=1" in err and err.count("\n") == 1
@@ -89,9 +90,10 @@ def test_attention_backend_is_in_the_config_hash_except_the_default():
     a kernel backend is a different config."""
     from dataclasses import replace
 
+    from jetflow_bench.budget_policy import Budget
     from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig, _identity, config_hash
 
-    config = SweepConfig(target="org/model", drafters=(DrafterSpec("ngram"),), suites=("gsm8k",), budgets=(16,),
+    config = SweepConfig(target="org/model", drafters=(DrafterSpec("ngram"),), suites=("gsm8k",), budgets=(Budget.fixed(16),),
                          batch_sizes=(1,), repeats=1, device="cpu", dtype="float32", threads=1)
     assert "attention" not in _identity(config)
     assert config_hash(replace(config, attention="triton")) != config_hash(config)

@@ -25,8 +25,8 @@ import torch
 from drafters import DRAFTERS
 from drafters.base import SequenceView
 from drafters.learned import LearnedDrafter
-from drafters.masks import block_allowed, context_allowed, join
 from jetflow_bench.engine.tree import DraftTree
+from jetflow_bench.heads.masks import block_allowed, context_allowed, join
 from jetflow_bench.training.losses import distill_loss
 from jetflow_bench.training.objective import TrainingObjective
 from tests.conftest import shared_data_dir

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.projection.calibration import Calibration, fit_profile, load_calibration, write_calibration
 from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.hardware import resolve_hardware
 from jetflow_bench.projection.project import project_run
 from jetflow_bench.projection.resolve import build_cost_model
 from jetflow_bench.projection.shapes import DTYPE_BYTES, head_shape, presets, resolve_target
+from jetflow_bench.projection.verify_cost import Calibration, fit_profile, load_calibration, write_calibration
 from jetflow_bench.report.loading import load_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -316,3 +316,19 @@ def test_demo_table_labels_the_projection_beside_the_measured_speedup(tmp_path: 
     text = console.export_text()
     assert "measured speed-up (this CPU)" in text and "projected on h100-sxm" in text
     assert "projection, not a measurement" in text and "1.50x" in text  # the run's own measured value
+
+
+def test_nominal_counters_follow_each_drafters_own_defaults():
+    """Bug: projection restating defaults that drifted from the drafters' (an EAGLE depth of 8 where
+    the head's own depth is the default; one JetFlow refinement where jetflow runs none)."""
+    from jetflow_bench.projection.nominal import nominal_counters
+
+    block, budget = 16, 64
+    assert nominal_counters("jetflow", budget, block, {}) == (1.0, 16.0)  # no refinement by default
+    assert nominal_counters("jetflow-refine", budget, block, {}) == (2.0, 16.0 + 2 * budget)
+    assert nominal_counters("jetflow", budget, block, {"refine_passes": 2}) == (3.0, 16.0 + 4 * budget)
+    assert nominal_counters("eagle", budget, block, {}) == (15.0, 1.0 + 14 * 8)  # the head's depth, top_k 8
+    assert nominal_counters("eagle3", budget, block, {}) == (8.0, 1.0 + 7 * 10)  # EAGLE-3's depth 8, top_k 10
+    assert nominal_counters("dflash", budget, None, {}) is None  # the block size is unknown
+    assert nominal_counters("ngram", budget, None, {}) == (0.0, 0.0)
+    assert nominal_counters("oracle", budget, block, {}) is None  # declares none

@@ -23,8 +23,6 @@ from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from drafters import DRAFTERS
 from drafters.base import Drafter, SequenceView
-from drafters.checkpoint import TargetShape, save_head
-from drafters.head import DraftHead, HeadConfig
 from jetflow_bench.engine import loop as engine
 from jetflow_bench.engine.acceptance import Acceptance, accept_tree
 from jetflow_bench.engine.loop import generate
@@ -32,6 +30,8 @@ from jetflow_bench.engine.sampling import SamplingParams, inverse_cdf, target_pr
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree
+from jetflow_bench.heads.checkpoint import TargetShape, save_head
+from jetflow_bench.heads.head import DraftHead, HeadConfig
 from tests.chi_square import ALPHA, chi_square_p
 
 VOCAB, HIDDEN = 12, 64

@@ -21,8 +21,8 @@ import torch
 from jetflow_bench.metrics import acceptance_stats
 from jetflow_bench.sweep import driver
 from jetflow_bench.sweep.grid import CELL_KEYS
+from jetflow_bench.sweep.hf_engine import HFEngine
 from jetflow_bench.sweep.lossless import Verdict
-from jetflow_bench.sweep.runner import HFEngine
 from jetflow_bench.sweep.store import RunLock
 from tests.conftest import shared_data_dir
 from tests.random_models import save_random_model

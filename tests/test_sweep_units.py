@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+from jetflow_bench.budget_policy import Budget
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.sweep.ablation import ablation_table, trained_recipe, variants, with_checkpoints
 from jetflow_bench.sweep.grid import (
@@ -28,14 +29,14 @@ from jetflow_bench.sweep.grid import (
     spec_for,
 )
 from jetflow_bench.sweep.lossless import first_divergence, judge, tie_gap
-from jetflow_bench.sweep.store import LOCK, RunLock, RunStore
+from jetflow_bench.sweep.store import HOLDER, RunLock, RunStore
 from jetflow_bench.sweep.tables import REQUEST_COLUMNS, STEP_COLUMNS
 
 
 def config(**changes) -> SweepConfig:
     base = dict(
         target="/t", drafters=(DrafterSpec("ngram"), DrafterSpec("oracle")), suites=("gsm8k", "math500"),
-        budgets=(16, 64), batch_sizes=(1, 4), repeats=2, device="cpu", dtype="float32", threads=1,
+        budgets=(Budget.fixed(16), Budget.fixed(64)), batch_sizes=(1, 4), repeats=2, device="cpu", dtype="float32", threads=1,
     )
     return SweepConfig(**{**base, **changes})
 
@@ -48,7 +49,7 @@ def test_grid_runs_each_baseline_before_its_arms_and_covers_the_product():
     seen_baselines = set()
     for cell in grid:
         if cell.is_baseline:
-            assert (cell.budget, cell.variant) == (1, "default")
+            assert (cell.budget, cell.variant) == (Budget.fixed(1), "default")
             seen_baselines.add(cell.pair)
         else:
             assert cell.pair in seen_baselines
@@ -60,13 +61,14 @@ def test_hashes_change_with_what_determines_the_numbers():
     cell = next(c for c in cells(cfg) if c.drafter == "ngram")
     assert config_hash(cfg) == config_hash(config())
     assert config_hash(cfg) != config_hash(config(max_new_tokens=8))
-    same_cell_bigger_grid = config(budgets=(16, 64, 256))
+    same_cell_bigger_grid = config(budgets=(*config().budgets, Budget.fixed(256)))
     assert cell_hash(cfg, cell, spec_for(cfg, cell)) == cell_hash(same_cell_bigger_grid, cell, spec_for(cfg, cell))
     assert cell_hash(cfg, cell, spec_for(cfg, cell)) != cell_hash(config(seed=1), cell, spec_for(cfg, cell))
+    assert config_hash(cfg) != config_hash(config(compile=True))  # compiled timings are other numbers
 
 
 def test_settings_hash_ignores_only_the_grid():
-    assert settings_hash(config()) == settings_hash(config(budgets=(16, 64, 256), repeats=1, suites=("gsm8k",)))
+    assert settings_hash(config()) == settings_hash(config(budgets=(Budget.fixed(256),), repeats=1, suites=("gsm8k",)))
     assert settings_hash(config()) != settings_hash(config(max_new_tokens=8))
 
 
@@ -168,16 +170,16 @@ def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
     second = RunLock(tmp_path)
     second.acquire()  # free again after release
     second.release()
-    assert not (tmp_path / LOCK).exists()
+    assert not (tmp_path / HOLDER).exists()  # a released lock names no holder
 
 
 def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path, capsys):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (tmp_path / LOCK).write_text(json.dumps({"pid": dead.pid, "host": "elsewhere", "since": "then"}))
+    (tmp_path / HOLDER).write_text(json.dumps({"pid": dead.pid, "host": "elsewhere", "since": "then"}))
     lock = RunLock(tmp_path)
     lock.acquire()
-    assert json.loads((tmp_path / LOCK).read_text())["pid"] == os.getpid()
+    assert json.loads((tmp_path / HOLDER).read_text())["pid"] == os.getpid()
     assert f"stale lock of pid {dead.pid}" in capsys.readouterr().err
     lock.release()
 
@@ -435,7 +437,7 @@ def test_memory_check_takes_the_largest_cache_of_the_grid_and_names_its_numbers(
 
     stop = StopRule(2, frozenset())
     prompts = {"s": [Prompt(i, [0] * n, stop) for i, n in enumerate([1, 5, 2])]}  # batches of 2: (1, 5), (2)
-    config = SweepConfig(target="t", drafters=(), suites=("s",), budgets=(2, 4), batch_sizes=(1, 2), repeats=1,
+    config = SweepConfig(target="t", drafters=(), suites=("s",), budgets=(Budget.fixed(2), Budget.fixed(4)), batch_sizes=(1, 2), repeats=1,
                          device="cpu", dtype="float32", threads=1)
     assert largest_cache(Engine(), config, prompts) == (2 * (5 + 2 + 4) * 1024, "s, batch 2 x (5 prompt + 2 new + "
                                                         "4 budget = 11 slots)")

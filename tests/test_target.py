@@ -93,8 +93,11 @@ def test_loads_saved_models_by_path(tmp_path, family):
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path):
-    with pytest.raises(JfbenchError, match="cannot load target"):
+    with pytest.raises(JfbenchError, match="no such folder"):  # a path is never sent to the hub
         TargetRunner.load(tmp_path / "no_such_model", device="cpu")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(JfbenchError, match="cannot load target"):
+        TargetRunner.load(tmp_path / "empty", device="cpu")
     runner = TargetRunner(random_model("qwen3"), None, "qwen3")
     with pytest.raises(JfbenchError, match="longer than the target's context"):
         runner.prefill([[1] * 1100], capacity=2000)

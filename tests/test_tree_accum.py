@@ -17,9 +17,9 @@ import torch
 from safetensors.torch import save_file
 
 from drafters import DRAFTERS
-from drafters.head import DraftHead
 from drafters.tree_builder import ChildDist, TreeOptions, build_tree, child_dists, marginal_lookup
 from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.heads.head import DraftHead
 from tests.test_drafters_head import PROMPTS, head_config, observed_cache, save_target
 from tests.test_drafters_tree import MARGINALS, check_invariants, dist, names
 

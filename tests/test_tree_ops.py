@@ -16,6 +16,7 @@ import itertools
 import pytest
 import torch
 
+from drafters import tree_ops
 from drafters.tree_builder import (
     CONSTRUCTIONS,
     ChildDist,
@@ -25,7 +26,8 @@ from drafters.tree_builder import (
     marginal_lookup,
     tree_paths,
 )
-from drafters.tree_ops import Dists, KnownNodes, TreeBatch, build_trees, top_children
+from drafters.tree_ops import build_trees
+from drafters.tree_tensors import Dists, KnownNodes, TreeBatch, top_children
 from jetflow_bench.engine.tree import DraftTree, pad_trees
 
 
@@ -49,9 +51,13 @@ def _same(batch: TreeBatch, expected: list[DraftTree]) -> None:
         assert g.depths == e.depths, f"row {row}: depths differ"
 
 
-@pytest.fixture(params=["tensor", "host"])
-def builder(request) -> str:
-    """Every test runs on both builders (``auto`` would route this CPU to the host one only)."""
+@pytest.fixture(params=["tensor", "tensor-accelerator-branches", "host"])
+def builder(request, monkeypatch) -> str:
+    """Every test runs on both builders (``auto`` would route this CPU to the host one only), and the
+    tensor builder once more with the branches it takes on a GPU (no early stop, every tie round)."""
+    if request.param == "tensor-accelerator-branches":
+        monkeypatch.setattr(tree_ops, "host_checks_are_free", lambda device: False)
+        return "tensor"
     return request.param
 
 

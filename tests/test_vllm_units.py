@@ -6,6 +6,7 @@ import math
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from jetflow_bench.engine.stopping import StopRule
@@ -14,7 +15,6 @@ from jetflow_bench.integrations.vllm_arms import VLLMArm, parse_arm
 from jetflow_bench.integrations.vllm_metrics import (
     EMPTY,
     SpecCounters,
-    parse_prometheus,
     spec_counters,
     step_rows,
 )
@@ -28,12 +28,17 @@ def _recorded(name: str) -> str:
     return (RECORDED / name).read_text()
 
 
-def test_parse_prometheus_reads_labels_and_skips_comments():
-    # Bug: labels dropped (per-position counters collapse into one) or HELP lines parsed as samples.
-    text = '# HELP x y\n# TYPE x counter\nvllm:a_total{position="1",model_name="m"} 3.0\nvllm:b 2\n'
-    assert parse_prometheus(text) == {
-        ("vllm:a_total", (("model_name", "m"), ("position", "1"))): 3.0, ("vllm:b", ()): 2.0,
-    }
+def test_counters_sum_label_sets_and_keep_positions_apart():
+    # Bug: labels dropped (per-position counters collapse into one), engines not summed, or the
+    # `_created` timestamps counted as drafts.
+    p = "vllm:spec_decode_"
+    text = (f"# HELP {p}num_drafts_total d\n# TYPE {p}num_drafts counter\n"
+            f'{p}num_drafts_total{{engine="0"}} 3.0\n{p}num_drafts_total{{engine="1"}} 2.0\n'
+            f'{p}num_drafts_created{{engine="0"}} 1.7e9\n'
+            f'{p}num_accepted_tokens_per_pos_total{{position="1",engine="0"}} 1.0\n'
+            f'{p}num_accepted_tokens_per_pos_total{{position="0",engine="0"}} 4.0\n')
+    counters = spec_counters(text)
+    assert counters.drafts == 5 and counters.per_pos == (4, 1)
 
 
 def test_recorded_metrics_of_an_idle_ngram_server_are_zero_with_its_positions():
@@ -233,12 +238,13 @@ def test_batch_result_from_the_recorded_stream():
 def test_plain_vllm_runs_once_per_batch_size_and_old_hashes_stay():
     # Bugs: vllm:none re-measured at every budget (two baselines per batch size), or the new
     # DrafterSpec field changing the hash of every earlier run (CI reference cells recomputed).
+    from jetflow_bench.budget_policy import Budget
     from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig, _spec_identity, cells
 
-    config = SweepConfig("t", (DrafterSpec("vllm:none", budgets=(1,)), DrafterSpec("vllm:ngram")), ("gsm8k",),
-                         (4, 8), (1,), 1, "cpu", "float32", 1)
-    assert [(c.drafter, c.budget) for c in cells(config)] == [("ar", 1), ("vllm:none", 1), ("vllm:ngram", 4),
-                                                               ("vllm:ngram", 8)]
+    config = SweepConfig("t", (DrafterSpec("vllm:none", budgets=(Budget.fixed(1),)), DrafterSpec("vllm:ngram")),
+                         ("gsm8k",), (Budget.fixed(4), Budget.fixed(8)), (1,), 1, "cpu", "float32", 1)
+    assert [(c.drafter, c.budget.label) for c in cells(config)] == [("ar", "1"), ("vllm:none", "1"), ("vllm:ngram", "4"),
+                                                                     ("vllm:ngram", "8")]
     assert "budgets" not in _spec_identity(DrafterSpec("ngram"))
 
 
@@ -315,7 +321,7 @@ def test_managed_server_dies_with_jfbench(tmp_path):
     for _ in range(50):
         try:
             http_get(f"http://127.0.0.1:{port}/health", timeout=1)
-        except OSError:
+        except httpx.TransportError:
             return
         time.sleep(0.2)
     raise AssertionError("the server outlived the process that started it")

@@ -11,7 +11,15 @@ from rich.console import Console
 from rich.progress import Progress
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import AttentionOpt, DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
+from jetflow_bench.cli.options import (
+    AttentionOpt,
+    CompileOpt,
+    DataDirOpt,
+    DeviceOpt,
+    DtypeOpt,
+    TargetOpt,
+    ThreadsOpt,
+)
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import data_dir as resolve_data_dir
@@ -33,6 +41,7 @@ def baseline(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     attention: AttentionOpt = "sdpa",
+    compile: CompileOpt = False,
     data_dir: DataDirOpt = None,
     threads: ThreadsOpt = None,
     fmt: TableFormatOpt = TableFormat.table,
@@ -54,7 +63,7 @@ def baseline(
 
     set_threads(threads)
     sizes = _int_list(batch_sizes, "--batch-sizes")
-    runner = TargetRunner.load(target, device=device, dtype=dtype, attention=attention)
+    runner = TargetRunner.load(target, device=device, dtype=dtype, attention=attention, compile=compile)
     requests = suite_requests(runner, suite, resolve_data_dir(data_dir), limit=max(sizes))
     prompts = [encode(runner, r.prompt) for r in requests]
     if len(prompts) < max(sizes):
@@ -69,7 +78,8 @@ def baseline(
         "verdict": ("ours faster" if r.ratio >= 1 else "HF faster") if r.conclusive else "inconclusive: spread straddles 1.0",
         "same tokens": "yes" if r.same_tokens else "no",
     } for r in rows], fmt, title=f"AR baseline vs transformers generate — {runner.name}, {max_new_tokens} new tokens",
-        caption=f"device {runner.device}, dtype {runner.dtype}, torch threads {torch.get_num_threads()}")
+        caption=f"device {runner.device}, dtype {runner.dtype}, torch threads {torch.get_num_threads()}"
+                + (f"; ours compiled (warm-up {sum(r.compile_s for r in rows):.1f} s, untimed)" if compile else ""))
     if any(not r.conclusive for r in rows):
         Console(stderr=True).print("note: per-pair ratios straddle 1.0 for some batch size: rerun on an idle "
                                    "machine or with more --pairs before concluding")
@@ -111,13 +121,13 @@ def drafter(
     from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.prompts import encode, suite_requests
     from jetflow_bench.sweep.arms import arm_spec
-    from jetflow_bench.sweep.grid import DEFAULT_VARIANT, parse_budgets, parse_drafters
+    from jetflow_bench.sweep.grid import parse_drafters, parse_sizes
 
     if prompts % batch_size:
         raise JfbenchError(f"--prompts {prompts} is not a multiple of --batch-size {batch_size}: "
                            f"use e.g. --prompts {prompts - prompts % batch_size or batch_size}")
     set_threads(threads)
-    sizes = parse_budgets(budgets)
+    sizes = parse_sizes(budgets, "bench drafter")
     specs = [arm_spec(name, options, ckpt) for text in drafters for name, options, ckpt in
              parse_drafters(text, "--drafter")]
     runner = TargetRunner.load(target, device=device, dtype=dtype)
@@ -131,7 +141,7 @@ def drafter(
     splits = []
     for spec in specs:
         built = DRAFTERS.get(spec.name).build(runner, checkpoint=spec.checkpoint, **dict(spec.options))
-        label = spec.name if spec.variant == DEFAULT_VARIANT else f"{spec.name}[{spec.variant}]"
+        label = spec.label
         splits += [split_drafter(label, built, runner, batches, stop, budget, ar_ms) for budget in sizes]
     if fmt in (TableFormat.json, TableFormat.csv):
         emit([s.row() for s in splits], fmt)
@@ -178,9 +188,9 @@ def verify_cost(
     Example: jfbench bench verify-cost --target ~/.cache/jfbench/targets/micro-seed0-... --sizes 1,4,16,64 --out cal.json
     """
     from jetflow_bench.engine.target import TargetRunner
-    from jetflow_bench.projection.calibration import write_calibration
     from jetflow_bench.projection.measure import measure
     from jetflow_bench.projection.shapes import shape_from_config
+    from jetflow_bench.projection.verify_cost import write_calibration
 
     set_threads(threads)
     tree_sizes = sorted({1, *_int_list(sizes, "--sizes")})
@@ -203,3 +213,89 @@ def verify_cost(
          title=f"Verify step on {data['device']} — {runner.name}, context {context}",
          caption=(f"fitted: {prof['layer_overhead_s'] * 1e6:.0f} µs per layer unit, {prof['peak_flops'] / 1e9:.1f} "
                   f"GFLOP/s, copy bandwidth {prof['memory_bandwidth'] / 1e9:.1f} GB/s; written to {out}"))
+
+
+@bench_app.command("compile")
+def compile_(
+    target: TargetOpt,
+    drafters: Annotated[
+        list[str] | None,
+        typer.Option("--drafter", help="NAME[KEY=VALUE,...]=CHECKPOINT_DIR (NAME for ngram); repeatable. Default: AR only."),
+    ] = None,
+    budgets: Annotated[str, typer.Option(help="Comma-separated budgets for the drafter arms.")] = "16,64,256",
+    sizes: Annotated[str, typer.Option(help="Comma-separated verify tree sizes N; 1 (the AR step) is always added.")] = "16,64,256",
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes of the forward timings.")] = "1",
+    context: Annotated[int, typer.Option(min=1, help="Committed tokens per row while timing forwards.")] = 256,
+    repeats: Annotated[int, typer.Option(min=3, help="Timed forwards per point, round-robin; the median is kept.")] = 10,
+    suite: Annotated[str, typer.Option(help="Suite whose first prompts the decodes use.")] = "gsm8k",
+    prompts: Annotated[int, typer.Option("--prompts", min=1, help="Prompts decoded together in each decode run.")] = 1,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per prompt (no early EOS).")] = 64,
+    pairs: Annotated[int, typer.Option("--pairs", min=3, help="Timed (eager, compiled) decode pairs per arm.")] = 3,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    data_dir: DataDirOpt = None,
+    threads: ThreadsOpt = None,
+    fmt: TableFormatOpt = TableFormat.table,
+) -> None:
+    """Eager vs --compile on this machine, paired in one run: the AR step and verify forwards at each
+    tree size, then whole decodes per arm (tokens/s, drafting and verify per step). Speed-up > 1
+    means compiling pays; compile time is printed apart and is in no timed number.
+
+    Example: jfbench bench compile --target ~/.cache/jfbench/targets/micro-seed0-... --sizes 16,64,256
+    --drafter ngram --budgets 16
+    """
+    import torch
+
+    from drafters import DRAFTERS
+    from jetflow_bench.bench_compile import compare_decodes, compare_forwards
+    from jetflow_bench.engine.stopping import StopRule
+    from jetflow_bench.engine.target import TargetRunner
+    from jetflow_bench.prompts import encode, suite_requests
+    from jetflow_bench.sweep.arms import arm_spec
+    from jetflow_bench.sweep.grid import parse_drafters, parse_sizes
+
+    set_threads(threads)
+    tree_sizes = sorted({1, *_int_list(sizes, "--sizes")})
+    batches = _int_list(batch_sizes, "--batch-sizes")
+    arm_budgets = parse_sizes(budgets, "bench compile") if drafters else ()
+    specs = [arm_spec(name, options, ckpt) for text in drafters or () for name, options, ckpt in
+             parse_drafters(text, "--drafter")]
+    eager = TargetRunner.load(target, device=device, dtype=dtype)
+    compiled = TargetRunner(eager.model, eager.tokenizer, eager.name, compile=True)
+    if context + max(tree_sizes) > eager.context_window:
+        raise JfbenchError(f"--context {context} + tree size {max(tree_sizes)} exceeds the target's context window "
+                           f"({eager.context_window}): lower --context or --sizes")
+    requests = suite_requests(eager, suite, resolve_data_dir(data_dir), limit=prompts)
+    if len(requests) < prompts:
+        raise JfbenchError(f"suite {suite!r} has only {len(requests)} prompts: lower --prompts")
+    encoded = [encode(eager, r.prompt) for r in requests]
+    arms: list = [("ar", None, 1)]
+    for spec in specs:
+        built = DRAFTERS.get(spec.name).build(eager, checkpoint=spec.checkpoint, **dict(spec.options))
+        label = spec.label
+        arms += [(label, built, b) for b in arm_budgets]
+    console = Console(stderr=True)
+    with console.status("timing forwards (compiling first)"):
+        forwards, forward_compile_s = compare_forwards(eager, compiled, tree_sizes, batches, context, repeats)
+    with console.status("timing decodes"):
+        decodes, decode_compile_s = compare_decodes(eager, compiled, encoded, StopRule(max_new_tokens), arms, pairs)
+    caption = (f"device {eager.device}, dtype {eager.dtype}, torch threads {torch.get_num_threads()}, torch "
+               f"{torch.__version__}; compile (untimed warm-up): {forward_compile_s:.1f} s for the forwards, "
+               f"{decode_compile_s:.1f} s more for the decodes")
+    if fmt != TableFormat.table:  # json, csv and markdown have no caption: the compile time goes to stderr
+        console.print(caption)
+    if fmt in (TableFormat.json, TableFormat.csv):
+        emit([{"kind": "forward", **vars(f), "speedup": f.speedup} for f in forwards]
+             + [{"kind": "decode", **vars(d), "speedup": d.speedup} for d in decodes], fmt)
+        return
+    emit([{"batch": f.batch, "N": f.tokens, "eager ms": f"{f.eager_ms:.2f}", "compiled ms": f"{f.compiled_ms:.2f}",
+           "speed-up": f"{f.speedup:.2f}x"} for f in forwards], fmt,
+         title=f"verify step (prepare + forward; N = 1 is the AR step), eager vs compiled — {eager.name}, "
+               f"context {context}, median of {repeats}", caption=caption)
+    emit([{"arm": d.arm, "B": d.budget, "batch": d.batch, "eager tok/s": f"{d.eager_tok_s:.1f}",
+           "compiled tok/s": f"{d.compiled_tok_s:.1f}", "speed-up": f"{d.speedup:.2f}x",
+           "draft ms e/c": f"{d.eager_draft_ms:.2f} / {d.compiled_draft_ms:.2f}",
+           "verify ms e/c": f"{d.eager_verify_ms:.2f} / {d.compiled_verify_ms:.2f}",
+           "same tokens": "yes" if d.same_tokens else "NO"} for d in decodes], fmt, left=("arm",),
+         title=f"decodes, eager vs compiled target — {len(encoded)} prompt(s) of {suite}, {max_new_tokens} new tokens, "
+               f"median of {pairs} pairs", caption=caption)

@@ -30,7 +30,6 @@ from jetflow_bench.cli.sweep_cmd import GridFlags, grid_config, grid_temperature
 from jetflow_bench.runtime import data_dir as resolve_data_dir
 from jetflow_bench.runtime import set_threads
 
-LEARNED = ("eagle", "dflash", "jetflow")
 # A short head-training recipe: enough for drafts to be accepted, minutes not hours on 2 cores.
 # The closing projection: these drafters' τ on the paper's setting (docs/projection.md).
 DEMO_PROJECTION = {"hardware": "h100-sxm", "target": "qwen3-8b"}
@@ -76,6 +75,7 @@ def demo(
     from jetflow_bench.sweep.grid import DrafterSpec
     from jetflow_bench.toy import ensure_toy_target
     from jetflow_bench.training import ensure_head
+    from jetflow_bench.training.objective import trainable_drafters
 
     grid = GridFlags(
         suites="gsm8k", budgets=budgets, batch_sizes="1", repeats=1, limit=limit, max_new_tokens=max_new_tokens,
@@ -90,7 +90,7 @@ def demo(
     drafters = [DrafterSpec("ngram")]
     if heads:
         recipe = {**DEMO_RECIPE, "steps": head_steps}
-        for name in LEARNED:
+        for name in trainable_drafters():  # every registered family with a training objective
             checkpoint = ensure_head(target, name, data_dir=data, device=device, dtype=dtype, threads=threads, **recipe)
             drafters.append(DrafterSpec(name, checkpoint=str(checkpoint)))
     grid = replace(grid, data_dir=data)

@@ -60,8 +60,8 @@ def kernels(
     if len(head_shape) != 3 or head_shape[0] % head_shape[1]:
         raise JfbenchError(f"--heads {heads!r}: give Q_HEADS,KV_HEADS,HEAD_DIM with Q_HEADS a multiple of KV_HEADS")
 
+    from jetflow_bench.bench_kernels import run_case
     from jetflow_bench.engine.attention import get_attention
-    from jetflow_bench.kernels.bench import run_case
 
     for name in list(names):
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -51,6 +50,15 @@ AttentionOpt = Annotated[
         "device; triton becomes the CUDA default only after scripts/gpu_check.sh has passed on a real GPU.",
     ),
 ]
+CompileOpt = Annotated[
+    bool,
+    typer.Option(
+        "--compile/--no-compile",
+        help="Run the target's decode and verify forwards through torch.compile at bucketed static shapes (CUDA "
+        "graphs on a GPU); compile time is spent in an untimed warm-up. Needs --attention sdpa (and a C compiler on "
+        "a CPU). Off by default: results/baselines/compile-cpu/README.md has the measurements behind that choice.",
+    ),
+]
 ThreadsOpt = Annotated[
     int | None,
     typer.Option("--threads", min=1, help="torch CPU threads. Default: torch's own choice."),
@@ -76,13 +84,3 @@ SamplingSeedOpt = Annotated[
 ]
 
 
-class OutputFormat(str, Enum):
-    """Result format on stdout: rich text for people, JSON for scripts."""
-
-    text = "text"
-    json = "json"
-
-
-FormatOpt = Annotated[
-    OutputFormat, typer.Option("--format", help="text (rich tables) for people, json (one object on stdout) for scripts."),
-]

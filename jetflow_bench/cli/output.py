@@ -1,4 +1,7 @@
-"""Tables on stdout in one of four formats, the same for every command that prints one.
+"""Results on stdout in one `--format` vocabulary for every command: table, csv, json, markdown.
+
+Commands that print one object rather than rows (a report's files, a target's record, a suite's
+prompts) take ``table`` (text for people) and ``json``; `object_format` refuses the other two.
 
 ``table`` is rich text for people. When stdout is not a terminal (piped, redirected, CI logs)
 rich would wrap long cell values at 80 columns — "livecodebench" broken over two lines — so the
@@ -20,6 +23,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from jetflow_bench.errors import JfbenchError
+
 
 class TableFormat(str, Enum):
     table = "table"
@@ -33,7 +38,19 @@ TableFormatOpt = Annotated[
     typer.Option("--format", help="table (rich text for people), csv, json (a list of rows) or markdown."),
 ]
 
+ObjectFormatOpt = Annotated[
+    TableFormat,
+    typer.Option("--format", help="table (text for people) or json (one object on stdout, for scripts)."),
+]
+
 Row = Mapping[str, Any]
+
+
+def object_format(fmt: TableFormat) -> TableFormat:
+    """``fmt`` for a command that prints one object: csv and markdown need rows, so they are refused."""
+    if fmt in (TableFormat.csv, TableFormat.markdown):
+        raise JfbenchError(f"--format {fmt.value}: this command prints one object, not rows; use table or json")
+    return fmt
 
 
 def print_table(console: Console, table: Table) -> None:

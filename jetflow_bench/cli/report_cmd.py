@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import FormatOpt, OutputFormat
+from jetflow_bench.cli.output import ObjectFormatOpt, TableFormat, object_format
 from jetflow_bench.errors import JfbenchError, writable_folder
 
 RunArg = Annotated[Path, typer.Argument(help="Run folder written by `jfbench sweep` or `jfbench ablate`.")]
@@ -23,7 +23,7 @@ def plot(
     run: RunArg,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for the figures. Default: RUN/plots.")] = None,
     formats: Annotated[str, typer.Option("--formats", help="Comma-separated: png, svg, pdf.")] = "png,svg",
-    fmt: FormatOpt = OutputFormat.text,
+    fmt: ObjectFormatOpt = TableFormat.table,
 ) -> None:
     """Draw the run's figures (speed-up and τ vs budget, per-depth acceptance, time per step,
     throughput vs batch size, ablation deltas) as image files.
@@ -45,7 +45,7 @@ def plot(
     folder = writable_folder(out or loaded.path / "plots", "--out")
     figures = make_figures(loaded)
     written = save_figures(figures, folder, chosen)
-    if fmt is OutputFormat.json:
+    if object_format(fmt) is TableFormat.json:
         print(json.dumps({"figures": [{"name": f.name, "title": f.title, "caption": f.caption} for f in figures],
                           "files": [str(p) for p in written]}))
         return

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from jetflow_bench.arms import arm_label
 from jetflow_bench.cli import app
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, markdown, print_table, rich_table
 from jetflow_bench.errors import JfbenchError
@@ -46,7 +47,7 @@ def compact(summary: pd.DataFrame, wide: bool = False) -> pd.DataFrame:
     rows = []
     for keys, g in summary.groupby(ARM_KEYS, sort=True, dropna=False):
         arm = dict(zip(ARM_KEYS, keys, strict=True))
-        name = arm["drafter"] if arm["variant"] == "default" else f"{arm['drafter']}[{arm['variant']}]"
+        name = arm_label(arm["drafter"], arm["variant"])
         sd = g["speedup_decode_micro"].std() if len(g) > 1 else math.nan
         rows.append({
             "suite": arm["suite"], "arm": name, "B": budget_label(arm["budget"]), "bs": arm["batch_size"],

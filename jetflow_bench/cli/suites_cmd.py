@@ -13,8 +13,8 @@ from rich.markup import escape
 from rich.text import Text
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.options import DataDirOpt, FormatOpt, OutputFormat
-from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit
+from jetflow_bench.cli.options import DataDirOpt
+from jetflow_bench.cli.output import ObjectFormatOpt, TableFormat, TableFormatOpt, emit, object_format
 from jetflow_bench.errors import JfbenchError
 from suites import SUITES, get_suite
 
@@ -114,7 +114,7 @@ def show(
     ] = None,
     data_dir: DataDirOpt = None,
     skip_bad: SkipBadOpt = False,
-    fmt: FormatOpt = OutputFormat.text,
+    fmt: ObjectFormatOpt = TableFormat.table,
 ) -> None:
     """Print the exact prompts (and lengths and stop strings) a suite sends to the model.
 
@@ -127,7 +127,7 @@ def show(
     suite = get_suite(name)
     loaded = suite.load(data_dir, limit=n, sample_seed=sample_seed, skip_bad=skip_bad)
     requests = suite.requests(loaded.records, _load_tokenizer(tokenizer), max_new_tokens)
-    if fmt is OutputFormat.json:
+    if object_format(fmt) is TableFormat.json:
         shown = {"suite": suite.name, "source": loaded.source, "records": loaded.total}
         typer.echo(json.dumps({**shown, "requests": [asdict(r) for r in requests]}, indent=2))
         return

@@ -18,6 +18,7 @@ from jetflow_bench.arms import ARM_SYNTAX
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import (
     AttentionOpt,
+    CompileOpt,
     DataDirOpt,
     DeviceOpt,
     DtypeOpt,
@@ -67,6 +68,9 @@ TieEpsOpt = Annotated[
 StrictOpt = Annotated[
     bool, typer.Option("--strict", help="Exit 1 (after writing results) on any unexcused divergence.")
 ]
+ProfileOpt = Annotated[bool, typer.Option(
+    "--profile", help="Time every step's draft / verify / other split on a GPU (a device sync at each phase "
+                      "boundary; by default one sync per step and no split). Always timed on a CPU.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Discard results of another config in --out.")]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress display on stderr.")]
 MaxMemoryOpt = Annotated[
@@ -94,12 +98,14 @@ class GridFlags:
     device: DeviceOpt = None
     dtype: DtypeOpt = None
     attention: AttentionOpt = "sdpa"
+    compile: CompileOpt = False
     data_dir: DataDirOpt = None
     sample_seed: SampleSeedOpt = None
     threads: ThreadsOpt = None
     seed: SeedOpt = 0
     engine: EngineOpt = "hf"
     tie_eps: TieEpsOpt = 1e-4
+    profile: ProfileOpt = False
     strict: StrictOpt = False
     force: ForceOpt = False
     progress: ProgressOpt = True
@@ -138,15 +144,13 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     """Validate every flag (before any model loads) and resolve the config."""
     import torch
 
-    from jetflow_bench.budget_policy import AUTO_BUDGET
     from jetflow_bench.engine.attention import get_attention
+    from jetflow_bench.sweep.engines import ENGINES
     from jetflow_bench.sweep.grid import SweepConfig, parse_budgets, parse_ints, parse_names
-    from jetflow_bench.sweep.runner import ENGINES
 
     temperatures = grid_temperatures(grid)
-    budgets = parse_budgets(grid.budgets)
-    if AUTO_BUDGET in budgets:
-        extra = (*extra, ("auto_budgets", parse_budgets(grid.auto_budgets, "--auto-budgets", allow_auto=False)))
+    budgets = parse_budgets(grid.budgets, grid.auto_budgets)
+    if any(b.policy for b in budgets):
         _check_auto_drafters(drafters)
     sizes = parse_ints(grid.batch_sizes, "--batch-sizes")
     suites = tuple(dict.fromkeys(SUITES.canonical(n) for n in parse_names(grid.suites, "--suites")))
@@ -155,6 +159,12 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     if grid.attention != "sdpa" and engine != "hf":
         raise JfbenchError(f"--attention {grid.attention} applies to the hf engine only: drop it for --engine {engine}")
     get_attention(grid.attention, dev)  # unknown or unavailable backends fail before any model loads
+    if grid.compile:
+        from jetflow_bench.engine.compiled import check_compile
+
+        if engine != "hf":
+            raise JfbenchError(f"--compile applies to the hf engine only: drop it for --engine {engine}")
+        check_compile(dev, grid.attention)
     set_threads(grid.threads)
     return SweepConfig(
         target=resolve_target(target), drafters=tuple(drafters), suites=suites, budgets=budgets,
@@ -163,20 +173,18 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
         limit=grid.limit, max_new_tokens=grid.max_new_tokens, temperatures=temperatures,
         top_p=grid.top_p, top_k=grid.top_k,
         sample_seed=grid.sample_seed, seed=grid.seed, engine=engine, tie_eps=grid.tie_eps, attention=grid.attention,
-        extra=extra,
+        profile=grid.profile, compile=grid.compile, extra=extra,
     )
 
 
 def _check_auto_drafters(drafters: list[DrafterSpec]) -> None:
     """--budgets auto needs node scores that are log-probs: refuse the others before any model loads."""
     from drafters import DRAFTERS
+    from jetflow_bench.budget_policy import require_logp_scores
 
     for spec in drafters:
-        if DRAFTERS.get(spec.name).node_scores != "logp" or dict(spec.options).get("scoring") == "entropy":
-            raise JfbenchError(
-                f"--budgets auto: drafter {spec.label!r} does not score nodes by cumulative draft log-prob, which the "
-                "per-step policy needs; run it with static budgets only (a separate sweep)"
-            )
+        entropy = dict(spec.options).get("scoring") == "entropy"  # such an instance drops its class's "logp"
+        require_logp_scores(None if entropy else DRAFTERS.get(spec.name).node_scores, spec.label)
 
 
 def grid_temperatures(grid: GridFlags) -> tuple[float, ...]:
@@ -292,8 +300,8 @@ def sweep(
         jfbench vllm setup && jfbench sweep --engine vllm --target T --drafters vllm:none,vllm:ngram,vllm:suffix
             --suites gsm8k --limit 8 --budgets 4,8 --repeats 1 --out results/vllm
     """
+    from jetflow_bench.sweep.engines import ENGINES
     from jetflow_bench.sweep.grid import parse_drafters
-    from jetflow_bench.sweep.runner import ENGINES
 
     engine = ENGINES.canonical(grid.engine)
     options = None
@@ -459,6 +467,7 @@ def ablate(
     the manifest and the table (compared_with, held_fixed) say so.
     """
     from drafters import DRAFTERS
+    from jetflow_bench.arms import DEFAULT_VARIANT
     from jetflow_bench.sweep.ablation import (
         AXES,
         ablation_table,
@@ -469,7 +478,7 @@ def ablate(
         with_seeds,
     )
     from jetflow_bench.sweep.arms import arm_label, arm_spec, check_option_names
-    from jetflow_bench.sweep.grid import DEFAULT_VARIANT, parse_drafters, parse_ints, parse_value
+    from jetflow_bench.sweep.grid import parse_drafters, parse_ints, parse_value
     from jetflow_bench.training.config import canonical_head
 
     parsed = parse_drafters(drafter, "--drafter")

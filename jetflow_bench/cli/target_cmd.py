@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +12,7 @@ import typer
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, ThreadsOpt
+from jetflow_bench.cli.output import ObjectFormatOpt, TableFormat, object_format
 from jetflow_bench.errors import JfbenchError, writable_folder
 from jetflow_bench.toy import MARKER, PRESETS, ensure_toy_target, read_summary
 
@@ -21,11 +21,6 @@ target_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(target_app, name="target")
-
-
-class OutputFormat(str, Enum):
-    text = "text"
-    json = "json"
 
 
 @target_app.command("train")
@@ -112,9 +107,7 @@ def info(
     folder: Annotated[
         Path, typer.Argument(help="A target folder (config.json + weights), e.g. the path train printed.")
     ],
-    fmt: Annotated[
-        OutputFormat, typer.Option("--format", help="text for people, json for scripts.")
-    ] = OutputFormat.text,
+    fmt: ObjectFormatOpt = TableFormat.table,
 ) -> None:
     """Show a target folder's architecture, parameter count and stored held-out perplexity.
 
@@ -155,7 +148,7 @@ def info(
             "corpus": {name: stats["train_tokens"] for name, stats in summary["corpus"].items()},
         },
     }
-    if fmt is OutputFormat.json:
+    if object_format(fmt) is TableFormat.json:
         print(json.dumps(record, indent=1))
         return
     print(f"folder      {folder}")
@@ -224,7 +217,7 @@ def _toy_about(spec) -> str:
 
 @target_app.command("list")
 def list_targets(
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="text for people, json for scripts.")] = OutputFormat.text,
+    fmt: ObjectFormatOpt = TableFormat.table,
 ) -> None:
     """List the named targets (toy presets and the real-model catalog), whether each is cached, and where.
 
@@ -245,7 +238,7 @@ def list_targets(
         done = converted(spec)
         rows.append({"name": name, "kind": "real", "cached": done, "folder": str(spec.folder) if done else "",
                      "get": f"jfbench target get {name}", "about": spec.about})
-    if fmt is OutputFormat.json:
+    if object_format(fmt) is TableFormat.json:
         print(json.dumps(rows, indent=1))
         return
     for row in rows:

@@ -18,10 +18,11 @@ Click is matched by class name, not identity: Typer may bring its own copy of cl
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Sequence
 from typing import Any
+
+from jetflow_bench.registry import close_names
 
 
 def _kinds(err: BaseException) -> set[str]:
@@ -54,10 +55,10 @@ def _did_you_mean(err: Any, ctx: Any) -> str:
     """"; did you mean --budgets?" for the closest known names (click's own list is looser)."""
     close: list[str] = []
     if getattr(err, "possibilities", None):
-        close = difflib.get_close_matches(err.option_name, sorted(err.possibilities), n=2, cutoff=0.75)
+        close = close_names(err.option_name, sorted(err.possibilities), n=2, cutoff=0.75)
     unknown = re.match(r"No such command '([^']+)'", err.message or "")
     if unknown and ctx is not None:
-        close = difflib.get_close_matches(unknown.group(1), ctx.command.list_commands(ctx), n=1, cutoff=0.6)
+        close = close_names(unknown.group(1), ctx.command.list_commands(ctx))
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 

@@ -12,7 +12,6 @@ Kernel backends import lazily, so choosing ``sdpa`` never imports Triton.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 import torch
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.kernels.mask import TreeMask
+from jetflow_bench.registry import load_attr
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, TreeMask | None, float], torch.Tensor]
 
@@ -55,5 +55,4 @@ def get_attention(name: str, device: torch.device | str = "cpu") -> AttentionFn:
     from jetflow_bench.kernels import require_backend
 
     require_backend(name, torch.device(device))
-    module, _, attr = entry.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return load_attr(entry)

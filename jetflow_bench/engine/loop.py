@@ -9,6 +9,7 @@ leaves raw counters and timings; all rates are derived later (`jetflow_bench.met
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import torch
 
 from drafters.base import DraftCost, Drafter, SequenceView
 from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import BudgetPolicy
+from jetflow_bench.budget_policy import BudgetPolicy, check_budget, require_logp_scores
 from jetflow_bench.engine.faithfulness import branch_gaps
 from jetflow_bench.engine.sampling import GREEDY, RandomStreams, SamplingParams, draw
 from jetflow_bench.engine.speculative_sampling import sample_accept
@@ -26,8 +27,6 @@ from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import synchronize
-
-MAX_BUDGET = 1024
 
 
 @dataclass
@@ -48,9 +47,11 @@ class StepRecord:
     draft_entries: int  # token positions the draft head processed for this row, summed over passes
     draft_flops: float  # estimated drafting FLOPs for this row (jetflow_bench.flops)
     verify_flops: float  # estimated FLOPs of this row's tree in the target forward
+    # The split below is measured when `timing` is "split"; with "step" timing it is NaN (unmeasured).
     draft_s: float  # drafter: propose + observe (head forwards, tree building inside the drafter)
     verify_s: float  # the target forward only
     other_s: float  # engine overhead: tree checks, masks, acceptance, KV commit, stop rules
+    timing: str  # "split": a device sync at every phase boundary; "step": one per step; "none": not timed
     rank1_len: int = 0  # drafted tokens on the top-ranked branch (jetflow_bench.faithfulness); 0 = none
     rank1_gap: float = float("nan")  # nats that branch falls short of the target's greedy choices along it
 
@@ -84,21 +85,29 @@ class BatchResult:
     steps: list[StepRecord] = field(default_factory=list)
     wall_s: float = 0.0
     nodes: list[NodeBlock] = field(default_factory=list)  # drafters whose node scores are log-probs
-
-
-def check_budget(budget: int, max_budget: int = MAX_BUDGET) -> None:
-    if not 1 <= budget <= max_budget:
-        raise JfbenchError(f"budget {budget} is out of range: use 1 <= budget <= {max_budget} (nodes incl. root)")
+    compile_s: float = 0.0  # compiled target: the untimed warm-up that compiled this batch's shapes (not in wall_s)
 
 
 class _Clock:
-    """perf_counter that first waits for queued device work (a sync point on GPUs)."""
+    """perf_counter reads: a step's end waits for queued device work (one sync point per step on a
+    GPU); a phase boundary inside a step waits too only when the split is timed (``split``).
 
-    def __init__(self, device: torch.device) -> None:
+    Without those waits a GPU clock read inside a step measures when work was queued, not done, so
+    the draft / verify / other split is only recorded when timed; on a CPU a sync costs nothing
+    (every op has finished when it returns) and the split is always timed.
+    """
+
+    def __init__(self, device: torch.device, split: bool) -> None:
         self.device = device
+        self.split = split or device.type != "cuda"  # `runtime.synchronize` waits on CUDA only
 
     def __call__(self) -> float:
         synchronize(self.device)
+        return time.perf_counter()
+
+    def phase(self) -> float:
+        if self.split:
+            synchronize(self.device)
         return time.perf_counter()
 
 
@@ -151,7 +160,7 @@ class _Batch:
                 continue
             n, reason = end
             del seq.tokens[seq.prompt_len + n :]
-            now = now or self.clock()
+            now = now or self.clock.phase()  # inside a step: its tokens are already on the host
             self.results[i] = RequestResult(
                 request=i, prompt_tokens=seq.tokens[: seq.prompt_len], output_tokens=seq.tokens[seq.prompt_len :],
                 finish_reason=reason, ttft_s=self.first_token_at - self.start,
@@ -174,6 +183,7 @@ def generate(
     sampling: SamplingParams = GREEDY,
     request_ids: Sequence[int] | None = None,
     policy: BudgetPolicy | None = None,
+    profile: bool = False,
 ) -> BatchResult:
     """Decode a batch of tokenised prompts (greedy, or sampled per ``sampling``); speculative when a
     drafter is given. ``request_ids`` name the prompts' random streams (default 0..B-1): give each
@@ -181,14 +191,11 @@ def generate(
 
     With a ``policy`` the budget is chosen per step among its candidates (``budget`` is ignored):
     the drafter builds at ``policy.draft_budget()`` and the trees are cut to the chosen prefix.
+    ``profile`` times the draft / verify / other split of every step on a GPU (a device sync at each
+    phase boundary, `_Clock`); a policy needs the drafting seconds, so it times the split too.
     """
     if policy is not None:
-        if drafter is None or drafter.node_scores != "logp":
-            name = drafter.name if drafter else AR_ARM
-            raise JfbenchError(
-                f"budget auto needs a drafter whose node scores are cumulative draft log-probs; {name!r} has "
-                f"scores of kind {drafter.node_scores if drafter else None!r}: use static budgets for it"
-            )
+        require_logp_scores(drafter.node_scores if drafter else None, drafter.name if drafter else AR_ARM)
         budget = policy.max_budget
     check_budget(budget)
     if drafter is None and budget != 1:
@@ -196,11 +203,12 @@ def generate(
     ids = list(range(len(prompts))) if request_ids is None else list(request_ids)
     if len(ids) != len(prompts):
         raise ValueError(f"{len(ids)} request ids for {len(prompts)} prompts")
-    clock = _Clock(target.device)
+    clock = _Clock(target.device, split=profile or policy is not None)
+    capacity = cache_capacity(max(len(p) for p in prompts), stop.max_new_tokens, target.tree_width(budget))
+    taps = drafter.taps if drafter else ()
+    compile_s = target.warm_up(len(prompts), budget, capacity, taps)  # compiled target: before the clock starts
     streams = RandomStreams(sampling.seed, ids, stop.max_new_tokens + budget, device=target.device)
     batch = _Batch(prompts, stop, clock, sampling, streams)
-    capacity = cache_capacity(max(len(p) for p in prompts), stop.max_new_tokens, budget)
-    taps = drafter.taps if drafter else ()
     try:
         out = target.prefill(prompts, capacity, taps=taps)
         last = torch.tensor([len(p) - 1 for p in prompts], device=out.logits.device)
@@ -224,7 +232,8 @@ def generate(
             steps.extend(_speculative_step(target, batch, budget, drafter, policy, nodes))
     finally:
         target.release()
-    return BatchResult([r for r in batch.results if r is not None], steps, wall_s=clock() - batch.start, nodes=nodes or [])
+    return BatchResult([r for r in batch.results if r is not None], steps, wall_s=clock() - batch.start, nodes=nodes or [],
+                       compile_s=compile_s)
 
 
 def _speculative_step(
@@ -243,19 +252,19 @@ def _speculative_step(
     views, clock = batch.views(), batch.clock
     if policy is not None:
         budget = policy.draft_budget()
-    t0 = clock()
+    t0 = clock.phase()  # the previous step (or the prefill) ended with a sync
     drafting = drafter is not None and budget > 1  # budget 1 verifies the root alone: nothing to ask a drafter
     trees = drafter.propose(views, budget) if drafting else [DraftTree.root_only(v.tokens[-1]) for v in views]
-    t1 = clock()
+    t1 = clock.phase()
     _check_trees(trees, views, budget, drafter)
     drafted = trees
     if policy is not None:  # the trees are ordered: a prefix is the tree a smaller budget builds
         budget = policy.choose([t.scores for t in trees])
         trees = [t.prefix(budget) for t in trees]
     prepared = target.prepare(trees)
-    t2 = clock()
+    t2 = clock.phase()
     ver = target.forward(prepared, drafter.taps if drafter else ())
-    t3 = clock()
+    t3 = clock.phase()
     acc = sample_accept(
         prepared.tokens, prepared.parents, prepared.depths, prepared.valid, prepared.ancestors, ver.logits,
         batch.uniforms(prepared.depths), batch.sampling,
@@ -271,18 +280,21 @@ def _speculative_step(
     keep = batch.retire_finished()
     emitted = [len(v.tokens) - n for v, n in zip(views, before, strict=True)]
     _shrink(target, batch, keep)
-    t4 = clock()
+    t4 = clock.phase()
     if drafter is not None and keep:
         features = None if ver.hidden is None else [ver.hidden[r, acc.paths[r]] for r in keep]
         drafter.observe(batch.views(), features)
-    t5 = clock()
+    t5 = clock.phase()
     if nodes is not None:
         nodes.extend(NodeBlock(i, batch.steps_done[i] - 1, trees[row].scores, trees[row].parents, acc.paths[row])
                      for row, i in enumerate(rows))
     if policy is not None:
         committed = [[trees[r].tokens[u] for u in acc.paths[r][1:]] + [acc.bonus[r]] for r in range(len(rows))]
         policy.observe(drafted, committed, (t1 - t0) + (t5 - t4))
-    t6 = clock()
+    t6 = clock()  # the step's one sync
+    split = (t1 - t0) + (t5 - t4), t3 - t2, (t2 - t1) + (t4 - t3) + (t6 - t5)  # draft, verify, other
+    if not clock.split:
+        split = (math.nan,) * 3
     # A measurement, not part of decoding: outside every timed span (its host transfer syncs).
     rank1_len, rank1_gap = branch_gaps(trees, ver.logits) if drafting else ([0] * len(rows), [0.0] * len(rows))
     cost = drafter.take_cost(len(rows)) if drafter else DraftCost.free(len(rows))
@@ -294,7 +306,7 @@ def _speculative_step(
             accepted_raw=acc.accepted[row], emitted=emitted[row], depth=trees[row].depth,
             draft_passes=cost.passes, draft_entries=cost.entries[row], draft_flops=cost.flops[row],
             verify_flops=target.shape.forward_flops(len(trees[row]), before[row] - 1 + len(trees[row])),
-            draft_s=(t1 - t0) + (t5 - t4), verify_s=t3 - t2, other_s=(t2 - t1) + (t4 - t3) + (t6 - t5),
+            draft_s=split[0], verify_s=split[1], other_s=split[2], timing="split" if clock.split else "step",
             rank1_len=rank1_len[row], rank1_gap=rank1_gap[row],
         )
         for row, i in enumerate(rows)

@@ -14,9 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from jetflow_bench.engine.attention import DEFAULT_ATTENTION, get_attention
+from jetflow_bench.engine.compiled import (
+    StaticForward,
+    buckets_up_to,
+    check_compile,
+    round_capacity,
+    timed_warm_up,
+    tree_bucket,
+)
 from jetflow_bench.engine.kv_cache import KVCache
 from jetflow_bench.engine.rope import rotate
 from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
@@ -32,7 +41,7 @@ EMBEDDING_TAP = -1
 
 
 @dataclass
-class TreeBatch:
+class PreparedTrees:
     """Padded trees of every row, ready for one target forward."""
 
     tokens: torch.Tensor  # (B, N) node tokens
@@ -42,15 +51,16 @@ class TreeBatch:
     ancestors: torch.Tensor  # (B, N, N) bool tree-causal mask
     slots: torch.Tensor  # (B, N) cache slot of each node = committed length + node index
     positions: torch.Tensor  # (B, N) RoPE position = committed length + depth
-    mask: TreeMask | None  # committed prefix + ancestors over T slots; None when nothing needs masking
+    mask: TreeMask | None  # committed prefix + ancestors over T slots (W queries); None when nothing needs masking
     kv_len: int  # cache slots the forward attends over
+    width: int | None  # compiled: the bucket the forward pads the N nodes to (jetflow_bench.engine.compiled); None eager
 
 
 @dataclass
 class ForwardOutput:
     logits: torch.Tensor  # (B, N, V) float32, one row per tree node (padding rows are garbage)
     hidden: torch.Tensor | None  # (B, N, K, H) tapped layer outputs in the order asked for, None without taps
-    trees: TreeBatch  # what was run
+    trees: PreparedTrees  # what was run
 
 
 class TargetRunner:
@@ -62,6 +72,7 @@ class TargetRunner:
         tokenizer,
         name: str,
         attention: str = DEFAULT_ATTENTION,
+        compile: bool = False,
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -85,6 +96,11 @@ class TargetRunner:
         self.attend = get_attention(attention, self.device)
         self.context_window = int(getattr(self.config, "max_position_embeddings", 1 << 30))
         self.cache: KVCache | None = None  # the live batch's cache, from `prefill` until `release`
+        if compile:
+            check_compile(self.device, attention)
+        self.static = StaticForward(self._static_forward, self.device) if compile else None  # None: eager
+        self.static_capacity = 0  # compiled: slots per row of every cache so far (one graph per capacity)
+        self._warmed: set[tuple] = set()  # compiled: (batch class, width, capacity, taps) already run once
 
     @classmethod
     def load(
@@ -93,8 +109,11 @@ class TargetRunner:
         device: str | None = None,
         dtype: str | None = None,
         attention: str = DEFAULT_ATTENTION,
+        compile: bool = False,
     ) -> TargetRunner:
-        """Load by name (`jetflow_bench.targets`), hub id or local directory, exactly as a real user's model would be."""
+        """Load by name (`jetflow_bench.targets`), hub id or local directory, exactly as a real user's model
+        would be; ``compile``: decode and verify through `torch.compile` at bucketed shapes
+        (jetflow_bench.engine.compiled)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
@@ -102,6 +121,8 @@ class TargetRunner:
         dev = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, dev)
         get_attention(attention, dev)  # a missing kernel package is a usage error before any model loads
+        if compile:
+            check_compile(dev, attention)
         name = resolve_target(name_or_path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(name)
@@ -113,7 +134,7 @@ class TargetRunner:
                 "(e.g. one made by `jfbench target train`) or a reachable Hugging Face hub id"
             ) from err
         _check_supported(model, name)
-        return cls(model.to(dev), tokenizer, name=name, attention=attention)
+        return cls(model.to(dev), tokenizer, name=name, attention=attention, compile=compile)
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
@@ -138,10 +159,8 @@ class TargetRunner:
         self._check_prompts(prompts, capacity, taps)
         if self.cache is not None:
             raise RuntimeError("prefill() while a batch is live would discard its cache: call release() first")
-        self.cache = KVCache(
-            len(self.layers), len(prompts), self.kv_heads, self.head_dim, capacity, self.dtype, self.device
-        )
-        out = self.verify([DraftTree.chain(p) for p in prompts], taps)
+        self.cache = self._new_cache(len(prompts), capacity)
+        out = self.forward(self._prepare([DraftTree.chain(p) for p in prompts], static=False), taps)  # eager
         self.cache.commit([range(len(p)) for p in prompts])
         return out
 
@@ -162,16 +181,53 @@ class TargetRunner:
         """ONE forward over every row's tree (tree-causal mask, positions = length + depth)."""
         return self.forward(self.prepare(trees), taps)
 
-    def prepare(self, trees: Sequence[DraftTree]) -> TreeBatch:
+    def prepare(self, trees: Sequence[DraftTree]) -> PreparedTrees:
         """Pad the trees and build masks, slots and positions (engine work, not model work)."""
+        return self._prepare(trees, static=self.static is not None)
+
+    def tree_width(self, budget: int) -> int:
+        """Cache slots a tree of ``budget`` nodes occupies while verified (its bucket when compiled)."""
+        return budget if self.static is None else tree_bucket(budget)
+
+    def warm_up(self, batch: int, budget: int, capacity: int, taps: Sequence[int] = ()) -> float:
+        """Compiled: run every shape a decode of ``batch`` rows at ``budget`` can meet, on a scratch
+        cache, so that no timed step compiles. Returns the seconds spent (0.0 when eager).
+
+        Shapes: each tree bucket up to the budget's, for batch 1 and the dynamic batch; on CUDA every
+        batch size 1..batch, because CUDA graphs record one graph per concrete size.
+        """
+        if self.static is None:
+            return 0.0
+        cuda = self.device.type == "cuda"
+        live, seconds = self.cache, 0.0
+        try:
+            for b in range(1, batch + 1) if cuda else sorted({1, batch}):
+                self.cache = self._new_cache(b, capacity)
+                for width in buckets_up_to(budget):
+                    key = (b if cuda or b == 1 else "dynamic", width, self.cache.capacity, tuple(taps))
+                    if key not in self._warmed:
+                        prepared = self._prepare([DraftTree.chain([0] * width)] * b, static=True)
+                        seconds += timed_warm_up(lambda p=prepared: self.forward(p, taps), self.device)
+                        self._warmed.add(key)
+        finally:
+            self.cache = live
+        return seconds
+
+    def _new_cache(self, batch: int, capacity: int) -> KVCache:
+        if self.static is not None:  # one capacity for every batch: a new capacity is a new graph
+            self.static_capacity = capacity = max(round_capacity(capacity), self.static_capacity)
+        return KVCache(len(self.layers), batch, self.kv_heads, self.head_dim, capacity, self.dtype, self.device)
+
+    def _prepare(self, trees: Sequence[DraftTree], static: bool) -> PreparedTrees:
         cache = self._require_cache()
         if len(trees) != cache.batch:
             raise ValueError(f"{len(trees)} trees for a batch of {cache.batch} rows")
         tokens, parents, depths, valid = (t.to(self.device) for t in pad_trees(trees))
         n = tokens.shape[1]
+        width = tree_bucket(n) if static else n
         lengths = torch.tensor(cache.lengths, device=self.device)  # (B,)
-        kv_len = max(cache.lengths) + n
-        if kv_len > cache.capacity:
+        kv_len = cache.capacity if static else max(cache.lengths) + n
+        if max(cache.lengths) + width > cache.capacity:
             raise JfbenchError(
                 f"a tree of {n} nodes does not fit the KV cache ({max(cache.lengths)} used of {cache.capacity}): "
                 "lower the budget or raise the cache capacity"
@@ -180,17 +236,29 @@ class TargetRunner:
         ancestors = ancestor_mask(parents, depths)  # (B, N, N)
         # One row decoding one token sees every key: SDPA then runs unmasked (its fastest path); the
         # kernel backends still get the (trivial) mask, built once here rather than once per layer.
-        plain = cache.batch == 1 and n == 1 and self.attention_backend == "sdpa"
-        mask = None if plain else TreeMask.for_tree(ancestors, lengths, kv_len, self.dtype)
-        return TreeBatch(tokens, parents, depths, valid, ancestors, slots, lengths[:, None] + depths, mask, kv_len)
+        plain = cache.batch == 1 and n == 1 and self.attention_backend == "sdpa" and not static
+        # Compiled: padding nodes see the prefix and themselves (W - N extra rows of an identity).
+        seen = ancestors if width == n else F.pad(ancestors, (0, width - n, 0, width - n)) | torch.eye(
+            width, dtype=torch.bool, device=self.device).logical_and_(torch.arange(width, device=self.device) >= n)
+        mask = None if plain else TreeMask.for_tree(seen, lengths, kv_len, self.dtype)
+        return PreparedTrees(tokens, parents, depths, valid, ancestors, slots, lengths[:, None] + depths, mask, kv_len,
+                         width if static else None)
 
-    def forward(self, batch: TreeBatch, taps: Sequence[int] = ()) -> ForwardOutput:
+    def forward(self, batch: PreparedTrees, taps: Sequence[int] = ()) -> ForwardOutput:
         """The target forward over a prepared tree batch; writes the nodes' KV into the cache.
 
         ``taps``: layers whose outputs come back in ``hidden``, in exactly this order.
         """
-        logits, hidden = self._forward(batch.tokens, batch.positions, batch.slots, batch.mask, batch.kv_len, tuple(taps))
-        return ForwardOutput(logits, hidden, batch)
+        if batch.width is None or self.static is None:
+            logits, hidden = self._forward(batch.tokens, batch.positions, batch.slots, batch.mask, batch.kv_len, tuple(taps))
+            return ForwardOutput(logits, hidden, batch)
+        n = batch.tokens.shape[1]
+        pad = (0, batch.width - n)  # padding nodes: token 0 at the root's position, scratch slots after the tree
+        rows = (F.pad(batch.tokens, pad), F.pad(batch.positions, pad, value=0),
+                batch.slots[:, :1] + torch.arange(batch.width, device=self.device), batch.mask.additive())
+        with torch.inference_mode():
+            logits, hidden = self.static(rows, self._require_cache(), tuple(taps))
+        return ForwardOutput(logits[:, :n], None if hidden is None else hidden[:, :n], batch)
 
     def commit(self, paths: Sequence[Sequence[int]]) -> None:
         """Keep each row's accepted path (node indices, root first); rejected nodes vanish."""
@@ -231,7 +299,37 @@ class TargetRunner:
         kv_len: int,
         taps: tuple[int, ...],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        cache = self._require_cache()
+        """The eager forward: keys over the first ``kv_len`` slots, any attention backend."""
+        return self._decode(tokens, positions, slots, self._require_cache(), kv_len,
+                            lambda q, k, v: self.attend(q, k, v, mask, self.scale), taps)
+
+    def _static_forward(
+        self,
+        tokens: torch.Tensor,  # (B, W) padded to a bucket
+        positions: torch.Tensor,  # (B, W)
+        slots: torch.Tensor,  # (B, W)
+        mask: torch.Tensor,  # (B, 1, W, T_cap) additive
+        cache: KVCache,
+        taps: tuple[int, ...],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What `StaticForward` compiles: SDPA over the whole cache, so no shape depends on the step."""
+        gqa = self.q_heads != self.kv_heads
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=gqa)
+
+        return self._decode(tokens, positions, slots, cache, cache.capacity, attend, taps)
+
+    def _decode(
+        self,
+        tokens: torch.Tensor,  # (B, N)
+        positions: torch.Tensor,  # (B, N)
+        slots: torch.Tensor,  # (B, N) cache slot of each node
+        cache: KVCache,
+        kv_len: int,
+        attend,  # (q (B, H_q, N, hd), keys, values (B, H_kv, kv_len, hd)) -> (B, H_q, N, hd)
+        taps: tuple[int, ...],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, n = tokens.shape
         h = self.embed(tokens)  # (B, N, H)
         cos, sin = self.rotary(h, positions)  # (B, N, hd) each
@@ -249,7 +347,7 @@ class TargetRunner:
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
             cache.write(i, slots, k, v)
             keys, values = cache.view(i, kv_len)
-            o = self.attend(q, keys, values, mask, self.scale)  # (B, H_q, N, hd)
+            o = attend(q, keys, values)  # (B, H_q, N, hd)
             h = h + attn.o_proj(o.transpose(1, 2).reshape(b, n, -1))
             mlp_out = layer.mlp(layer.post_attention_layernorm(h))
             h = h + (mlp_out[0] if isinstance(mlp_out, tuple) else mlp_out)

@@ -37,6 +37,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from drafters import DRAFTERS, Drafter
+from jetflow_bench.budget_policy import check_budget
 from jetflow_bench.engine import loop as engine
 from jetflow_bench.engine.attention import DEFAULT_ATTENTION
 from jetflow_bench.engine.sampling import SamplingParams
@@ -88,7 +89,7 @@ class JfbenchLM(LM):
         self.drafter_spec = "none" if drafter is None or str(drafter).lower() in ("", "none") else str(drafter)
         self.drafter = self._build_drafter(self.drafter_spec)
         self.budget = int(budget) if budget is not None else (DEFAULT_BUDGET if self.drafter else 1)
-        engine.check_budget(self.budget)
+        check_budget(self.budget)
         if self.drafter is None and self.budget != 1:
             raise JfbenchError(f"budget={self.budget} needs a drafter: plain decoding (drafter=none) uses budget=1")
         self.batch_size = _batch_size(batch_size)

@@ -9,7 +9,6 @@ each with the harness's own results JSON (``results.json``), its per-sample log
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
@@ -22,6 +21,7 @@ from typing import Any
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.integrations.lm_eval_tasks import CODE_SUITES, TASK_DIR, task_name
 from jetflow_bench.integrations.lm_eval_tasks import SUITES as HARNESS_SUITES
+from jetflow_bench.registry import did_you_mean
 
 PLAIN = ("none", 1)  # (drafter, budget) of plain decoding
 
@@ -113,8 +113,7 @@ def check_suite_tasks(names: Sequence[str], data_dir: Path, unsafe_ok: bool) -> 
 def check_harness_tasks(names: Sequence[str], known: Sequence[str]) -> None:
     for name in names:
         if name not in known:
-            close = difflib.get_close_matches(name, [*HARNESS_SUITES, *known], n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint = did_you_mean(name, [*HARNESS_SUITES, *known])
             raise JfbenchError(
                 f"unknown task {name!r}: {hint}use a jfbench suite with a harness task "
                 f"({', '.join(HARNESS_SUITES)}) or a task the harness knows"

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jetflow_bench.budget_policy import Budget
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.registry import did_you_mean
 
 PREFIX = "vllm:"
 NONE = "none"
@@ -103,9 +105,9 @@ class VLLMArm:
         return config
 
 
-def budgets_of(name: str) -> tuple[int, ...] | None:
+def budgets_of(name: str) -> tuple[Budget, ...] | None:
     """Plain decoding verifies one position per step whatever the grid's budgets: it runs at B = 1."""
-    return (1,) if name == PREFIX + NONE else None
+    return (Budget.fixed(1),) if name == PREFIX + NONE else None
 
 
 def is_vllm_arm(name: str) -> bool:
@@ -118,10 +120,7 @@ def parse_arm(name: str, checkpoint: str | None, methods: Sequence[str] | None,
     (None: not known, as for an external server, which is checked against the cell instead)."""
     method = name.strip().lower()[len(PREFIX) :]
     if methods is not None and method != NONE and method not in methods:
-        import difflib
-
-        close = difflib.get_close_matches(method, [NONE, *methods], n=1)
-        hint = f"did you mean vllm:{close[0]}? " if close else ""
+        hint = did_you_mean(method, [NONE, *methods], shown=PREFIX + "{}")
         raise JfbenchError(f"--drafters {name!r}: the installed vLLM has no such method; {hint}"
                            f"choose from {', '.join(PREFIX + m for m in [NONE, *methods])}")
     if method in NEEDS_MODEL and checkpoint is None:

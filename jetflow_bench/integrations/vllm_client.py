@@ -9,13 +9,13 @@ step), unless the server fell behind and merged steps; the engine checks for tha
 
 from __future__ import annotations
 
-import http.client
 import json
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+
+import httpx
 
 REQUEST_TIMEOUT_S = 600.0
 
@@ -53,40 +53,32 @@ class Sampling:
 def complete(url: str, model: str, prompt: Sequence[int], sampling: Sampling,
              timeout_s: float = REQUEST_TIMEOUT_S) -> Completion:  # fmt: skip
     """Send one streamed completion and collect its token ids; RequestFailed on any transport error."""
-    parts = urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
-    body = json.dumps(sampling.body(model, prompt))
     tokens: list[int] = []
     chunks: list[int] = []
     finish, first = None, None
     try:
         sent = time.perf_counter()
-        connection.request("POST", f"{parts.path.rstrip('/')}/v1/completions", body,
-                           {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        if response.status != 200:
-            raise RequestFailed(f"HTTP {response.status}: {response.read().decode(errors='replace')[:300]}")
-        for raw in response:
-            line = raw.decode().strip()
-            if not line.startswith("data:"):
-                continue
-            data = line[len("data:") :].strip()
-            if data == "[DONE]":
-                break
-            chunk = json.loads(data)
-            for choice in chunk.get("choices", []):
-                new = choice.get("token_ids") or []
-                if new and first is None:
-                    first = time.perf_counter()
-                tokens.extend(new)
-                if new:
-                    chunks.append(len(new))
-                finish = choice.get("finish_reason") or finish
+        with httpx.stream("POST", f"{url.rstrip('/')}/v1/completions", json=sampling.body(model, prompt),
+                          timeout=timeout_s) as response:
+            if response.status_code != 200:
+                raise RequestFailed(f"HTTP {response.status_code}: {response.read().decode(errors='replace')[:300]}")
+            for line in response.iter_lines():  # server-sent events: "data: {json}" per chunk
+                if not line.startswith("data:"):
+                    continue
+                data = line[len("data:") :].strip()
+                if data == "[DONE]":
+                    break
+                for choice in json.loads(data).get("choices", []):
+                    new = choice.get("token_ids") or []
+                    if new and first is None:
+                        first = time.perf_counter()
+                    tokens.extend(new)
+                    if new:
+                        chunks.append(len(new))
+                    finish = choice.get("finish_reason") or finish
         last = time.perf_counter()
-    except (OSError, http.client.HTTPException, json.JSONDecodeError) as err:
+    except (httpx.HTTPError, json.JSONDecodeError) as err:
         raise RequestFailed(f"{type(err).__name__}: {err}") from err
-    finally:
-        connection.close()
     if finish is None:
         raise RequestFailed("the stream ended without a finish reason (server gone?)")
     return Completion(tokens, chunks, finish, sent, first if first is not None else last, last)

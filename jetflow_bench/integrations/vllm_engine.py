@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from drafters import Drafter
+from jetflow_bench.budget_policy import BudgetPolicy
 from jetflow_bench.engine.loop import BatchResult
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 from jetflow_bench.engine.stopping import StopRule
@@ -39,7 +42,7 @@ from jetflow_bench.integrations.vllm_metrics import SpecCounters, spec_counters
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, group_peak_rss, http_get
 from jetflow_bench.integrations.vllm_steps import batch_result
 from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
-from jetflow_bench.sweep.runner import HFEngine
+from jetflow_bench.sweep.hf_engine import HFEngine
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,8 @@ class VLLMEngine:
     @classmethod
     def load(cls, config: SweepConfig, run_dir: Path, options: VLLMOptions) -> VLLMEngine:
         install = None if options.url else discover(options.vllm_bin or "vllm")
-        engine = cls(HFEngine.load(config.target, config.device, config.dtype, attention=config.attention), config, run_dir, options, install)
+        hf = HFEngine.load(config.target, config.device, config.dtype, attention=config.attention, profile=config.profile)
+        engine = cls(hf, config, run_dir, options, install)
         if options.url:
             engine._read_external()
         return engine
@@ -82,20 +86,23 @@ class VLLMEngine:
     def encode(self, text: str) -> list[int]:
         return self.hf.encode(text)
 
-    def build_drafter(self, spec: DrafterSpec, checkpoint: Path | None) -> Drafter:
+    def build_drafter(self, spec: DrafterSpec, checkpoint: Path | None) -> Drafter | VLLMArm:
         if not is_vllm_arm(spec.name):
             return self.hf.build_drafter(spec, checkpoint)
         methods = None if self.options.url else self.install.methods
-        arm = parse_arm(spec.name, str(checkpoint) if checkpoint else None, methods, dict(spec.options))
-        return arm  # type: ignore[return-value]
+        return parse_arm(spec.name, str(checkpoint) if checkpoint else None, methods, dict(spec.options))
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | None,
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, drafter: Drafter | VLLMArm | None,
         sampling: SamplingParams = GREEDY, request_ids: Sequence[int] | None = None,
+        policy: BudgetPolicy | None = None,
     ) -> BatchResult:
         self.serving_cell = isinstance(drafter, VLLMArm)
         if not self.serving_cell:
-            return self.hf.generate(prompts, stop, budget, drafter, sampling=sampling, request_ids=request_ids)
+            return self.hf.generate(prompts, stop, budget, drafter, sampling=sampling, request_ids=request_ids,
+                                    policy=policy)
+        if policy is not None:
+            raise JfbenchError("--budgets auto: vLLM arms draft a fixed number of tokens; give them static budgets")
         if sampling.temperature > 0:
             raise JfbenchError("--engine vllm decodes greedily so far: vLLM arms run at temperature 0 only")
         url = self._serve(drafter, budget)
@@ -111,6 +118,16 @@ class VLLMEngine:
             raise JfbenchError(f"a vLLM request failed ({err}); {where}") from None
         counters = self._counters(url) - before
         return batch_result(prompts, completions, stop, budget, counters, start)
+
+    def budget_policy(self, candidates: Sequence[int], batch_size: int, context: int) -> BudgetPolicy:
+        raise JfbenchError(f"--budgets auto runs on the hf engine only; engine {self.name!r} chooses its own budget")
+
+    def kv_cache_bytes(self, batch: int, capacity: int) -> None:
+        """None: vLLM sizes its own cache pool, and jfbench's arms here are not checked ahead either."""
+        return None
+
+    def available_memory_bytes(self) -> None:
+        return None
 
     def next_token_logits(self, context: list[int]):
         return self.hf.next_token_logits(context)
@@ -198,7 +215,7 @@ class VLLMEngine:
         """Read the external server's model, version and speculative config once (mismatches refused per cell)."""
         try:
             entry = self._served_model(self.url)
-        except OSError as err:
+        except httpx.TransportError as err:
             raise JfbenchError(f"--vllm-url {self.url}: nothing answers there ({err}); start the server first") from None
         served = str(Path(entry.get("root") or entry["id"]).expanduser())
         target = self.config.target
@@ -229,7 +246,7 @@ class VLLMEngine:
     def _counters(self, url: str) -> SpecCounters:
         try:
             status, body = http_get(f"{url}/metrics")
-        except OSError as err:
+        except httpx.TransportError as err:
             if self.server is not None:
                 self.server.check_alive()
             raise JfbenchError(f"cannot read {url}/metrics ({err})") from None

@@ -1,4 +1,5 @@
-"""vLLM's speculative-decoding counters: parse `/metrics`, difference two reads, derive step rows.
+"""vLLM's speculative-decoding counters: read `/metrics` (`prometheus_client`'s parser), difference two
+reads, derive step rows.
 
 vLLM exports Prometheus counters that only ever grow (per server, summed over requests):
 
@@ -23,31 +24,11 @@ token counts (`step_rows`).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from prometheus_client.parser import text_string_to_metric_families
+
 PREFIX = "vllm:spec_decode_"
-_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_prometheus(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Prometheus text exposition → {(metric name, sorted labels): value}; comments skipped.
-
-    Example: 'vllm:x_total{position="1",model_name="m"} 3.0' → {("vllm:x_total", (("model_name", "m"),
-    ("position", "1"))): 3.0}.
-    """
-    samples = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        labels = tuple(sorted(_LABEL.findall(match["labels"] or "")))
-        samples[(match["name"], labels)] = float(match["value"])
-    return samples
 
 
 @dataclass(frozen=True)
@@ -92,14 +73,15 @@ def spec_counters(text: str) -> SpecCounters:
     """
     totals = {"num_drafts": 0.0, "num_draft_tokens": 0.0, "num_accepted_tokens": 0.0}
     per_pos: dict[int, float] = {}
-    for (name, labels), value in parse_prometheus(text).items():
-        if not name.startswith(PREFIX) or not name.endswith("_total"):
+    samples = (sample for family in text_string_to_metric_families(text) for sample in family.samples)
+    for name, labels, value, *_ in samples:
+        if not name.startswith(PREFIX) or not name.endswith("_total"):  # e.g. the `_created` timestamps
             continue
         kind = name[len(PREFIX) : -len("_total")]
         if kind in totals:
             totals[kind] += value
         elif kind == "num_accepted_tokens_per_pos":
-            position = int(dict(labels)["position"])
+            position = int(labels["position"])
             per_pos[position] = per_pos.get(position, 0.0) + value
     width = max(per_pos, default=-1) + 1
     return SpecCounters(int(totals["num_drafts"]), int(totals["num_draft_tokens"]),

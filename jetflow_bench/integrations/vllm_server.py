@@ -17,11 +17,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from jetflow_bench.errors import JfbenchError
 
@@ -59,12 +59,9 @@ class ServerConfig:
 
 
 def http_get(url: str, timeout: float = 10.0) -> tuple[int, str]:
-    """(status, body); raises OSError (urllib's URLError included) when nothing answers."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - a URL we were given
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode(errors="replace")
+    """(status, body); raises `httpx.TransportError` when nothing answers."""
+    response = httpx.get(url, timeout=timeout)
+    return response.status_code, response.text
 
 
 def port_free(port: int, host: str = LOOPBACK) -> bool:
@@ -146,7 +143,7 @@ class ManagedServer:
             if code is not None:
                 raise JfbenchError(f"the vLLM server exited during start-up (code {code}): "
                                    f"{log_cause(self.log)}; see {self.log}")
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(httpx.TransportError):  # not listening yet
                 if http_get(f"{self.url}/health", timeout=5)[0] == 200:
                     return
             time.sleep(1.0)

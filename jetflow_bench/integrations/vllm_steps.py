@@ -112,6 +112,7 @@ def _record(request: int, step: int, active: int, budget: int, drafted: int, acc
         request=request, step=step, batch_step=step, active=active, budget=budget, drafted=drafted,
         accepted=accepted, accepted_raw=accepted_raw, emitted=emitted, depth=drafted, draft_passes=0,
         draft_entries=0, draft_flops=NAN, verify_flops=NAN, draft_s=NAN, verify_s=NAN, other_s=NAN,
+        timing="none",
     )
 
 

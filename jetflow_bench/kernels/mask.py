@@ -59,7 +59,7 @@ class TreeMask:
     @classmethod
     def for_block(cls, context: torch.Tensor, entries: torch.Tensor, dtype: torch.dtype) -> TreeMask:
         """Draft head: context (B, N, T) bool whose rows are prefixes (entry i sees positions < some
-        limit, as ``drafters.masks.context_allowed`` builds them) and entries (B, N, E) or (N, E)
+        limit, as ``jetflow_bench.heads.masks.context_allowed`` builds them) and entries (B, N, E) or (N, E)
         stored right after the T context slots."""
         return cls.after_prefixes(context.sum(-1), context.shape[-1], entries, dtype)
 

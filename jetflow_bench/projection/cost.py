@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jetflow_bench.projection.calibration import Calibration
 from jetflow_bench.projection.hardware import HardwareProfile
 from jetflow_bench.projection.shapes import ModelShape
+from jetflow_bench.projection.verify_cost import Calibration
 
 
 @dataclass(frozen=True)

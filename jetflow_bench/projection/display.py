@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.table import Table
 
+from jetflow_bench.arms import arm_label
 from jetflow_bench.projection.cost import CostModel
 
 PROJECTION_LABEL = "projection, not a measurement"
@@ -26,7 +27,7 @@ def projection_table(table: pd.DataFrame, hardware: str) -> Table:
     keys = ["suite", "temperature", "drafter", "variant", "budget"]
     for (suite, temperature, drafter, variant, budget), rows in table.groupby(keys, sort=True):
         first = rows.iloc[0]
-        name = drafter if variant == "default" else f"{drafter}[{variant}]"
+        name = arm_label(drafter, variant)
         cells = ([suite] if several_suites else []) + ([f"{temperature:g}"] if several_temperatures else []) + [
             name, str(budget), f"{first['tau']:.2f}", f"{first['draft_passes']:g}", f"{first['draft_entries']:.0f}"]
         for b in batches:
@@ -98,7 +99,7 @@ def policy_table(table: pd.DataFrame, hardware: str) -> Table:
     out.add_column("auto: chosen B per batch size", justify="left")
     for (suite, drafter, variant, _budget), rows in table.groupby(["suite", "drafter", "variant", "budget"], sort=True):
         first = rows.iloc[0]
-        name = drafter if variant == "default" else f"{drafter}[{variant}]"
+        name = arm_label(drafter, variant)
         cells = [suite, name, first["policy"], f"{first['tau']:.2f}"]
         for b in batches:
             row = rows[rows["batch_size"] == b].iloc[0]

@@ -20,15 +20,15 @@ import torch
 from jetflow_bench.engine.acceptance import accept_tree
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.projection.calibration import fit_profile
 from jetflow_bench.projection.shapes import ModelShape
+from jetflow_bench.projection.verify_cost import fit_profile
 from jetflow_bench.runtime import synchronize
 
 FANOUT = 4  # children per node of the timed trees
 COPY_BYTES = 1 << 27  # 128 MiB buffer for the bandwidth probe (larger than any CPU cache)
 
 
-def _tree(root: int, size: int, vocab: int, generator: torch.Generator) -> DraftTree:
+def complete_tree(root: int, size: int, vocab: int, generator: torch.Generator) -> DraftTree:
     tokens = [root, *torch.randint(0, vocab, (size - 1,), generator=generator).tolist()]
     return DraftTree(tokens, [-1, *[(i - 1) // FANOUT for i in range(1, size)]])
 
@@ -41,7 +41,7 @@ def _once(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def _interleaved(fns: Sequence[Callable[[], object]], device: torch.device, repeats: int) -> list[list[float]]:
+def interleaved(fns: Sequence[Callable[[], object]], device: torch.device, repeats: int) -> list[list[float]]:
     """Seconds of `repeats` calls of each fn, taken round-robin (fn 0, fn 1, ..., fn 0, ...) so that
     load from other processes on a shared machine falls on every point alike."""
     samples: list[list[float]] = [[] for _ in fns]
@@ -56,14 +56,14 @@ def copy_bandwidth(device: torch.device, repeats: int) -> float:
     src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
-    return 2 * COPY_BYTES / statistics.median(_interleaved([lambda: dst.copy_(src)], device, repeats)[0])
+    return 2 * COPY_BYTES / statistics.median(interleaved([lambda: dst.copy_(src)], device, repeats)[0])
 
 
 def measure(
     runner: TargetRunner, shape: ModelShape, sizes: Sequence[int], batch_sizes: Sequence[int], context: int,
     repeats: int, progress: Callable[[], None] | None = None, seed: int = 0,
 ) -> dict:
-    """The calibration file's content (see jetflow_bench.projection.calibration)."""
+    """The calibration file's content (see jetflow_bench.projection.verify_cost)."""
     generator = torch.Generator().manual_seed(seed)
     vocab = shape.vocab
     points, flops = [], []
@@ -72,7 +72,7 @@ def measure(
         runner.prefill(prompts, capacity=context + max(sizes))
         forwards, steps = [], []
         for n in sizes:
-            trees = [_tree(p[-1], n, vocab, generator) for p in prompts]
+            trees = [complete_tree(p[-1], n, vocab, generator) for p in prompts]
             prepared = runner.prepare(trees)
 
             def step(trees: list[DraftTree] = trees) -> None:
@@ -82,9 +82,9 @@ def measure(
 
             forwards.append(lambda prepared=prepared: runner.forward(prepared))
             steps.append(step)
-        _interleaved(forwards + steps, runner.device, 1)  # warm-up, untimed
-        verify = _interleaved(forwards, runner.device, repeats)
-        bookkeeping = _interleaved(steps, runner.device, repeats)
+        interleaved(forwards + steps, runner.device, 1)  # warm-up, untimed
+        verify = interleaved(forwards, runner.device, repeats)
+        bookkeeping = interleaved(steps, runner.device, repeats)
         for n, v, k in zip(sizes, verify, bookkeeping, strict=True):
             points.append({"tokens": n, "batch": b, "verify_s": statistics.median(v), "verify_min_s": min(v),
                            "bookkeeping_s": statistics.median(k)})

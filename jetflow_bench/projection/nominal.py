@@ -1,10 +1,10 @@
-"""Draft counters implied by a built-in drafter's algorithm, for runs recorded before the counters.
+"""Draft counters implied by a drafter's algorithm, for runs recorded before the counters.
 
 Runs written before steps carried `draft_passes` / `draft_entries` (e.g. the toy quality bar) can
-still be projected for the built-in families, from what their algorithms do per step at budget B
-(see each drafter's module docstring), with the drafter's default options unless the run's manifest
-lists others. Every projected row says which source its counters came from, and the command prints
-a warning. A plug-in drafter without recorded counters cannot be guessed: that is a user error.
+still be projected for the families that declare what their algorithm does per step at budget B
+(`Drafter.nominal_counters`, with the drafter's own default options unless the run's manifest lists
+others). Every projected row says which source its counters came from, and the command prints
+a warning. A drafter that declares none cannot be guessed: that is a user error. The built-ins:
 
     family   passes P                       entries E (per sequence, all passes)
     ngram    0                              0                     (host-side suffix lookup)
@@ -18,26 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# Default options of the built-in drafters (drafters/jetflow.py, drafters/eagle.py).
-JETFLOW_REFINE_PASSES = 1
-EAGLE_DEPTH = 8
-EAGLE_TOP_K = 8
+from jetflow_bench.plugins import DRAFTERS
 
 
 def nominal_counters(drafter: str, budget: int, block_size: int | None, options: Mapping[str, Any]) -> tuple[float, float] | None:
-    """(passes, entries) per step for a built-in family, or None when the family is unknown."""
+    """(passes, entries) per step, from the drafter's own `Drafter.nominal_counters` and defaults; None
+    when the drafter is not registered or cannot say."""
     if budget <= 1:
         return 0.0, 0.0
-    if drafter == "ngram":
-        return 0.0, 0.0
-    if drafter in ("dflash", "jetflow") and block_size is None:
+    if drafter not in DRAFTERS:
         return None
-    if drafter == "dflash":
-        return 1.0, float(block_size)
-    if drafter == "jetflow":
-        r = int(options.get("refine_passes", JETFLOW_REFINE_PASSES))
-        return 1.0 + r, float(block_size + r * 2 * budget)
-    if drafter == "eagle":
-        passes = min(int(options.get("depth", EAGLE_DEPTH)), budget - 1)
-        return float(passes), float(1 + (passes - 1) * int(options.get("top_k", EAGLE_TOP_K)))
-    return None
+    return DRAFTERS.get(drafter).nominal_counters(budget, block_size, options)

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import AUTO_BUDGET, BudgetPolicy, budget_label
+from jetflow_bench.budget_policy import AUTO_COLUMN, BudgetPolicy, budget_label
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.project import _cells, _specs, head_info
@@ -103,7 +103,7 @@ def replay_arm(
              "tokens_per_s": tokens / seconds, "speedup": tokens / seconds / ar_rate, "chosen_budgets": ""}
             for B, (tokens, seconds) in totals.items()]
     shares = pd.Series(chosen).value_counts(normalize=True).sort_index()
-    rows.append({"policy": "auto", "budget": AUTO_BUDGET, "tau": auto_tokens / sequence_steps,
+    rows.append({"policy": "auto", "budget": AUTO_COLUMN, "tau": auto_tokens / sequence_steps,
                  "tokens_per_s": auto_tokens / auto_s, "speedup": auto_tokens / auto_s / ar_rate,
                  "chosen_budgets": ",".join(f"{int(b)}:{s:.2f}" for b, s in shares.items())})
     return rows
@@ -123,9 +123,9 @@ def replay_run(
         )
     nodes = pd.read_parquet(path)
     cells = _cells(run)
-    cells = cells[cells["budget"] != AUTO_BUDGET]
+    cells = cells[cells["budget"] != AUTO_COLUMN]
     specs, rows, notes = _specs(run), [], []
-    for (suite, drafter, variant), arm in nodes[nodes["budget"] != AUTO_BUDGET].groupby(ARM):
+    for (suite, drafter, variant), arm in nodes[nodes["budget"] != AUTO_COLUMN].groupby(ARM):
         if drafter == AR_ARM:
             continue
         b_max = int(arm["budget"].max())
@@ -144,9 +144,9 @@ def replay_run(
         for b in batch_sizes:
             draft = {B: _draft_s(model, by_budget.get(B, by_budget[b_max]), head, b) for B in usable}
             replayed = replay_arm(steps, usable, b, model, draft)
-            statics = [r for r in replayed if r["budget"] != AUTO_BUDGET]
+            statics = [r for r in replayed if r["budget"] != AUTO_COLUMN]
             best = max(statics, key=lambda r: r["speedup"])
-            auto = next(r for r in replayed if r["budget"] == AUTO_BUDGET)
+            auto = next(r for r in replayed if r["budget"] == AUTO_COLUMN)
             for r in replayed:
                 rows.append({"suite": suite, "drafter": drafter, "variant": variant, "batch_size": b, **r,
                              "best_static": r is best, "source_budget": b_max, "sequence_steps": len(steps),

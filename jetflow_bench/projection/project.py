@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import AUTO_BUDGET
+from jetflow_bench.budget_policy import AUTO_COLUMN
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.nominal import nominal_counters
@@ -87,7 +87,7 @@ def _cells(run: Run) -> pd.DataFrame:
     """Drafter cells with τ, the draft counters (NaN when not recorded) and the mean tree size
     `tree_nodes` = 1 + drafted / steps (the budget when the run does not say), repeats averaged.
     `--budgets auto` cells have no single budget to price: `--policy auto` replays them instead."""
-    summary = run.summary[(run.summary["drafter"] != AR_ARM) & (run.summary["budget"] != AUTO_BUDGET)].copy()
+    summary = run.summary[(run.summary["drafter"] != AR_ARM) & (run.summary["budget"] != AUTO_COLUMN)].copy()
     summary["host_draft_s"] = np.nan
     if "draft_s" in summary and ("n_steps" in summary or (run.path / "steps.parquet").is_file()):
         steps = summary.set_index(list(CELL_KEYS)).index.map(run.batch_steps.to_dict()).to_numpy(dtype=float)

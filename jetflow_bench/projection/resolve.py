@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.projection.calibration import load_calibration
 from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.hardware import CPU_HERE, resolve_hardware
 from jetflow_bench.projection.shapes import DTYPE_BYTES, presets, resolve_target
+from jetflow_bench.projection.verify_cost import load_calibration
 
 DEFAULT_HARDWARE = "h100-sxm"
 DEFAULT_DTYPE = "bfloat16"  # the paper's precision and that of every GPU preset's sources

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from jetflow_bench.arms import AR_ARM
+from jetflow_bench.arms import AR_ARM, DEFAULT_VARIANT
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.integrity import READ_ERRORS, reason, warn, warn_damaged_cells
 
@@ -28,7 +28,6 @@ ADDED_KEYS = {"temperature": 0.0}  # cell keys newer than some recorded runs, wi
 # What reports say about losslessness at temperature > 0, where it is a distributional property
 # checked by the test suite rather than a per-request token comparison.
 SAMPLED_LOSSLESS = "distribution-preserving (tested)"
-DEFAULT_VARIANT = "default"
 SPEEDUP = "speedup_decode_micro"  # the headline speed-up: decode-only, time-weighted (docs/methodology.md)
 
 

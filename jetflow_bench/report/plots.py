@@ -24,7 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import AUTO_BUDGET
+from jetflow_bench.budget_policy import AUTO_COLUMN
 from jetflow_bench.calibration import expected_calibration_error, reliability_table
 from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run, depth_columns
 from jetflow_bench.report.palette import AR_COLOR, drafter_color, drafter_order
@@ -93,7 +93,7 @@ def speedup_vs_budget(run: Run) -> ReportFigure | None:
         return None
     means = _mean_over_repeats(cells, ["suite", "batch_size", "drafter", "budget"],
                                [SPEEDUP, f"{SPEEDUP}_lo", f"{SPEEDUP}_hi"])
-    data, auto = means[means["budget"] != AUTO_BUDGET], means[means["budget"] == AUTO_BUDGET]
+    data, auto = means[means["budget"] != AUTO_COLUMN], means[means["budget"] == AUTO_COLUMN]
     if data.empty:
         return None
     suites, sizes = sorted(data["suite"].unique()), sorted(data["batch_size"].unique())
@@ -124,7 +124,7 @@ def speedup_vs_budget(run: Run) -> ReportFigure | None:
 def tau_vs_budget(run: Run) -> ReportFigure | None:
     """Acceptance length τ against the budget, one panel per suite (mean over batch sizes/repeats)."""
     cells = run.cells()
-    cells = cells[cells["budget"] != AUTO_BUDGET]
+    cells = cells[cells["budget"] != AUTO_COLUMN]
     if cells.empty:
         return None
     data = cells.groupby(["suite", "drafter", "budget"], as_index=False)["tau"].agg(["mean", "min", "max"])

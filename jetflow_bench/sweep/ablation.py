@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.arms import AR_ARM
+from jetflow_bench.arms import AR_ARM, DEFAULT_VARIANT
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.metrics import _div
+from jetflow_bench.metrics import bootstrap_draws, rate, tau
 from jetflow_bench.report.loading import with_cell_keys
-from jetflow_bench.sweep.grid import DEFAULT_VARIANT, DrafterSpec
+from jetflow_bench.sweep.grid import DrafterSpec
 
 # Ablation flag -> (stage, drafter option). "train" options need their own weights.
 AXES: dict[str, tuple[str, str]] = {
@@ -257,7 +257,7 @@ def _stats(arm: np.ndarray, ar: np.ndarray, seeds: np.ndarray, prompts: np.ndarr
     picked = arm[seeds[:, :, None], prompts[:, None, :]]  # (R, S, n, 3)
     emitted, steps, time = (picked[..., k].sum(axis=(1, 2)) for k in range(3))
     ar_time = ar[prompts].sum(axis=-1) * seeds.shape[1]  # the AR baseline, once per drawn seed
-    return {"tau": _div(emitted, steps), "speedup": _div(ar_time, time)}
+    return {"tau": tau(emitted, steps), "speedup": rate(ar_time, time)}
 
 
 def ablation_table(
@@ -301,10 +301,8 @@ def ablation_table(
         ref = np.stack([d.loc[prompts].to_numpy(float) for _, d in frames])  # (S, n, 3)
         ar_s = base.loc[prompts, "decode_s"].to_numpy(float)  # (n,)
         n_seeds, n = var.shape[:2]
-        rng = np.random.default_rng(seed)
         all_seeds, all_prompts = np.arange(n_seeds)[None, :], np.arange(n)[None, :]
-        prompt_draws = rng.integers(0, n, size=(n_boot, n))  # (n_boot, n), drawn first: one seed = prompts only
-        draws = (rng.integers(0, n_seeds, size=(n_boot, n_seeds)), prompt_draws)  # seeds (n_boot, S)
+        draws = bootstrap_draws(n, n_seeds, n_boot, seed)  # seeds (n_boot, S), prompts (n_boot, n)
         v_point, d_point = _stats(var, ar_s, all_seeds, all_prompts), _stats(ref, ar_s, all_seeds, all_prompts)
         v_boot, d_boot = _stats(var, ar_s, *draws), _stats(ref, ar_s, *draws)
         one = [np.array([[k]]) for k in range(n_seeds)]

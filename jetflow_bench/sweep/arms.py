@@ -8,14 +8,15 @@ an option set to its default is dropped (``jetflow[refine_passes=0]`` is plain `
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from jetflow_bench.arms import DEFAULT_VARIANT
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.sweep.grid import DEFAULT_VARIANT, DrafterSpec, options_label
+from jetflow_bench.registry import did_you_mean
+from jetflow_bench.sweep.grid import DrafterSpec, options_label
 
 
 def option_defaults(drafter_cls: type) -> dict[str, Any]:
@@ -37,8 +38,7 @@ def check_option_names(name: str, keys: Iterable[str]) -> dict[str, Any]:
     defaults = option_defaults(DRAFTERS.get(name))
     for key in keys:
         if key not in defaults:
-            close = difflib.get_close_matches(key, list(defaults), n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint = did_you_mean(key, defaults)
             raise JfbenchError(
                 f"drafter {name!r} has no option {key!r}: {hint}choose from {', '.join(sorted(defaults))}"
             )

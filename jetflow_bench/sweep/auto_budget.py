@@ -20,7 +20,7 @@ import torch
 from jetflow_bench.budget_policy import BudgetPolicy, StepCost
 from jetflow_bench.engine.acceptance import accept_tree
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.projection.measure import _interleaved, _tree
+from jetflow_bench.projection.measure import complete_tree, interleaved
 
 REPEATS = 7  # timed repeats per (size, batch) point; the median is kept
 
@@ -39,7 +39,7 @@ def measure_step_cost(
         try:
             steps = []
             for n in sizes:
-                trees = [_tree(p[-1], n, vocab, generator) for p in prompts]
+                trees = [complete_tree(p[-1], n, vocab, generator) for p in prompts]
 
                 def step(trees=trees) -> None:
                     batch = target.prepare(trees)
@@ -48,8 +48,8 @@ def measure_step_cost(
                                 out.logits.argmax(-1))
 
                 steps.append(step)
-            _interleaved(steps, target.device, 1)  # warm-up, untimed
-            timed = _interleaved(steps, target.device, REPEATS)
+            interleaved(steps, target.device, 1)  # warm-up, untimed
+            timed = interleaved(steps, target.device, REPEATS)
             medians = np.array([statistics.median(t) for t in timed])
             # A forward over fewer tokens cannot cost more than one over more: other processes only
             # ever add time, so a size slower than a larger one is noise and takes the larger's time.

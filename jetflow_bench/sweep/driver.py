@@ -25,15 +25,16 @@ import pandas as pd
 import torch
 
 from drafters import Drafter
-from jetflow_bench.budget_policy import AUTO_BUDGET
+from jetflow_bench.arms import arm_label
+from jetflow_bench.budget_policy import AUTO_COLUMN
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.sweep.engines import ENGINES, Engine
 from jetflow_bench.sweep.grid import (
     AR_ARM,
     Cell,
     DrafterSpec,
     SweepConfig,
-    auto_budgets,
     cell_hash,
     cells,
     config_dict,
@@ -46,7 +47,7 @@ from jetflow_bench.sweep.grid import (
 from jetflow_bench.sweep.lossless import Verdict, judge, sampled_verdict
 from jetflow_bench.sweep.memory import check_memory
 from jetflow_bench.sweep.progress import SweepProgress
-from jetflow_bench.sweep.runner import ENGINES, Engine, Prompt, run_cell
+from jetflow_bench.sweep.runner import Prompt, run_cell
 from jetflow_bench.sweep.store import Derived, RunStore, now_iso
 from jetflow_bench.sweep.tables import cell_frames, node_frame
 from suites import Record, Request, Suite, get_suite, sandbox
@@ -244,9 +245,8 @@ class _CellLoop:
         """Decode (timed), then judge losslessness and answers (untimed), then store the cell."""
         work, config = self.workloads[cell.suite], self.config
         torch.manual_seed(config.seed)
-        auto = {"auto_budgets": auto_budgets(config)} if cell.budget == AUTO_BUDGET else {}
         run = run_cell(self.engine, cell, work.prompts, self.drafter(cell), config.warmup_tokens, progress.advance,
-                       sampling=sampling_for(config, cell), **auto)
+                       sampling=sampling_for(config, cell))
         ids = sorted(run.outputs)
         outputs = {i: run.outputs[i].output_tokens for i in ids}
         verdicts = self.verdicts(cell, work, outputs)
@@ -292,8 +292,8 @@ def fill_notes(summary: pd.DataFrame) -> list[str]:
     notes = []
     for (drafter, variant, budget), group in arms.groupby(["drafter", "variant", "budget"]):
         most = int(group["drafted_max"].max())
-        if budget != AUTO_BUDGET and most < budget - 1:
-            arm = drafter if variant == "default" else f"{drafter}[{variant}]"
+        if budget != AUTO_COLUMN and most < budget - 1:
+            arm = arm_label(drafter, variant)
             notes.append(f"note: {arm} drafted at most {most} of {budget - 1} nodes at budget {budget} "
                          f"(mean {group['drafted_mean'].mean():.1f}); the budget is reported as given, not shrunk")
     return notes

@@ -28,16 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.arms import AR_ARM, ARM_SYNTAX
-from jetflow_bench.budget_policy import AUTO_BUDGET, DEFAULT_CANDIDATES, budget_label
-from jetflow_bench.engine.loop import check_budget
+from jetflow_bench.arms import AR_ARM, ARM_SYNTAX, DEFAULT_VARIANT, arm_label
+from jetflow_bench.budget_policy import DEFAULT_CANDIDATES, Budget, check_budget
 from jetflow_bench.engine.sampling import SamplingParams
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
+from jetflow_bench.sweep.engines import ENGINES
 
 CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat", "temperature"]
 PAIR_KEYS = ["suite", "batch_size", "repeat", "temperature"]  # a drafter cell's AR baseline shares these
-DEFAULT_VARIANT = "default"
 GRID_FIELDS = ("drafters", "suites", "budgets", "batch_sizes", "repeats", "temperatures")  # not in a cell's hash
 SAMPLING_DEFAULTS = {"temperatures": [0.0], "top_p": 1.0, "top_k": 0}  # a greedy config's sampling fields
 
@@ -56,11 +55,11 @@ class DrafterSpec:
     checkpoint: str | None = None  # absolute path, or None (no weights, or trained on demand)
     options: tuple[tuple[str, Any], ...] = ()  # sorted (key, value) pairs passed to build()
     train: tuple[tuple[str, Any], ...] = ()  # sorted (key, value) pairs passed to the trainer
-    budgets: tuple[int, ...] | None = None  # an arm that ignores B runs only at these (None: the grid's)
+    budgets: tuple[Budget, ...] | None = None  # an arm that ignores B runs only at these (None: the grid's)
 
     @property
     def label(self) -> str:
-        return self.name if self.variant == DEFAULT_VARIANT else f"{self.name}[{self.variant}]"
+        return arm_label(self.name, self.variant)
 
 
 AR_SPEC = DrafterSpec(AR_ARM)
@@ -73,7 +72,7 @@ class SweepConfig:
     target: str  # hub id or absolute local path
     drafters: tuple[DrafterSpec, ...]  # the AR baseline is implicit and always run
     suites: tuple[str, ...]  # canonical suite names
-    budgets: tuple[int, ...]  # B, nodes per tree incl. the root (docs/methodology.md); AUTO_BUDGET = auto
+    budgets: tuple[Budget, ...]  # B, nodes per tree incl. the root (docs/methodology.md), or the per-step policy
     batch_sizes: tuple[int, ...]
     repeats: int  # timing repeats; each repeat re-runs the AR baseline too
     device: str  # resolved, e.g. "cpu", "cuda:0"
@@ -91,6 +90,8 @@ class SweepConfig:
     warmup_tokens: int = 8  # new tokens of the untimed warm-up generate before each cell
     n_boot: int = 1000  # bootstrap resamples for speed-up CIs
     attention: str = "sdpa"  # attention backend of the target and heads (jetflow_bench.engine.attention)
+    profile: bool = False  # time each step's draft / verify / other split on a GPU (`--profile`)
+    compile: bool = False  # target forwards through torch.compile at bucketed shapes (jetflow_bench.engine.compiled)
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)  # e.g. the ablation's flags
 
 
@@ -99,7 +100,7 @@ class Cell:
     suite: str
     drafter: str
     variant: str
-    budget: int
+    budget: Budget
     batch_size: int
     repeat: int
     temperature: float = 0.0  # 0 = greedy
@@ -110,7 +111,8 @@ class Cell:
 
     @property
     def keys(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The cell keys as table columns (the budget as its ``budget`` column value)."""
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, "budget": self.budget.column}
 
     @property
     def pair(self) -> tuple[str, int, int, float]:
@@ -120,24 +122,19 @@ class Cell:
     @property
     def baseline(self) -> Cell:
         """The AR cell this cell is paired with."""
-        return Cell(self.suite, AR_ARM, DEFAULT_VARIANT, 1, self.batch_size, self.repeat, self.temperature)
+        return Cell(self.suite, AR_ARM, DEFAULT_VARIANT, Budget.fixed(1), self.batch_size, self.repeat, self.temperature)
 
     @property
     def cell_id(self) -> str:
         """File-name-safe, readable and unique: gsm8k__ngram__default__B64__bs4__r0 (+ __T1 when sampled)."""
         safe = [re.sub(r"[^A-Za-z0-9_.-]+", "-", s) for s in (self.suite, self.drafter, self.variant)]
         sampled = [f"T{self.temperature:g}"] if self.temperature else []
-        return "__".join([*safe, f"B{budget_label(self.budget)}", f"bs{self.batch_size}", f"r{self.repeat}", *sampled])
+        return "__".join([*safe, f"B{self.budget.label}", f"bs{self.batch_size}", f"r{self.repeat}", *sampled])
 
     def label(self) -> str:
-        arm = self.drafter if self.variant == DEFAULT_VARIANT else f"{self.drafter}[{self.variant}]"
+        arm = arm_label(self.drafter, self.variant)
         sampled = f" T={self.temperature:g}" if self.temperature else ""
-        return f"{self.suite} {arm} B={budget_label(self.budget)} bs={self.batch_size} r{self.repeat}{sampled}"
-
-
-def auto_budgets(config: SweepConfig) -> tuple[int, ...]:
-    """The candidate budgets of `--budgets auto` (`--auto-budgets`, default DEFAULT_CANDIDATES)."""
-    return tuple(dict(config.extra).get("auto_budgets", DEFAULT_CANDIDATES))
+        return f"{self.suite} {arm} B={self.budget.label} bs={self.batch_size} r{self.repeat}{sampled}"
 
 
 def stable_hash(obj: Any, length: int = 12) -> str:
@@ -147,6 +144,8 @@ def stable_hash(obj: Any, length: int = 12) -> str:
 
 
 def _plain(obj: Any) -> Any:
+    if isinstance(obj, Budget):  # a fixed size hashes as the bare int it always was
+        return {"auto": list(obj.sizes)} if obj.policy else obj.nodes
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
@@ -166,8 +165,8 @@ def config_dict(config: SweepConfig) -> dict[str, Any]:
 def _identity(config: SweepConfig) -> dict[str, Any]:
     """The config with the target and checkpoints named by their weights, not their paths.
 
-    The default attention backend is left out, so runs made before ``--attention`` existed keep their
-    hashes; so are sampling fields at greedy decoding's values (module docstring).
+    The default attention backend and an eager target are left out, so runs made before ``--attention``
+    and ``--compile`` existed keep their hashes; so are sampling fields at greedy decoding's values (module docstring).
     """
     plain = {k: v for k, v in config_dict(config).items() if SAMPLING_DEFAULTS.get(k, ...) != v}
     plain["temperature"] = 0.0
@@ -175,6 +174,10 @@ def _identity(config: SweepConfig) -> dict[str, Any]:
                 "drafters": [_spec_identity(s) for s in config.drafters]}
     if identity["attention"] == "sdpa":
         del identity["attention"]
+    if not identity["profile"]:  # the default leaves the hashes of runs made before `--profile` existed
+        del identity["profile"]
+    if not identity["compile"]:
+        del identity["compile"]
     return identity
 
 
@@ -202,7 +205,9 @@ def settings_hash(config: SweepConfig) -> str:
 
 def cell_hash(config: SweepConfig, cell: Cell, spec: DrafterSpec) -> str:
     """Hash of what determines one cell: shared settings, the cell keys and its drafter spec."""
-    keys = cell.keys if cell.temperature else {k: v for k, v in cell.keys.items() if k != "temperature"}
+    keys = {**cell.keys, "budget": _plain(cell.budget)}  # the policy's candidates are part of its cell
+    if not cell.temperature:
+        del keys["temperature"]
     return stable_hash({"config": _settings(config), "cell": keys, "drafter": _spec_identity(spec)})
 
 
@@ -229,7 +234,7 @@ def cells(config: SweepConfig) -> Iterator[Cell]:
     for repeat, suite, temperature, batch_size in itertools.product(
         range(config.repeats), config.suites, config.temperatures, config.batch_sizes
     ):
-        yield Cell(suite, AR_ARM, DEFAULT_VARIANT, 1, batch_size, repeat, temperature)
+        yield Cell(suite, AR_ARM, DEFAULT_VARIANT, Budget.fixed(1), batch_size, repeat, temperature)
         for spec in config.drafters:
             for budget in spec.budgets or config.budgets:
                 yield Cell(suite, spec.name, spec.variant, budget, batch_size, repeat, temperature)
@@ -265,15 +270,32 @@ def parse_temperatures(text: str) -> tuple[float, ...]:
     return tuple(values)
 
 
-def parse_budgets(text: str, option: str = "--budgets", allow_auto: bool = True) -> tuple[int, ...]:
-    """'16,auto' -> (16, AUTO_BUDGET): "auto" (the per-step policy) may stand alone or beside static budgets."""
+def parse_budgets(text: str, candidates: str | None = None) -> tuple[Budget, ...]:
+    """'16,auto' -> (fixed 16, the policy over ``candidates``, `--auto-budgets`, read only for auto):
+    "auto" may stand alone or beside sizes."""
     parts = [p.strip() for p in text.split(",")]
-    auto = allow_auto and "auto" in (p.lower() for p in parts)
-    static = ",".join(p for p in parts if p.lower() != "auto" or not allow_auto)
-    budgets = parse_ints(static, option, minimum=None) if static else ()  # check_budget names the bounds
-    for budget in budgets:
-        check_budget(budget)
-    return (*budgets, AUTO_BUDGET) if auto else budgets
+    auto = any(p.lower() == "auto" for p in parts)
+    sizes = ",".join(p for p in parts if p.lower() != "auto")
+    budgets = tuple(Budget.fixed(n) for n in parse_ints(sizes, "--budgets", minimum=None)) if sizes else ()
+    if not auto:
+        return budgets
+    return (*budgets, Budget.auto(parse_candidates(candidates) if candidates else DEFAULT_CANDIDATES))
+
+
+def parse_sizes(text: str, command: str) -> tuple[int, ...]:
+    """'16,64' -> (16, 64) for a ``command`` that times fixed tree sizes: "auto" is refused."""
+    budgets = parse_budgets(text)
+    if any(b.policy for b in budgets):
+        raise JfbenchError(f"--budgets {text}: {command} times fixed budgets; give sizes only, e.g. --budgets 16,64")
+    return tuple(b.nodes for b in budgets)
+
+
+def parse_candidates(text: str) -> tuple[int, ...]:
+    """'1,4,16' -> the candidate sizes of `--budgets auto` (`--auto-budgets`), range-checked."""
+    candidates = parse_ints(text, "--auto-budgets", minimum=None)
+    for size in candidates:
+        check_budget(size)
+    return candidates
 
 
 def parse_names(text: str, option: str) -> list[str]:
@@ -293,8 +315,6 @@ def check_drafter_name(name: str, item: str, option: str) -> None:
     """
     if _DRAFTER_NAME.fullmatch(name):
         return
-    from jetflow_bench.sweep.runner import ENGINES  # runner imports this module
-
     engine, colon, method = name.partition(":")
     if colon and engine.lower() in ENGINES.names() and _DRAFTER_NAME.fullmatch(method):
         return

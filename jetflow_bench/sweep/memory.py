@@ -19,11 +19,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from jetflow_bench.budget_policy import AUTO_BUDGET
 from jetflow_bench.engine.loop import cache_capacity
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.sweep.grid import SweepConfig, auto_budgets
-from jetflow_bench.sweep.runner import Engine, Prompt, batches
+from jetflow_bench.sweep.engines import Engine
+from jetflow_bench.sweep.grid import SweepConfig
+from jetflow_bench.sweep.runner import Prompt, batches
 
 _UNITS = {"": 2**30, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
@@ -45,16 +45,15 @@ def gib(n: int) -> str:
 def largest_cache(engine: Engine, config: SweepConfig, prompts: Mapping[str, Sequence[Prompt]]) -> tuple[int, str]:
     """(bytes, where) of the largest target KV cache any cell of the grid allocates."""
     worst, where = 0, ""
-    auto = auto_budgets(config) if AUTO_BUDGET in config.budgets else ()  # auto drafts up to its largest
     for suite, suite_prompts in prompts.items():
         for batch_size in config.batch_sizes:
             for chunk in batches(suite_prompts, batch_size):
                 longest = max(len(p.tokens) for p in chunk)
                 max_new = max(p.stop.max_new_tokens for p in chunk)
-                for budget in {1, *(b for b in config.budgets if b != AUTO_BUDGET), *auto}:
+                for budget in {1, *(size for b in config.budgets for size in b.sizes)}:  # auto: every candidate
                     capacity = cache_capacity(longest, max_new, budget)
-                    need = engine.kv_cache_bytes(len(chunk), capacity)  # type: ignore[attr-defined]
-                    if need > worst:
+                    need = engine.kv_cache_bytes(len(chunk), capacity)
+                    if need is not None and need > worst:
                         worst = need
                         where = (f"{suite}, batch {len(chunk)} x ({longest} prompt + {max_new} new + {budget} budget "
                                  f"= {capacity} slots)")  # fmt: skip
@@ -65,9 +64,7 @@ def check_memory(
     engine: Engine, config: SweepConfig, prompts: Mapping[str, Sequence[Prompt]], max_memory: int | None
 ) -> None:
     """Raise a `JfbenchError` with the numbers when the largest KV cache exceeds the memory allowed."""
-    if not hasattr(engine, "kv_cache_bytes"):  # the engine runs its own cache pool
-        return
-    available = max_memory if max_memory is not None else engine.available_memory_bytes()  # type: ignore[attr-defined]
+    available = max_memory if max_memory is not None else engine.available_memory_bytes()
     if available is None:
         return
     need, where = largest_cache(engine, config, prompts)

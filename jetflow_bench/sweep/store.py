@@ -7,15 +7,15 @@ that counts; the next run with the same config skips finished cells and redoes t
 combined tables at the top of the folder are always rebuilt whole from ``cells/`` (after finished
 cells, and at the end of a run), so they never hold duplicate rows.
 
-The lock is an ``flock`` on ``.lock`` (which also names the holder's pid and host for the
-message): the kernel drops it when its process dies, however it dies, so a stale lock from a
-crashed sweep is simply taken over, and pid reuse cannot keep a dead run's lock alive.
+The lock is a `filelock.FileLock` (an ``flock``) on ``.lock``, and ``.lock.json`` names the
+holder's pid and host for the message: the kernel drops the lock when its process dies, however it
+dies, so a stale lock from a crashed sweep is simply taken over, and pid reuse cannot keep a dead
+run's lock alive.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from filelock import FileLock, Timeout
 
 from jetflow_bench.errors import JfbenchError, writable_folder
 from jetflow_bench.integrity import READ_ERRORS, cell_problems, reason
@@ -42,6 +43,7 @@ from jetflow_bench.sweep.tables import (
 
 MANIFEST = "manifest.json"
 LOCK = ".lock"
+HOLDER = ".lock.json"  # who holds LOCK (pid, host, since), for the message a second writer gets
 CELLS = "cells"
 TABLES = ("steps.parquet", "requests.parquet", "cells.parquet", "nodes.parquet", "summary.parquet", "summary.csv")
 DERIVED = (*TABLES, "ablation.parquet", "ablation.csv")
@@ -77,44 +79,31 @@ class RunLock:
     """One writer per run folder; see the module docstring for why ``flock``."""
 
     def __init__(self, folder: Path) -> None:
-        self.path = folder / LOCK
-        self.fd: int | None = None
+        self.lock = FileLock(folder / LOCK)
+        self.holder = folder / HOLDER
 
     def acquire(self) -> None:
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                holder = read_json(self.path) or {}
-                raise JfbenchError(
-                    f"{self.path.parent} is in use by another sweep (pid {holder.get('pid', '?')} on "
-                    f"{holder.get('host', '?')} since {holder.get('since', '?')}): wait for it to finish "
-                    "or choose another --out"
-                ) from None
-            # A releasing holder unlinks the file before unlocking; if that happened between our
-            # open and flock we hold a lock on a deleted file, so start again on the new one.
-            with contextlib.suppress(FileNotFoundError):
-                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
-                    break
-            os.close(fd)
-        self.fd = fd
-        stale = read_json(self.path)
+        try:
+            self.lock.acquire(blocking=False)
+        except Timeout:
+            holder = read_json(self.holder) or {}
+            raise JfbenchError(
+                f"{self.holder.parent} is in use by another sweep (pid {holder.get('pid', '?')} on "
+                f"{holder.get('host', '?')} since {holder.get('since', '?')}): wait for it to finish "
+                "or choose another --out"
+            ) from None
+        stale = read_json(self.holder)  # a holder that died without releasing left its record
         if stale and stale.get("pid"):
             print(
                 f"note: taking over the stale lock of pid {stale['pid']} on {stale.get('host', '?')} "
                 "(that sweep is gone)", file=sys.stderr,
             )
-        payload = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": now_iso()}).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, payload, 0)
+        write_json(self.holder, {"pid": os.getpid(), "host": socket.gethostname(), "since": now_iso()})
 
     def release(self) -> None:
-        if self.fd is not None:
-            self.path.unlink(missing_ok=True)
-            os.close(self.fd)
-            self.fd = None
+        if self.lock.is_locked:
+            self.holder.unlink(missing_ok=True)
+            self.lock.release()
 
 
 class RunStore:
@@ -160,7 +149,7 @@ class RunStore:
                   "config are kept", file=sys.stderr)
             return None
         if manifest is None:
-            if any(p.name != LOCK for p in self.folder.iterdir()):
+            if any(p.name not in (LOCK, HOLDER) for p in self.folder.iterdir()):
                 raise JfbenchError(f"--out {self.folder} is not empty and holds no jfbench run: choose a new folder")
             return None
         if manifest.get("config_hash") != config_hash:

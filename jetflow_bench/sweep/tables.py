@@ -15,16 +15,16 @@ import numpy as np
 import pandas as pd
 
 from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import AUTO_BUDGET
+from jetflow_bench.budget_policy import AUTO_COLUMN
 from jetflow_bench.calibration import calibration_by
-from jetflow_bench.metrics import DRAFT_COST_COLUMNS, baseline_stats, summarize
+from jetflow_bench.metrics import DRAFT_COST_COLUMNS, baseline_stats, rate, summarize, tau
 from jetflow_bench.sweep.grid import CELL_KEYS, PAIR_KEYS, Cell
 from jetflow_bench.sweep.lossless import Verdict
 from jetflow_bench.sweep.runner import CellRun
 
 STEP_COLUMNS = [
     "run_id", *CELL_KEYS, "request", "step", "batch_step", "active", "drafted", "accepted", "accepted_raw",
-    "emitted", "depth", *DRAFT_COST_COLUMNS, "verify_flops", "draft_s", "verify_s", "other_s", "step_budget",
+    "emitted", "depth", *DRAFT_COST_COLUMNS, "verify_flops", "draft_s", "verify_s", "other_s", "timing", "step_budget",
     "rank1_len", "rank1_gap",
 ]
 REQUEST_COLUMNS = [
@@ -81,7 +81,7 @@ def cell_frames(
             "output_ids": list(result.output_tokens), "output": output_text,
             "new_tokens": len(result.output_tokens), "finish_reason": result.finish_reason,
             "ttft_s": result.ttft_s, "decode_s": result.decode_s, "steps": result.steps, **counts,
-            "tau": counts["emitted"] / result.steps if result.steps else np.nan,
+            "tau": float(tau(counts["emitted"], result.steps)),
             "lossless": verdict.lossless, "excused": verdict.excused, "first_divergence": verdict.first_divergence,
             "tie_gap": verdict.tie_gap, "correct": correct[request], "config_hash": config_hash,
         })
@@ -89,13 +89,13 @@ def cell_frames(
     requests["first_divergence"] = requests["first_divergence"].astype("Int64")
     requests["correct"] = requests["correct"].astype("boolean")
     requests["tie_gap"] = requests["tie_gap"].astype(float)
-    slots = cell.budget - 1 if cell.budget != AUTO_BUDGET else 0  # auto: no single budget to fill
+    slots = 0 if cell.budget.policy else cell.budget.nodes - 1  # auto: no single budget to fill
     drafted_mean = float(steps["drafted"].mean()) if len(steps) else np.nan
     row = {
         "run_id": run_id, **keys, "cell_id": cell.cell_id, "config_hash": config_hash, "engine": engine,
         "n_requests": len(requests), "n_steps": len(steps), "wall_s": run.wall_s, "peak_mem_bytes": run.peak_memory_bytes,
         "drafted_mean": drafted_mean, "drafted_max": int(steps["drafted"].max()) if len(steps) else 0,
-        "budget_fill": drafted_mean / slots if slots else np.nan, "started": run.started, "finished": run.finished,
+        "budget_fill": float(rate(drafted_mean, slots)), "started": run.started, "finished": run.finished,
         "baseline": baseline,
     }
     return steps, requests, row
@@ -170,7 +170,7 @@ def summary_table(
 
 def chosen_budgets(steps: pd.DataFrame) -> pd.DataFrame:
     """Per `--budgets auto` cell, the share of its step rows at each chosen budget ('4:0.10,16:0.90')."""
-    auto = steps[steps["budget"] == AUTO_BUDGET] if "step_budget" in steps else steps.iloc[:0]
+    auto = steps[steps["budget"] == AUTO_COLUMN] if "step_budget" in steps else steps.iloc[:0]
     rows = []
     for key, group in auto.groupby(CELL_KEYS):
         shares = group["step_budget"].value_counts(normalize=True).sort_index()

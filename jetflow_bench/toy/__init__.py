@@ -13,13 +13,14 @@ a file lock, so a crash or a concurrent caller never sees a half-written target.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from jetflow_bench import runtime
 from jetflow_bench.errors import JfbenchError
@@ -71,16 +72,16 @@ def read_summary(folder: Path) -> dict | None:
 def _locked(folder: Path) -> Iterator[None]:
     """Hold an exclusive lock for building `folder` (one trainer per target across processes)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "w") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for another process that is training {folder} ...", file=sys.stderr)
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    lock = FileLock(folder.parent / f".{folder.name}.lock")
+    try:
+        lock.acquire(blocking=False)
+    except Timeout:
+        print(f"waiting for another process that is training {folder} ...", file=sys.stderr)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _check_replaceable(folder: Path) -> None:

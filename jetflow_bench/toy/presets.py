@@ -7,12 +7,12 @@ target instead of silently reusing an old one.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 from dataclasses import dataclass
 
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.registry import did_you_mean
 
 # Bump when the corpus formatting, tokenizer or training loop changes in a way that alters the weights.
 FORMAT_VERSION = 1
@@ -154,6 +154,5 @@ def get_preset(name: str) -> ToyPreset:
     """The preset called exactly `name`; an unknown name is a user error with a suggestion."""
     if name in PRESETS:
         return PRESETS[name]
-    close = difflib.get_close_matches(name, PRESETS, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    hint = did_you_mean(name, PRESETS)
     raise JfbenchError(f"--preset {name!r} is unknown: {hint}choose one of {', '.join(PRESETS)}")

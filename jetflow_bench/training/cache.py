@@ -7,9 +7,10 @@ for variant heads (e.g. ``head="bidirectional"``, ``loss="rkl"``) when it is giv
 
 from __future__ import annotations
 
-import fcntl
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 from jetflow_bench import runtime
 from jetflow_bench.fingerprint import model_fingerprint
@@ -49,8 +50,7 @@ def ensure_head(
     if finished(path, config):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one trainer per head; a waiting caller then finds it finished
+    with FileLock(path.parent / f".{path.name}.lock"):  # one trainer per head; a waiting caller then finds it finished
         return train_drafter(
             target_dir, path, config, data_dir=data_dir, device=device, dtype=dtype, threads=threads,
             show_progress=show_progress,

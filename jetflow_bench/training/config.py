@@ -19,14 +19,14 @@ from jetflow_bench.errors import JfbenchError
 if TYPE_CHECKING:
     from jetflow_bench.training.objective import TrainingObjective
 
-# A head's in-block attention mode is "causal" or "bidirectional" (drafters.masks.BLOCK_MODES);
+# A head's in-block attention mode is "causal" or "bidirectional" (jetflow_bench.heads.masks.BLOCK_MODES);
 # "diffusion", DFlash's name for the bidirectional block, is accepted for it on input.
 HEAD_ALIASES = {"diffusion": "bidirectional"}
 LOSSES = ("fkl", "rkl", "sft")
 DATA = ("regen", "raw")
 SOURCES = ("gsm8k", "mbpp", "sharegpt")
 # Bump when the training code changes in a way that alters the weights, so cached heads retrain.
-# 2: taps never include a shallow target's final layer (drafters.checkpoint.default_taps).
+# 2: taps never include a shallow target's final layer (jetflow_bench.heads.checkpoint.default_taps).
 RECIPE_VERSION = 2
 
 
@@ -60,7 +60,7 @@ class TrainConfig:
     warmup: int = 20  # warm-up steps
     grad_clip: float = 1.0
     layers: int | None = None  # draft layers; None = the family's `head_layers` for the target's depth
-    num_taps: int = 3  # K target layers fused (see drafters.checkpoint.default_taps)
+    num_taps: int = 3  # K target layers fused (see jetflow_bench.heads.checkpoint.default_taps)
     block_size: int = 16  # anchor + D drafted positions (block heads)
     anchors: int = 16  # blocks per sequence per step (block heads)
     ttt_steps: int | None = None  # eagle: training-time-test steps; None = its drafted depth (drafters/eagle_training.py)
@@ -70,7 +70,7 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from drafters.masks import BLOCK_MODES
+        from jetflow_bench.heads.masks import BLOCK_MODES  # torch: not at import (`--help` reads this module)
         from jetflow_bench.training.objective import objective_for
 
         family, _ = objective_for(self.drafter)  # unknown or untrainable drafters: one-line error

@@ -10,7 +10,6 @@ target + prompts + decoding settings; ``raw`` appends the corpus' own answer ins
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import random
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jetflow_bench import runtime
@@ -136,8 +136,7 @@ def training_sequences(
     }, sort_keys=True)
     path = runtime.cache_dir() / "train_data" / f"regen-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # trainers of the same seed started together regenerate once
+    with FileLock(path.with_suffix(".lock")):  # trainers of the same seed started together regenerate once
         if path.is_file():
             return json.loads(path.read_text())["sequences"]
         if show_progress:

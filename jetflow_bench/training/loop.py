@@ -22,12 +22,12 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from drafters.checkpoint import TargetShape, default_taps, save_head
-from drafters.head import DraftHead, HeadConfig
 from jetflow_bench import runtime
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
+from jetflow_bench.heads.checkpoint import TargetShape, default_taps, save_head
+from jetflow_bench.heads.head import DraftHead, HeadConfig
 from jetflow_bench.toy.progress import TrainProgress
 from jetflow_bench.training.config import TrainConfig, canonical_head
 from jetflow_bench.training.data import SequenceBatcher, training_sequences

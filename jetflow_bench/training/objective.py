@@ -9,17 +9,18 @@ loss, its own option checks — comes from the objective. This package names no 
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from drafters.masks import BLOCK_MODES
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.heads.masks import BLOCK_MODES
+from jetflow_bench.plugins import DRAFTERS
+from jetflow_bench.registry import load_attr
 
 if TYPE_CHECKING:
     import torch
 
-    from drafters.head import DraftHead
+    from jetflow_bench.heads.head import DraftHead
     from jetflow_bench.training.config import TrainConfig
     from jetflow_bench.training.teacher import TeacherBatch
 
@@ -31,11 +32,11 @@ class TrainingObjective(ABC):
 
     Per optimiser step the loop builds a `TeacherBatch` (the target's next-token logits and the
     outputs of the head's tapped layers, ``head.cfg.taps``, for a batch of token sequences) and
-    calls `loss`; the head it trains is a `drafters.head.DraftHead` shaped by `head_layers` and
+    calls `loss`; the head it trains is a `jetflow_bench.heads.head.DraftHead` shaped by `head_layers` and
     `head_options`.
     """
 
-    default_head: str = "causal"  # in-block attention when the recipe names none (drafters.masks.BLOCK_MODES)
+    default_head: str = "causal"  # in-block attention when the recipe names none (jetflow_bench.heads.masks.BLOCK_MODES)
     head_modes: ClassVar[tuple[str, ...]] = BLOCK_MODES  # the modes this family can train
 
     def validate(self, config: TrainConfig) -> None:  # noqa: B027 - optional hook
@@ -52,7 +53,7 @@ class TrainingObjective(ABC):
         return max(2, round(target_layers / HEAD_DEPTH_RATIO))
 
     def head_options(self, config: TrainConfig) -> dict[str, Any]:
-        """`drafters.head.HeadConfig` fields this family sets beyond the shared ones (e.g. its input wiring)."""
+        """`jetflow_bench.heads.head.HeadConfig` fields this family sets beyond the shared ones (e.g. its input wiring)."""
         return {}
 
     @abstractmethod
@@ -74,8 +75,6 @@ def objective_for(drafter: str) -> tuple[str, TrainingObjective]:
 
     A drafter without a ``training`` objective is a usage error naming the ones that have one.
     """
-    from drafters import DRAFTERS
-
     drafter_cls = DRAFTERS.get(drafter)
     hook = getattr(drafter_cls, "training", None)
     if hook is None:
@@ -83,15 +82,12 @@ def objective_for(drafter: str) -> tuple[str, TrainingObjective]:
             f"--drafter {drafter!r} declares no training objective: train one of {', '.join(trainable_drafters())}"
         )
     if isinstance(hook, str):
-        module_name, _, attr = hook.partition(":")
-        hook = getattr(importlib.import_module(module_name), attr)
+        hook = load_attr(hook)
     return _family_of(drafter_cls), hook
 
 
 def trainable_drafters() -> list[str]:
     """Registered drafter families that declare a training objective (arms reading another family's heads left out)."""
-    from drafters import DRAFTERS
-
     out = []
     for name in DRAFTERS.names():
         drafter_cls = DRAFTERS.get(name)

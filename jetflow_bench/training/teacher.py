@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from drafters.head import ConcatKV, DraftHead
 from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.heads.head import ConcatKV, DraftHead
 
 
 @dataclass

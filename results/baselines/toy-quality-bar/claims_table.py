@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from jetflow_bench.metrics import bootstrap_draws, rate, tau
+
 ARMS = ("jetflow", "jetflow-refine", "dflash", "eagle")
 REQUEST_COLUMNS = ["suite", "drafter", "variant", "budget", "request", "steps", "emitted", "lossless", "excused"]
 N_BOOT = 2000
@@ -68,7 +70,7 @@ def layout_effect(requests: pd.DataFrame) -> pd.DataFrame:
 
 
 def _tau(emitted: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    return emitted.sum(axis=-1) / steps.sum(axis=-1)
+    return tau(emitted.sum(axis=-1), steps.sum(axis=-1))
 
 
 def tau_ratio(requests: pd.DataFrame, suite: str, top: tuple[str, int], bottom: tuple[str, int]) -> dict[str, float]:
@@ -84,9 +86,8 @@ def tau_ratio(requests: pd.DataFrame, suite: str, top: tuple[str, int], bottom: 
 
     (e_top, s_top), (e_bot, s_bot) = counts(*top), counts(*bottom)
     n_seeds, n = e_top.shape
-    rng = np.random.default_rng(0)
-    seeds = rng.integers(0, n_seeds, size=(N_BOOT, n_seeds))[:, :, None]
-    prompts = rng.integers(0, n, size=(N_BOOT, n))[:, None, :]
+    seeds, prompts = bootstrap_draws(n, n_seeds, N_BOOT)
+    seeds, prompts = seeds[:, :, None], prompts[:, None, :]
 
     def pick(a: np.ndarray) -> np.ndarray:  # (draws, seeds x prompts)
         return a[seeds, prompts].reshape(N_BOOT, -1)
@@ -104,7 +105,7 @@ def _ratio_cell(r: dict[str, float]) -> str:
 
 def _taus(rows: pd.DataFrame) -> dict[int, float]:
     per_budget = rows.groupby("budget")[["emitted", "steps"]].sum()
-    return (per_budget["emitted"] / per_budget["steps"]).to_dict()
+    return dict(zip(per_budget.index, tau(per_budget["emitted"], per_budget["steps"]).tolist(), strict=True))
 
 
 def tau_table(requests: pd.DataFrame, suite: str) -> list[str]:
@@ -153,10 +154,10 @@ def conditional_table(claims: Path, suite: str, depths: int = 4) -> list[str]:
     head = " | ".join(["a_1", *(f"p_{d}" for d in range(2, depths + 1))])
     lines = [f"| arm ({suite}) | B | {head} |", "| --- | --- |" + " --- |" * depths]
     for (arm, budget), cell in rows.groupby(["drafter", "budget"]):
-        at_least = [1.0] + [(cell["n_steps"] * cell[f"a_{d}"]).sum() / cell["n_steps"].sum()
+        at_least = [1.0] + [float(rate((cell["n_steps"] * cell[f"a_{d}"]).sum(), cell["n_steps"].sum()))
                             for d in range(1, depths + 1)]  # pooled a_0 = 1, a_1, ..., a_depths
-        cells = [f"{at_least[1]:.2f}"] + [f"{at_least[d] / at_least[d - 1]:.2f}" if at_least[d - 1] else "–"
-                                          for d in range(2, depths + 1)]
+        p_d = [float(rate(at_least[d], at_least[d - 1])) for d in range(2, depths + 1)]  # NaN after a_(d-1) = 0
+        cells = [f"{at_least[1]:.2f}"] + [f"{p:.2f}" if p == p else "–" for p in p_d]
         lines.append(f"| {arm} | {budget} | {' | '.join(cells)} |")
     return lines
 

@@ -17,6 +17,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from jetflow_bench import metrics
+from jetflow_bench.arms import arm_label
+
 HERE = Path(__file__).parent
 
 
@@ -25,8 +28,8 @@ def recounted(path: Path) -> list[dict[str, str]]:
     for row in csv.DictReader(path.open()):
         if row["drafter"] == "ar":
             continue
-        tau = (float(row["new_tokens"]) - int(row["n_requests"])) / float(row["n_steps"])
-        arm = row["drafter"] if row["variant"] == "default" else f"{row['drafter']}[{row['variant']}]"
+        tau = float(metrics.tau(float(row["new_tokens"]) - int(row["n_requests"]), float(row["n_steps"])))
+        arm = arm_label(row["drafter"], row["variant"])
         rows.append({"arm": arm, "budget": row["budget"], "recorded": f"{float(row['tau']):.2f}", "recounted": f"{tau:.2f}"})
     return rows
 

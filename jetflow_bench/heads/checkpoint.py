@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from drafters.head import DraftHead, HeadConfig
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.heads.head import DraftHead, HeadConfig
 
 if TYPE_CHECKING:
     from jetflow_bench.engine.target import TargetRunner

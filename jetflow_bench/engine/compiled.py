@@ -1,0 +1,96 @@
+"""Static shapes for `--compile`: the target forward compiled once per tree bucket.
+
+An eager decoder at batch 1 on a GPU is bound by kernel launches and Python, not by weight reads,
+so a 256-node verify costs about what a 1-token step costs and every speed-up looks larger than
+it is. `torch.compile` fuses the step; CUDA graphs (``mode="reduce-overhead"``) replay it with
+one launch. Both want shapes that do not change from step to step, so a compiled forward
+
+* pads the tree to the smallest bucket that holds it (``TREE_BUCKETS``: 1, 16, 64, 256, 1024;
+  padding nodes see the prefix and themselves and write scratch slots past the tree),
+* attends over the whole preallocated KV cache, whose capacity is rounded up to
+  ``CAPACITY_STEP`` and never shrinks within a runner (masked slots add nothing), and
+* leaves the batch dimension dynamic (rows leave the batch as they finish; batch 1 gets its own graph).
+
+Every shape a decode can meet is compiled by `TargetRunner.warm_up` before the clock starts, so
+compile time is reported on its own and never lands in a timed step. Prefill runs eagerly.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+
+import torch
+
+from jetflow_bench.engine.kv_cache import KVCache
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.runtime import synchronize
+
+TREE_BUCKETS = (1, 16, 64, 256, 1024)  # padded tree widths; the last is budget_policy.MAX_BUDGET
+CAPACITY_STEP = 512  # compiled KV caches hold a multiple of this many slots per row
+RECOMPILE_LIMIT = 64  # graphs per compiled function: buckets x {batch 1, dynamic batch} x tap sets, with room
+
+
+def tree_bucket(n: int) -> int:
+    """The padded width of an ``n``-node tree: the smallest bucket >= n (e.g. 5 -> 16, 16 -> 16)."""
+    for width in TREE_BUCKETS:
+        if n <= width:
+            return width
+    raise JfbenchError(f"a tree of {n} nodes exceeds the largest compiled bucket {TREE_BUCKETS[-1]}: lower the budget")
+
+
+def buckets_up_to(n: int) -> tuple[int, ...]:
+    """Every bucket a tree of at most ``n`` nodes can land in (a drafter may propose fewer nodes)."""
+    return tuple(w for w in TREE_BUCKETS if w <= tree_bucket(n))
+
+
+def round_capacity(slots: int) -> int:
+    return -(-slots // CAPACITY_STEP) * CAPACITY_STEP
+
+
+def check_compile(device: torch.device, attention: str) -> None:
+    """Fail at the edge, before any model loads, when `--compile` cannot work here."""
+    if attention != "sdpa":
+        raise JfbenchError(
+            f"--compile runs the target with sdpa attention; --attention {attention!r} is not compiled: "
+            "drop --compile or use --attention sdpa"
+        )
+    if device.type == "cpu" and not any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "c++")):
+        raise JfbenchError("--compile on a CPU needs a C/C++ compiler (Inductor builds C++ kernels): install gcc or drop --compile")
+
+
+class StaticForward:
+    """``torch.compile`` of a forward whose inputs already have bucketed shapes.
+
+    Automatic dynamic shapes are off: a dimension is dynamic only where the caller marks it (the
+    batch), so each bucket and capacity gets its own specialised graph instead of one generic one.
+    """
+
+    def __init__(self, body: Callable, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.fn = torch.compile(body, mode="reduce-overhead" if self.cuda else None)
+
+    def __call__(self, rows: tuple[torch.Tensor, ...], cache: KVCache, *static):
+        """``rows``: tensors whose dim 0 is the batch; ``cache``: the live KV cache; ``static``: the rest."""
+        if rows[0].shape[0] > 1:  # one graph for every batch size >= 2 (batch 1 specialises on its own)
+            for t in rows:
+                torch._dynamo.maybe_mark_dynamic(t, 0)
+            torch._dynamo.maybe_mark_dynamic(cache.k, 1)  # (L, B, H_kv, T, hd)
+            torch._dynamo.maybe_mark_dynamic(cache.v, 1)
+        if self.cuda:  # a new step: the previous replay's outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
+        with torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=RECOMPILE_LIMIT):
+            out = self.fn(*rows, cache, *static)
+        if self.cuda:  # CUDA-graph outputs live in the graph's pool and die at the next replay
+            out = tuple(None if t is None else t.clone() for t in out)
+        return out
+
+
+def timed_warm_up(run: Callable[[], object], device: torch.device) -> float:
+    """Seconds of one untimed warm-up forward (compilation, or a CUDA-graph recording, included)."""
+    synchronize(device)
+    start = time.perf_counter()
+    run()
+    synchronize(device)
+    return time.perf_counter() - start

@@ -1,0 +1,211 @@
+"""The one prepared GPU run (scripts/gpu_check.sh wraps it): every part writes into one folder.
+
+Parts, each with its own time limit and log, in this order (about 7.5 minutes of limits in all):
+
+  preflight     Python packages, the checkout, CUDA, the deep target, its heads and the prompts
+  kernels       Triton / flex tree-attention tests on CUDA, then `bench kernels` (bf16) against SDPA
+  compile-8b    eager vs compiled AR step and verify (N = 1/16/64/256, bf16) on a Qwen3-8B-shaped
+                model built from its config with random weights (timing needs shapes, not weights)
+  compile-deep  `jfbench bench compile` on the deep target (forwards at batch 1 and 8, AR decodes)
+  baseline      `jfbench bench baseline` vs transformers generate, eager and --compile
+  sweep         ngram, jetflow, dflash, eagle on deep, B = 16/64/256, batch 1 and 8, --strict
+  projection    `bench verify-cost` on this GPU, then `jfbench project` of the sweep with that
+                calibration and with the device's nominal profile, beside the measured speed-ups
+
+The machine reaches no registry: nothing is installed, the checkout runs through PYTHONPATH. A
+missing piece stops the run in the preflight; a part over its limit is killed and marked FAIL.
+``--dry-run`` (on a CPU) runs every part up to its first CUDA call: CLI parts must stop with the
+"asked for a GPU" error, the 8B part builds its config and stops before allocating weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+JFBENCH = [sys.executable, "-c", "import sys; sys.argv[0] = 'jfbench'; from jetflow_bench.cli import main; main()"]
+PACKAGES = ("torch", "transformers", "triton", "typer", "rich", "pandas", "pyarrow", "scipy", "matplotlib")
+HEADS = ("jetflow", "dflash", "eagle")
+NO_GPU = "asked for a GPU but none is available"  # jetflow_bench.runtime.resolve_device's error
+DRY_RUN_SLACK = 10  # a dry run's limits are this many times the GPU's: a loaded 2-core CPU imports slowly
+LIMITS = {"preflight": 20, "kernels": 60, "compile-8b": 150, "compile-deep": 45, "baseline": 45, "sweep": 100,
+          "projection": 40}
+# Qwen3-8B's published config.json (the fields that set the shapes and the attention)
+QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=False)
+
+
+class Check:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args, self.out = args, Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.status: dict[str, tuple[str, float]] = {}
+        self.start = time.perf_counter()
+        self.env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+                    "HF_HUB_OFFLINE": "1", "JFBENCH_DATA_DIR": str(args.data_dir), "JFBENCH_TEST_DEVICE": "cuda",
+                    "OMP_WAIT_POLICY": "PASSIVE",
+                    "TORCH_LOGS": "perf_hints"}  # the logs then say when and why CUDA graphs were skipped
+        self.env.pop("TRITON_INTERPRET", None)  # compiled kernels, not the interpreter
+
+    def run(self, part: str, commands: list[list[str]]) -> None:
+        """Run a part's commands in order under its time limit. In a dry run a command passes when it
+        succeeds (it needed no GPU) and the part ends at the first one that stops at the GPU check."""
+        began, log = time.perf_counter(), self.out / f"{part}.log"
+        limit = LIMITS[part] * (DRY_RUN_SLACK if self.args.dry_run else 1)
+        status = "ok"
+        with log.open("w") as sink:
+            for command in commands:
+                left = limit - (time.perf_counter() - began)
+                sink.write(f"$ {' '.join(command)}\n")
+                sink.flush()
+                try:
+                    done = subprocess.run(command, cwd=ROOT, env=self.env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True, timeout=max(left, 1))
+                except subprocess.TimeoutExpired as err:
+                    sink.write((err.stdout or b"").decode() if isinstance(err.stdout, bytes) else (err.stdout or ""))
+                    status = f"FAIL (over its {limit} s limit)"
+                    break
+                sink.write(done.stdout)
+                if self.args.dry_run and done.returncode == 2 and NO_GPU in done.stdout:
+                    status = "dry-run ok (stopped at the first CUDA call)"
+                    break  # later commands of the part need this one's output
+                if done.returncode:
+                    status = f"FAIL (exit {done.returncode})"
+                    break
+        seconds = time.perf_counter() - began
+        self.status[part] = (status, seconds)
+        print(f"[{time.perf_counter() - self.start:6.1f} s] {part}: {status}, {seconds:.1f} s, log {log}", flush=True)
+
+    def python(self, code: str, *argv: str) -> list[str]:
+        return [sys.executable, "-c", code, *argv]
+
+
+def preflight(args: argparse.Namespace) -> list[str]:
+    """Everything the parts need, checked before any of them starts; returns the problems."""
+    problems = []
+    for name in PACKAGES:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            problems.append(f"package {name} is missing ({err})")
+    deep, heads, data = Path(args.deep), Path(args.heads), Path(args.data_dir)
+    if not (deep / "config.json").is_file():
+        problems.append(f"--deep {deep}: no config.json (the deep toy target folder, carried with the checkout)")
+    problems += [f"--heads {heads}: no {name}/config.json" for name in HEADS if not (heads / name / "config.json").is_file()]
+    if not data.is_dir():
+        problems.append(f"--data-dir {data} is not a folder (it needs the GSM8K prompts)")
+    if not args.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            problems.append("no CUDA device visible")
+        elif torch.cuda.mem_get_info()[0] < 40 << 30:
+            problems.append(f"only {torch.cuda.mem_get_info()[0] >> 30} GiB free on the GPU: the 8B part needs 40")
+    return problems
+
+
+EIGHT_B = """
+import json, sys, torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+from jetflow_bench.bench_compile import compare_decodes, compare_forwards
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
+config = Qwen3Config(**json.loads(sys.argv[1]))
+print('config ok: layers', config.num_hidden_layers, 'hidden', config.hidden_size, 'vocab', config.vocab_size)
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.runtime import resolve_device
+try:
+    resolve_device('cuda')  # the first CUDA call: on a CPU (the dry run) the 'asked for a GPU' error
+except JfbenchError as err:
+    print(f'error: {err}')
+    sys.exit(2)
+with torch.device('cuda'):
+    model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+eager = TargetRunner(model, None, 'qwen3-8b-random')
+compiled = TargetRunner(model, None, 'qwen3-8b-random', compile=True)
+forwards, fc = compare_forwards(eager, compiled, [1, 16, 64, 256], [1], context=1024, repeats=10)
+prompts = torch.randint(0, config.vocab_size, (1, 512)).tolist()
+decodes, dc = compare_decodes(eager, compiled, prompts, StopRule(64), [('ar', None, 1)], pairs=3)
+rows = [{'kind': 'forward', **vars(f), 'speedup': f.speedup} for f in forwards]
+rows += [{'kind': 'decode', **vars(d), 'speedup': d.speedup} for d in decodes]
+print(json.dumps({'compile_s': fc + dc, 'rows': rows}, indent=1))
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--deep", default=os.environ.get("GPU_CHECK_DEEP", "gpu-carry/deep"), help="deep toy target folder")
+    parser.add_argument("--heads", default=os.environ.get("GPU_CHECK_HEADS", "gpu-carry/heads"),
+                        help="folder with the deep target's jetflow/, dflash/ and eagle/ heads")
+    parser.add_argument("--data-dir", default=os.environ.get("JFBENCH_DATA_DIR", "gpu-carry/data"),
+                        help="benchmark data folder (GSM8K prompts)")
+    parser.add_argument("--out", default=os.environ.get("GPU_CHECK_OUT", "results/gpu-check"))
+    parser.add_argument("--dry-run", action="store_true", help="on a CPU: every part up to its first CUDA call")
+    args = parser.parse_args()
+    for name in ("deep", "heads", "data_dir"):
+        setattr(args, name, str(Path(getattr(args, name)).resolve()))
+    check = Check(args)
+    out, deep, heads = check.out, args.deep, args.heads
+    began = time.perf_counter()
+    problems = preflight(args)
+    check.status["preflight"] = ("ok" if not problems else "FAIL: " + "; ".join(problems), time.perf_counter() - began)
+    print(f"[{time.perf_counter() - check.start:6.1f} s] preflight: {check.status['preflight'][0]}", flush=True)
+    if problems:
+        return finish(check)
+    cuda = ["--device", "cuda", "--dtype", "bfloat16"]
+    check.run("kernels", [
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "tests/test_kernels.py",
+         "tests/test_kernels_mask.py", *(["--collect-only"] if args.dry_run else [])],
+        [*JFBENCH, "bench", "kernels", *cuda, "--backends", "sdpa,triton,flex", "--tree-sizes", "16,64,256",
+         "--prefix-lens", "1024", "--batch-sizes", "1,8", "--format", "json"],
+    ])
+    check.run("compile-8b", [check.python(EIGHT_B, json.dumps(QWEN3_8B), "dry" if args.dry_run else "run")])
+    check.run("compile-deep", [[*JFBENCH, "bench", "compile", "--target", deep, *cuda, "--sizes", "16,64,256",
+                                "--batch-sizes", "1,8", "--max-new-tokens", "128", "--format", "json"]])
+    baseline = [*JFBENCH, "bench", "baseline", "--target", deep, *cuda, "--batch-sizes", "1,8", "--pairs", "3",
+                "--max-new-tokens", "128", "--format", "json"]
+    check.run("baseline", [baseline, [*baseline, "--compile"]])
+    drafters = ",".join(["ngram", *(f"{name}={heads}/{name}" for name in HEADS)])
+    check.run("sweep", [[*JFBENCH, "sweep", "--target", deep, "--drafters", drafters, "--suites", "gsm8k",
+                         "--budgets", "16,64,256", "--batch-sizes", "1,8", "--limit", "8", "--max-new-tokens", "128",
+                         "--repeats", "1", *cuda, "--strict", "--force", "--no-progress", "--out", str(out / "sweep")]])
+    hardware = "h200" if "H200" in gpu_name(args.dry_run) else "h100-sxm"
+    check.run("projection", [
+        [*JFBENCH, "bench", "verify-cost", "--target", deep, *cuda, "--sizes", "1,16,64,256", "--batch-sizes", "1,8",
+         "--repeats", "10", "--out", str(out / "verify-cost.json")],
+        [*JFBENCH, "project", str(out / "sweep"), "--calibration", str(out / "verify-cost.json"), "--batch-sizes", "1,8",
+         "--out", str(out / "projection-measured"), "--format", "markdown"],
+        [*JFBENCH, "project", str(out / "sweep"), "--hardware", hardware, "--batch-sizes", "1,8",
+         "--out", str(out / "projection-nominal"), "--format", "markdown"],
+        [*JFBENCH, "show", str(out / "sweep"), "--format", "markdown"],  # the measured speed-ups
+    ])
+    return finish(check)
+
+
+def gpu_name(dry_run: bool) -> str:
+    if dry_run:
+        return ""
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
+def finish(check: Check) -> int:
+    lines = ["| part | status | seconds |", "|---|---|---|"]
+    lines += [f"| {part} | {status} | {seconds:.1f} |" for part, (status, seconds) in check.status.items()]
+    lines.append(f"\n{time.perf_counter() - check.start:.0f} s in all; mode: {'dry run' if check.args.dry_run else 'GPU'}")
+    (check.out / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0 if all(s.startswith(("ok", "dry-run ok")) for s, _ in check.status.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

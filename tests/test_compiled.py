@@ -1,0 +1,85 @@
+"""`--compile`: bucketed static shapes, and greedy outputs identical to the eager engine."""
+
+import shutil
+
+import pytest
+import torch
+
+from drafters import DRAFTERS
+from jetflow_bench.engine.compiled import buckets_up_to, check_compile, round_capacity, tree_bucket
+from jetflow_bench.engine.loop import generate
+from jetflow_bench.engine.stopping import StopRule
+from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.engine.tree import DraftTree
+from jetflow_bench.errors import JfbenchError
+from tests.random_models import random_model
+from tests.test_engine import repetitive_prompts
+
+HAVE_COMPILER = any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "c++"))
+
+
+def runners(layers: int = 1) -> tuple[TargetRunner, TargetRunner]:
+    """An eager and a compiled runner over the same weights (compiling 1 layer on 2 cores takes ~1 min a graph)."""
+    model = random_model("qwen3", seed=1, layers=layers)
+    return TargetRunner(model, None, "random"), TargetRunner(model, None, "random", compile=True)
+
+
+def test_buckets_round_up_and_stop_at_the_largest():
+    assert [tree_bucket(n) for n in (1, 2, 16, 17, 64, 65, 256, 1024)] == [1, 16, 16, 64, 64, 256, 256, 1024]
+    assert buckets_up_to(1) == (1,) and buckets_up_to(17) == (1, 16, 64)
+    assert round_capacity(1) == 512 and round_capacity(513) == 1024
+    with pytest.raises(JfbenchError, match="largest compiled bucket"):
+        tree_bucket(1025)
+
+
+def test_compile_rejects_kernel_backends_and_missing_compilers(monkeypatch):
+    with pytest.raises(JfbenchError, match="--attention 'triton'"):
+        check_compile(torch.device("cpu"), "triton")
+    monkeypatch.setattr(shutil, "which", lambda _: None)
+    with pytest.raises(JfbenchError, match="C/C\\+\\+ compiler"):
+        check_compile(torch.device("cpu"), "sdpa")
+
+
+def test_padded_forward_matches_eager_without_the_compiler():
+    """The padding, the whole-cache mask and the scratch slots, run uncompiled: a padding node that
+    leaked into a real node's attention, or a real node written over, would change the logits."""
+    eager, static = runners(layers=2)
+    static.static.fn = static._static_forward  # the body torch.compile would trace, run as is
+    prompts = repetitive_prompts(2)
+    tree = [DraftTree([5, 6, 7, 8, 9], [-1, 0, 0, 1, 1]), DraftTree([3, 4], [-1, 0])]
+    for runner in (eager, static):
+        runner.prefill(prompts, capacity=64)
+    out_eager, out_static = eager.verify(tree, taps=(0,)), static.verify(tree, taps=(0,))
+    assert out_static.trees.width == 16 and out_static.trees.kv_len == static.cache.capacity == 512
+    torch.testing.assert_close(out_static.logits, out_eager.logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out_static.hidden, out_eager.hidden, rtol=1e-5, atol=1e-5)
+    eager.commit([[0, 2], [0, 1]])
+    static.commit([[0, 2], [0, 1]])
+    chain = [DraftTree.root_only(1), DraftTree.root_only(2)]  # reads the committed, compacted keys
+    torch.testing.assert_close(static.verify(chain).logits, eager.verify(chain).logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow  # ~2 min: Inductor compiles 4 graphs on 2 cores
+@pytest.mark.skipif(not HAVE_COMPILER, reason="no C/C++ compiler on PATH: Inductor cannot build CPU kernels")
+def test_compiled_greedy_decoding_is_identical_to_eager():
+    """Inductor on CPU: AR and ngram (budget 16) outputs equal the eager engine's, drafts are kept,
+    every graph is compiled in the untimed warm-up, and a rerun compiles nothing."""
+    eager, compiled = runners()
+    prompts = repetitive_prompts(3)
+    stop = StopRule(max_new_tokens=24, eos_token_ids=frozenset({1}))
+    reference = [r.output_tokens for r in generate(eager, prompts, stop).requests]
+    first = generate(compiled, prompts, stop, budget=16, drafter=DRAFTERS.get("ngram")())
+    assert [r.output_tokens for r in first.requests] == reference
+    assert sum(s.accepted for s in first.steps) > 0 and first.compile_s > 0
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    again = generate(compiled, prompts[:2], stop)  # AR, a smaller batch: shapes warmed above
+    assert [r.output_tokens for r in again.requests] == reference[:2]
+    assert again.compile_s == 0.0 and torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+
+
+def test_free_memory_check_on_cuda_asks_the_driver(monkeypatch):
+    """The CUDA branch of the memory check, on a CPU: it once named `torch` without importing it."""
+    from jetflow_bench.runtime import available_memory_bytes
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (123 << 20, 456 << 20))
+    assert available_memory_bytes(torch.device("cuda")) == 123 << 20
