@@ -1,6 +1,9 @@
 """Drafter plug-ins. Built-ins are registered lazily by name (into `jetflow_bench.plugins.DRAFTERS`); third parties use the
 ``jfbench.drafters`` entry-point group (value ``"module:Class"``)."""
 
+import importlib
+from pathlib import Path
+
 from drafters.base import Drafter
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.plugins import DRAFTERS
@@ -13,6 +16,23 @@ DRAFTERS.register("dflash", "drafters.dflash:DFlashDrafter", aliases=("dflash-t"
 DRAFTERS.register("jetflow", "drafters.jetflow:JetFlowDrafter")
 DRAFTERS.register("jetflow-refine", "drafters.jetflow:JetFlowRefineDrafter")
 
+
+
+# `jfbench export --format NAME`: the writer of each serving layout ("module:function"; loaded on use).
+EXPORT_FORMATS: dict[str, str] = {
+    "dflash": "jetflow_bench.heads.checkpoint:export_dflash",  # vLLM --speculative-config method "dflash"
+    "eagle3": "drafters.eagle3:export_eagle3",  # vLLM method "eagle3", SpecForge, SGLang
+}
+
+
+def export_head(source: Path, fmt: str, out: Path) -> Path:
+    """Write the head at ``source`` in the serving layout ``fmt`` into ``out``."""
+    if fmt not in EXPORT_FORMATS:
+        raise JfbenchError(f"unknown export format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
+    if not (Path(source) / "config.json").is_file():
+        raise JfbenchError(f"{source} is not a head folder (no config.json): pass a folder made by `jfbench train` or a released head")
+    module, _, attr = EXPORT_FORMATS[fmt].partition(":")
+    return getattr(importlib.import_module(module), attr)(Path(source), Path(out))
 
 
 def runnable_drafter(name: str) -> str:
@@ -28,4 +48,4 @@ def runnable_drafter(name: str) -> str:
     return canonical
 
 
-__all__ = ["DRAFTERS", "Drafter", "runnable_drafter"]
+__all__ = ["DRAFTERS", "EXPORT_FORMATS", "Drafter", "export_head", "runnable_drafter"]

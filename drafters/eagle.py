@@ -22,17 +22,24 @@ Cost grows linearly with depth — the price of path-conditioned drafts — and 
 depth=7, top_k=10``; ``cnets.py`` ``topK_genrate``): 8 head forwards (the root's, then ``depth``
 more), a frontier of 10 nodes with 10 children each, and at most 60 verified tokens, root included.
 It reads the heads ``eagle`` reads.
+
+Both read jfbench's own EAGLE heads and published EAGLE-3 heads (SpecForge / vLLM layout,
+`drafters.eagle3`): the checkpoint's layout decides which head is built and how its context is
+cached; drafting is the same code.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from drafters.base import SequenceView
+from drafters.eagle3 import Eagle3Head, PairCache, is_eagle3, load_eagle3
+from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
@@ -40,8 +47,11 @@ from drafters.tree_ops import draft_trees
 from drafters.tree_tensors import Dists, KnownNodes
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.heads.checkpoint import HeadInfo
+from jetflow_bench.heads.checkpoint import HeadInfo, read_json
 from jetflow_bench.heads.head import DraftHead
+
+if TYPE_CHECKING:
+    from jetflow_bench.engine.target import TargetRunner
 
 
 class EagleDrafter(LearnedDrafter):
@@ -85,8 +95,20 @@ class EagleDrafter(LearnedDrafter):
         return budget - 1
 
     @classmethod
+    def load(cls, checkpoint: Path, target: TargetRunner, attention: str) -> tuple[DraftHead | Eagle3Head, HeadInfo]:  # type: ignore[override]
+        """jfbench's own EAGLE head, or a published EAGLE-3 head (SpecForge / vLLM layout)."""
+        if is_eagle3(read_json(Path(checkpoint) / "config.json", "pass a head directory")):
+            return load_eagle3(checkpoint, target, attention)
+        return super().load(checkpoint, target, attention)
+
+    def new_cache(self, seqs: Sequence[SequenceView]) -> ContextCache:
+        if isinstance(self.head, Eagle3Head):  # its context entries pair each token with the feature before it
+            return PairCache(self.head, [s.request for s in seqs])  # type: ignore[arg-type]
+        return super().new_cache(seqs)
+
+    @classmethod
     def check_head(cls, head: DraftHead, info: HeadInfo) -> None:
-        if not head.cfg.eagle_input:
+        if not (head.cfg.eagle_input or isinstance(head, Eagle3Head)):
             raise JfbenchError(
                 f"{info.path} is a block head: the eagle drafter needs a head trained with `jfbench train --drafter eagle`"
             )

@@ -65,37 +65,57 @@ class ContextCache:
             self.requests = wanted
             self._positions = None
 
+    def observe(self, seqs: Sequence[SequenceView], features: Sequence[torch.Tensor]) -> None:
+        """The engine committed tokens (`Drafter.observe`): cache their features."""
+        self.append(features)
+
     @torch.inference_mode()
     def append(self, features: Sequence[torch.Tensor]) -> None:
         """features[b]: (n_b, K, H) tapped target states of row b's newly committed tokens."""
+        fused, counts = self.fuse(features)
+        self.write_entries(fused, counts)
+        self.last_feature = self.newest(fused, counts)
+
+    def fuse(self, features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
+        """features[b] (n_b, K, H) -> the head's fused features (B, max n_b, H), zero-padded, and n_b."""
         counts = [f.shape[0] for f in features]
-        n = max(counts)
-        self.kv.reserve(self.max_len + n)
         device = self.last_feature.device
         if len(features) == 1:
             padded = features[0][None]  # (1, n, K, H): nothing to pad
         else:
-            padded = torch.zeros(len(features), n, *features[0].shape[1:], dtype=features[0].dtype, device=device)
+            padded = torch.zeros(len(features), max(counts), *features[0].shape[1:], dtype=features[0].dtype, device=device)
             for b, f in enumerate(features):
                 padded[b, : f.shape[0]] = f
-        fused = self.head.fuse(padded.to(device=device, dtype=self.last_feature.dtype))  # (B, n, H)
+        return self.head.fuse(padded.to(device=device, dtype=self.last_feature.dtype)), counts
+
+    def write_entries(self, entries: torch.Tensor, counts: Sequence[int]) -> None:
+        """Commit the head's context keys/values of ``entries`` (B, n, ...): row b's first counts[b]
+        land after its context, at their absolute positions (padding lands in unused slots)."""
+        n = entries.shape[1]
+        if n == 0:
+            return
+        self.kv.reserve(self.max_len + n)
+        device = self.last_feature.device
         shared_start = len(set(self.lengths)) == 1  # e.g. batch 1: one slice per layer
         if shared_start:
             slots = torch.arange(self.lengths[0], self.lengths[0] + n, device=device).expand(len(counts), n)
-        else:  # (B, n); padding lands in unused slots
+        else:  # (B, n)
             slots = self.anchor_positions()[:, None] + torch.arange(n, device=device)
-        for layer, (k, v) in enumerate(self.head.context_kv(fused, slots)):
+        for layer, (k, v) in enumerate(self.head.context_kv(entries, slots)):
             if shared_start:
                 self.kv.write_span(layer, self.lengths[0], k, v)
             else:
                 self.kv.write(layer, slots, k, v)
-        if len(set(counts)) == 1:  # every row's newest token is the last column (always at batch 1)
-            self.last_feature = fused[:, -1]
-        else:
-            last = torch.tensor([c - 1 for c in counts], device=device)
-            self.last_feature = fused[torch.arange(len(counts), device=device), last]
         self.kv.advance(counts)
         self._positions = None
+
+    @staticmethod
+    def newest(fused: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
+        """Each row's newest fused feature, (B, H)."""
+        if len(set(counts)) == 1:  # every row's newest token is the last column (always at batch 1)
+            return fused[:, -1]
+        last = torch.tensor([c - 1 for c in counts], device=fused.device)
+        return fused[torch.arange(len(counts), device=fused.device), last]
 
     def scratch(self, start: int, count: int) -> ScratchKV:
         """A store whose entries occupy scratch slots [max_len + start, max_len + start + count)."""

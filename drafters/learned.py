@@ -62,7 +62,7 @@ class LearnedDrafter(Drafter):
     @classmethod
     def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> LearnedDrafter:
         cls.check_checkpoint(checkpoint)
-        head, info = load_head(Path(checkpoint), target, options.pop("attention", target.attention_backend))  # the head follows the target
+        head, info = cls.load(Path(checkpoint), target, options.pop("attention", target.attention_backend))  # the head follows the target
         cls.check_head(head, info)
         tree_keys = [f.name for f in dataclasses.fields(TreeOptions) if f.name != "max_depth"]
         tree_opts = {**cls.tree_defaults, **{k: options.pop(k) for k in tree_keys if k in options}}
@@ -72,6 +72,11 @@ class LearnedDrafter(Drafter):
             return cls(head, info, TreeOptions(**tree_opts), **options)
         except TypeError as err:
             raise JfbenchError(f"drafter {cls.name!r} got an unknown option: {err}") from err
+
+    @classmethod
+    def load(cls, checkpoint: Path, target: TargetRunner, attention: str) -> tuple[DraftHead, HeadInfo]:
+        """Read the family's head (jfbench's layout or a released DFlash / JetSpec head) onto the target."""
+        return load_head(checkpoint, target, attention)
 
     @classmethod
     def option_defaults(cls) -> dict[str, Any]:
@@ -97,9 +102,13 @@ class LearnedDrafter(Drafter):
         if features is None:
             raise RuntimeError(f"drafter {self.name!r} has taps {self.taps} but received no features")
         if self.cache is None:
-            self.cache = ContextCache(self.head, [s.request for s in seqs])
+            self.cache = self.new_cache(seqs)
         self.cache.align(seqs)
-        self.cache.append(features)
+        self.cache.observe(seqs, features)
+
+    def new_cache(self, seqs: Sequence[SequenceView]) -> ContextCache:
+        """The head's context cache for a new batch."""
+        return ContextCache(self.head, [s.request for s in seqs])
 
     def children(self, logits: torch.Tensor) -> Dists:
         """Head logits (R, S, V or N draft slots) -> each slot's top-``fanout`` children as target

@@ -136,11 +136,12 @@ def test_batch_result_applies_jfbench_stop_rule_to_vllm_tokens():
 @pytest.mark.parametrize(("name", "ckpt", "message"), [
     ("vllm:ngarm", None, "did you mean vllm:ngram"),
     ("vllm:eagle", None, "vllm:eagle=PATH"),
+    ("vllm:dflash", None, "vllm:dflash=PATH"),  # bug: a DFlash server started without its head
     ("vllm:none", "/x", "takes no model"),
 ])
 def test_parse_arm_errors_name_the_fix(name, ckpt, message):
     with pytest.raises(JfbenchError, match=message):
-        parse_arm(name, ckpt, ("ngram", "suffix", "eagle"))
+        parse_arm(name, ckpt, ("ngram", "suffix", "eagle", "dflash"))
 
 
 def test_arm_options_go_into_the_speculative_config():

@@ -274,8 +274,8 @@ def sweep(
     (more budgets, another drafter, fewer repeats) keeps the finished cells still in the grid.
 
     --engine vllm adds vLLM's methods as arms: vllm:none (plain decoding), vllm:ngram, vllm:suffix,
-    vllm:draft_model=PATH, vllm:eagle=PATH, vllm:eagle3=PATH, and any other method the installed
-    vLLM lists. Budget B maps to num_speculative_tokens = B - 1 (a chain); vllm:none runs once per
+    vllm:draft_model=PATH, vllm:eagle=PATH, vllm:eagle3=PATH, vllm:dflash=PATH (heads written by
+    `jfbench export`), and any other method the installed vLLM lists. Budget B maps to num_speculative_tokens = B - 1 (a chain); vllm:none runs once per
     batch size, at B = 1.
     The AR baseline and jfbench drafters in the same list still run on jfbench's engine, and every
     vLLM output is compared with jfbench's AR output. Managed: a server per arm configuration on a

@@ -35,6 +35,10 @@ from jetflow_bench.kernels.mask import TreeMask
 from jetflow_bench.runtime import resolve_device, resolve_dtype
 from jetflow_bench.targets import resolve_target
 
+# The tap that reads the token embeddings (the input of layer 0); tap i >= 0 is layer i's output.
+# EAGLE-3 heads name layer inputs, so their aux layer 0 is this tap.
+EMBEDDING_TAP = -1
+
 
 @dataclass
 class PreparedTrees:
@@ -275,9 +279,10 @@ class TargetRunner:
             )
         if longest > capacity:
             raise JfbenchError(f"cache capacity {capacity} is smaller than the longest prompt ({longest})")
-        bad = [t for t in taps if not 0 <= t < len(self.layers)]
+        bad = [t for t in taps if not EMBEDDING_TAP <= t < len(self.layers)]
         if bad:
-            raise JfbenchError(f"tap layers {bad} do not exist: the target has {len(self.layers)} layers")
+            raise JfbenchError(f"tap layers {bad} do not exist: the target has {len(self.layers)} layers "
+                               f"(tap {EMBEDDING_TAP} is the embedding output)")
 
     def _require_cache(self) -> KVCache:
         if self.cache is None:
@@ -329,7 +334,7 @@ class TargetRunner:
         h = self.embed(tokens)  # (B, N, H)
         cos, sin = self.rotary(h, positions)  # (B, N, hd) each
         cos, sin = cos[:, None], sin[:, None]  # broadcast over heads
-        tapped: dict[int, torch.Tensor] = {}  # layer -> its output (B, N, H)
+        tapped: dict[int, torch.Tensor] = {EMBEDDING_TAP: h}  # layer -> its output (B, N, H)
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
             x = layer.input_layernorm(h)

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 FORMAT = "jfbench-head"
 FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
+MASK_FILE = "mask_embedding.pt"  # a released head's own MASK vector (vLLM's DFlash loader reads it)
 CAUSAL_KEYS = ("is_causal", "causal", "causal_head")
 
 
@@ -117,13 +118,18 @@ def save_head(head: DraftHead, out: Path, drafter: str, target: TargetShape, tra
     return out
 
 
+def read_json(file: Path, fix: str) -> dict:
+    """A head's config.json; unreadable -> one line naming the file and ``fix``."""
+    try:
+        return json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise JfbenchError(f"cannot read draft-head config {file} ({err}): {fix}") from err
+
+
 def read_config(path: Path) -> tuple[HeadConfig, HeadInfo]:
     """Parse a checkpoint's config.json (either format) without loading weights."""
     file = Path(path) / "config.json"
-    try:
-        raw = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise JfbenchError(f"cannot read draft-head config {file} ({err}): pass a head directory made by `jfbench train`") from err
+    raw = read_json(file, "pass a head directory made by `jfbench train`")
     if raw.get("format") == FORMAT:
         return _architecture(raw, file, raw["head_mode"]), HeadInfo(
             Path(path), "jfbench", raw["drafter"], TargetShape(**raw["target"]), raw.get("training", {})
@@ -212,11 +218,11 @@ def load_head(path: Path, target: TargetRunner, attention: str = "sdpa") -> tupl
     cfg, info = read_config(path)
     check_target(cfg, info, target)
     head = DraftHead(cfg, target.embed, target.lm_head, attention)
-    state = _load_tensors(Path(path))
+    state = load_tensors(Path(path))
     if info.source == "published" and "mask_embedding" not in state:
         if cfg.mask_token_id is None:
             raise JfbenchError(f"{path}/config.json has no mask_token_id: the head cannot draft without a MASK input")
-        state["mask_embedding"] = target.embed.weight[cfg.mask_token_id].detach().cpu()
+        state["mask_embedding"] = _released_mask(Path(path), cfg.mask_token_id, target)
     missing, unexpected = head.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise JfbenchError(
@@ -227,7 +233,53 @@ def load_head(path: Path, target: TargetRunner, attention: str = "sdpa") -> tupl
     return head.to(device=target.device, dtype=target.dtype).eval(), info
 
 
-def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
+def _released_mask(path: Path, mask_token_id: int, target: TargetRunner) -> torch.Tensor:
+    """A released head's MASK input: its ``mask_embedding.pt`` (a tensor, or {"mask_token_id",
+    "embedding"}, as vLLM reads it) or else the target's embedding of the mask token."""
+    file = path / MASK_FILE
+    if not file.exists():
+        return target.embed.weight[mask_token_id].detach().cpu()
+    state = torch.load(file, map_location="cpu", weights_only=True)
+    if isinstance(state, dict):
+        if state.get("mask_token_id", mask_token_id) != mask_token_id:
+            raise JfbenchError(f"{file} is for mask token {state['mask_token_id']} but config.json says {mask_token_id}")
+        state = state["embedding"]
+    return state.reshape(-1)
+
+
+def export_dflash(source: Path, out: Path) -> Path:
+    """Write a block head (jfbench's dflash / jetflow, or a released one) as the folder vLLM's
+    ``dflash`` method loads (``DFlashQwen3ForCausalLM``): the released config keys, the weights
+    without jfbench's MASK tensor, and that trained MASK vector as ``mask_embedding.pt``, which
+    vLLM substitutes for the mask token's embedding. The embedding and LM head stay the target's."""
+    cfg, info = read_config(source)
+    if cfg.eagle_input:
+        raise JfbenchError(f"{source} is an EAGLE head: export it as eagle3 only if it is an EAGLE-3 head; "
+                           "vLLM's dflash runs block heads (jfbench train --drafter dflash or jetflow)")
+    state = load_tensors(Path(source))
+    mask = state.pop("mask_embedding", None)
+    rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    config = {
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_act": "silu",
+        "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size, "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+        "rms_norm_eps": cfg.rms_norm_eps, "rope_theta": cfg.rope_theta, "rope_parameters": rope,
+        "attention_bias": cfg.attention_bias, "max_position_embeddings": 32768, "tie_word_embeddings": False,
+        "vocab_size": info.target.vocab_size, "num_target_layers": info.target.num_layers,
+        "target_hidden_size": info.target.hidden_size or cfg.hidden_size, "block_size": cfg.block_size,
+        "is_causal": cfg.mode == "causal",  # vLLM reads this before dflash_config.causal
+        "dflash_config": {"target_layer_ids": list(cfg.taps), "mask_token_id": cfg.mask_token_id,
+                          "causal": cfg.mode == "causal", "block_size": cfg.block_size},
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(out / WEIGHTS))
+    if mask is not None:
+        torch.save({"mask_token_id": cfg.mask_token_id, "embedding": mask}, out / MASK_FILE)
+    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    return out
+
+
+def load_tensors(path: Path) -> dict[str, torch.Tensor]:
     """All tensors of a (possibly sharded) safetensors checkpoint, with a ``model.`` prefix removed."""
     files = sorted(path.glob("*.safetensors"))
     if not files:

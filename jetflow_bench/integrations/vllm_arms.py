@@ -24,7 +24,7 @@ PREFIX = "vllm:"
 NONE = "none"
 # Methods whose proposer is a separate model (a draft model or a head); the rest draft from the
 # target itself (n-gram and suffix lookup, the target's own MTP layers).
-NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator"})
+NEEDS_MODEL = frozenset({"draft_model", "dflash", "eagle", "eagle3", "medusa", "mlp_speculator"})
 
 # Run by the vLLM environment's own Python: its version and the speculative methods it accepts.
 _DISCOVER = r"""
