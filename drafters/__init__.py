@@ -3,10 +3,11 @@
 
 import importlib
 from pathlib import Path
+from typing import Any
 
-from drafters.base import Drafter
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.plugins import DRAFTERS
+from jetflow_bench.training.recipe import RECIPES
 
 DRAFTERS.register("ngram", "drafters.ngram:NgramDrafter", aliases=("prompt-lookup", "pld"))
 DRAFTERS.register("oracle", "drafters.oracle:OracleDrafter")
@@ -15,6 +16,9 @@ DRAFTERS.register("eagle3", "drafters.eagle:Eagle3Drafter")
 DRAFTERS.register("dflash", "drafters.dflash:DFlashDrafter", aliases=("dflash-t",))
 DRAFTERS.register("jetflow", "drafters.jetflow:JetFlowDrafter")
 DRAFTERS.register("jetflow-refine", "drafters.jetflow:JetFlowRefineDrafter")
+RECIPES.register("eagle", "drafters.recipes:EAGLE_OPTIONS")
+RECIPES.register("dflash", "drafters.recipes:BLOCK_OPTIONS")
+RECIPES.register("jetflow", "drafters.recipes:BLOCK_OPTIONS")
 
 
 
@@ -46,6 +50,15 @@ def runnable_drafter(name: str) -> str:
     if refusal:
         raise JfbenchError(f"drafter {name!r} cannot run from the command line: {refusal}")
     return canonical
+
+
+def __getattr__(name: str) -> Any:
+    """`Drafter` loads on first use (it imports torch): `--help` reads the recipe registrations above."""
+    if name == "Drafter":
+        from drafters.base import Drafter
+
+        return Drafter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["DRAFTERS", "EXPORT_FORMATS", "Drafter", "export_head", "runnable_drafter"]

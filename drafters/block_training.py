@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from drafters.recipes import BLOCK_OPTIONS, BLOCK_RECORDED
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.head import DraftHead
 from jetflow_bench.heads.masks import block_allowed, context_allowed, join, tree_allowed
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from jetflow_bench.training.config import TrainConfig
     from jetflow_bench.training.teacher import TeacherBatch
 
-LAYOUTS = ("prefix", "packed")  # --layout choices (module docstring)
 
 
 @dataclass
@@ -84,29 +84,30 @@ class BlockTraining(TrainingObjective):
         self.default_head = default_head  # in-block attention of its heads unless the recipe names one
         self.real_prefix = real_prefix  # blocks may keep real tokens after the anchor (prefix / packed layouts)
 
+    options = BLOCK_OPTIONS
+    recorded = BLOCK_RECORDED
+
     def validate(self, config: TrainConfig) -> None:
-        if config.layout is not None and config.layout not in LAYOUTS:
-            raise JfbenchError(f"--layout {config.layout!r} is unknown: choose one of {', '.join(LAYOUTS)}")
-        if config.layout == "packed" and (not self.real_prefix or config.mode != "causal"):
+        if config.option_values["layout"] == "packed" and (not self.real_prefix or config.mode != "causal"):
             raise JfbenchError("--layout packed needs --drafter jetflow with a causal head (a bidirectional "
                                "block would let each query see the token it predicts)")
-        if config.match_depth1 and self.settings(config)["layout"] == "packed":
+        if config.option_values["match_depth1"] and self.settings(config)["layout"] == "packed":
             raise JfbenchError("--match-depth1 gives prefix-layout heads the packed layout's depth-1 queries: "
                                "this head already trains packed (add --layout prefix or drop --match-depth1)")
 
     def extra_depth1_blocks(self, config: TrainConfig) -> int:
         """Blocks [x_p, MASK] per sequence that ``match_depth1`` adds: the packed layout's depth-1
         queries (one per all-mask block, D per packed block) minus the prefix layout's (one per block)."""
-        if not config.match_depth1:
+        if not config.option_values["match_depth1"]:
             return 0
         a, d = config.anchors, config.block_size - 1
-        all_mask = round(a * config.prefix_zero)
+        all_mask = round(a * config.option_values["prefix_zero"])
         return all_mask + (a - all_mask) * d - a
 
     def settings(self, config: TrainConfig) -> dict[str, Any]:
         """The training-block layout: packed for a causal real-prefix head unless ``--layout`` says otherwise."""
-        if config.layout:
-            return {"layout": config.layout}
+        if config.option_values["layout"]:
+            return {"layout": config.option_values["layout"]}
         return {"layout": "packed" if self.real_prefix and config.mode == "causal" else "prefix"}
 
     def prefix_lengths(self, config: TrainConfig, shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
@@ -114,7 +115,7 @@ class BlockTraining(TrainingObjective):
         if not self.real_prefix or config.block_size <= 2:
             return torch.zeros(shape, dtype=torch.long)
         uniform = torch.randint(1, config.block_size - 1, shape, generator=generator)
-        return torch.where(torch.rand(shape, generator=generator) < config.prefix_zero, 0, uniform)
+        return torch.where(torch.rand(shape, generator=generator) < config.option_values["prefix_zero"], 0, uniform)
 
     def block_groups(
         self, config: TrainConfig, mode: str, batch: int, generator: torch.Generator, device
@@ -122,7 +123,7 @@ class BlockTraining(TrainingObjective):
         """The step's block layouts (see the module docstring)."""
         a, n = config.anchors, config.block_size
         if self.settings(config)["layout"] == "packed":
-            all_mask = round(a * config.prefix_zero)
+            all_mask = round(a * config.option_values["prefix_zero"])
             groups = [prefix_group(mode, torch.zeros(batch, all_mask, dtype=torch.long), n, device)] if all_mask else []
             return [*groups, packed_group(a - all_mask, batch, n, device)] if a > all_mask else groups
         return [prefix_group(mode, self.prefix_lengths(config, (batch, a), generator), n, device)]

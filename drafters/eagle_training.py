@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from jetflow_bench.errors import JfbenchError
+from drafters.recipes import EAGLE_OPTIONS, EAGLE_RECORDED
 from jetflow_bench.heads.head import DraftHead
 from jetflow_bench.heads.masks import context_allowed, join
 from jetflow_bench.training.losses import depth_weights
@@ -37,16 +37,16 @@ class EagleTraining(TrainingObjective):
     """EAGLE: one causal layer fed [token ; parent feature], trained with training-time test."""
 
     head_modes = ("causal",)
-
-    def validate(self, config: TrainConfig) -> None:
-        if config.ttt_steps is not None and config.ttt_steps < 1:
-            raise JfbenchError(f"--ttt-steps {config.ttt_steps} must be at least 1")
-        if config.match_depth1:
-            raise JfbenchError("--match-depth1 is for block heads (dflash, jetflow --layout prefix), not eagle")
+    options = EAGLE_OPTIONS
+    recorded = EAGLE_RECORDED
 
     def settings(self, config: TrainConfig) -> dict[str, Any]:
         """Training-time-test steps: the drafted depth (block_size - 1) unless ``--ttt-steps`` says otherwise."""
-        return {"ttt_steps": config.ttt_steps or config.block_size - 1}
+        return {"ttt_steps": config.option_values["ttt_steps"] or config.block_size - 1}
+
+    def record(self, config: TrainConfig) -> dict[str, Any]:
+        """``ttt_steps`` recorded resolved: a head trained with the default depth's steps named is the same head."""
+        return {**super().record(config), **self.settings(config)}
 
     def head_layers(self, target_layers: int) -> int:
         """One layer whatever the target's depth, as EAGLE-1/2/3 are built."""

@@ -20,11 +20,11 @@ def test_eagle_depth_cap_is_the_block_heads_depth(target, checkpoints):  # noqa:
 
 
 def test_eagle_trains_as_many_test_steps_as_it_drafts():
-    assert TrainConfig(drafter="eagle").resolved_ttt_steps == 15  # default block size 16 -> depth 15
-    assert TrainConfig(drafter="eagle", block_size=8).resolved_ttt_steps == 7
-    assert TrainConfig(drafter="eagle", ttt_steps=3).resolved_ttt_steps == 3
-    assert TrainConfig(drafter="jetflow").resolved_ttt_steps is None  # block heads have no test steps
+    assert TrainConfig(drafter="eagle").setting("ttt_steps") == 15  # default block size 16 -> depth 15
+    assert TrainConfig(drafter="eagle", block_size=8).setting("ttt_steps") == 7
+    assert TrainConfig.from_recipe("eagle", ttt_steps=3).setting("ttt_steps") == 3
+    assert TrainConfig(drafter="jetflow").setting("ttt_steps") is None  # block heads have no test steps
     # an explicit value equal to the default is the same recipe (same cached head)
-    assert TrainConfig(drafter="eagle", ttt_steps=15).key("t") == TrainConfig(drafter="eagle").key("t")
+    assert TrainConfig.from_recipe("eagle", ttt_steps=15).key("t") == TrainConfig(drafter="eagle").key("t")
     with pytest.raises(JfbenchError, match="ttt-steps"):
-        TrainConfig(drafter="eagle", ttt_steps=0)
+        TrainConfig.from_recipe("eagle", ttt_steps=0)

@@ -85,7 +85,7 @@ def test_jetflow_blocks_mix_all_mask_and_real_prefix():
 ])
 def test_no_training_query_sees_the_token_it_predicts(drafter, head, layout):
     """A MASK at offset o predicts x_{p+o}: no entry it attends to may hold a real token at offset >= o."""
-    config = TrainConfig(drafter=drafter, head=head, layout=layout if drafter == "jetflow" else None, block_size=6)
+    config = TrainConfig(drafter=drafter, head=head, options={"layout": layout if drafter == "jetflow" else None}, block_size=6)
     groups = config.objective.block_groups(config, config.mode, 2, torch.Generator().manual_seed(0), torch.device("cpu"))
     assert sum(g.count for g in groups) == config.anchors
     for g in groups:
@@ -105,13 +105,13 @@ def test_match_depth1_gives_prefix_heads_the_packed_layouts_depth1_queries():
     packed = TrainConfig(drafter="jetflow")
     groups = packed.objective.block_groups(packed, "causal", 1, torch.Generator().manual_seed(0), torch.device("cpu"))
     depth1 = sum(int((g.is_mask & (g.depth == 1)).sum()) for g in groups)
-    for config in (TrainConfig(drafter="dflash", match_depth1=True), TrainConfig(drafter="jetflow", layout="prefix", match_depth1=True)):
+    for config in (TrainConfig.from_recipe("dflash", match_depth1=True), TrainConfig.from_recipe("jetflow", layout="prefix", match_depth1=True)):
         assert config.anchors + config.objective.extra_depth1_blocks(config) == depth1 == 128
     assert DFLASH_TRAINING.extra_depth1_blocks(TrainConfig(drafter="dflash")) == 0
     with pytest.raises(JfbenchError, match="--match-depth1"):
-        TrainConfig(drafter="jetflow", match_depth1=True)
-    with pytest.raises(JfbenchError, match="--match-depth1"):
-        TrainConfig(drafter="eagle", match_depth1=True)
+        TrainConfig.from_recipe("jetflow", match_depth1=True)
+    with pytest.raises(JfbenchError, match="--match-depth1 is not a training option of eagle: .*--ttt-steps"):
+        TrainConfig.from_recipe("eagle", match_depth1=True)
 
 
 @needs_data
@@ -126,13 +126,13 @@ def test_match_depth1_adds_depth1_supervision(random_target, tmp_path):
 
 
 def test_packed_layout_needs_a_causal_jetflow_head():
-    assert TrainConfig(drafter="jetflow").resolved_layout == "packed"
-    assert TrainConfig(drafter="jetflow", head="bidirectional").resolved_layout == "prefix"
+    assert TrainConfig(drafter="jetflow").setting("layout") == "packed"
+    assert TrainConfig(drafter="jetflow", head="bidirectional").setting("layout") == "prefix"
     for bad in ({"drafter": "jetflow", "head": "bidirectional"}, {"drafter": "dflash"}):
         with pytest.raises(JfbenchError, match="--layout packed needs"):
-            TrainConfig(**bad, layout="packed")
+            TrainConfig(**bad, options={"layout": "packed"})
     with pytest.raises(JfbenchError, match="--layout 'tree'"):
-        TrainConfig(drafter="jetflow", layout="tree")
+        TrainConfig(drafter="jetflow", options={"layout": "tree"})
 
 
 @needs_data
@@ -332,3 +332,35 @@ def test_short_training_lowers_the_loss(learned_heads):  # noqa: F811
     for path in learned_heads.values():
         losses = json.loads((path / "config.json").read_text())["training"]["losses"]
         assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5, path
+
+
+def test_family_options_are_declared_parsed_and_keyed_like_flat_fields():
+    """A family's own fields come from its declaration: parsed from text, range-checked, defaults
+    filled in; the flat record (and so the cache key) matches the one written before families owned them."""
+    from jetflow_bench.training.recipe import RECIPES
+
+    assert RECIPES.get("jetflow") is JETFLOW_TRAINING.options and RECIPES.get("dflash") is DFLASH_TRAINING.options
+    config = TrainConfig(drafter="jetflow", options={"prefix_zero": "0.25", "match_depth1": "false"})
+    assert config.option_values == {"layout": None, "match_depth1": False, "prefix_zero": 0.25}
+    with pytest.raises(JfbenchError, match="--prefix-zero 2.0 must be at most 1"):
+        TrainConfig(drafter="jetflow", options={"prefix_zero": 2.0})
+    with pytest.raises(JfbenchError, match="--ttt-steps 'two' is not a valid int"):
+        TrainConfig(drafter="eagle", options={"ttt_steps": "two"})
+    record = TrainConfig(drafter="eagle").to_dict()
+    assert {k: record[k] for k in ("ttt_steps", "layout", "prefix_zero", "match_depth1")} == {
+        "ttt_steps": 15, "layout": None, "prefix_zero": 0.5, "match_depth1": False}
+    again = TrainConfig.from_recipe("eagle", **{k: v for k, v in record.items() if k != "drafter"})
+    assert again.key("t") == TrainConfig(drafter="eagle").key("t")  # a recorded recipe reads back as the same head
+    assert TrainConfig.from_recipe("dflash", ttt_steps=None) == TrainConfig(drafter="dflash")
+
+
+def test_family_flags_are_read_from_the_declarations():
+    """`jfbench train`/`ablate` extra arguments: --NAME VALUE, --NAME=VALUE, a bare bool; typos refused."""
+    from jetflow_bench.cli.recipe_flags import family_flags
+
+    assert family_flags(["--layout", "prefix", "--match-depth1", "--ttt-steps=3"]) == {
+        "layout": "prefix", "match_depth1": "true", "ttt_steps": "3"}
+    with pytest.raises(JfbenchError, match="did you mean '--layout'"):
+        family_flags(["--lyout", "prefix"])
+    with pytest.raises(JfbenchError, match="--ttt-steps needs a value"):
+        family_flags(["--ttt-steps"])

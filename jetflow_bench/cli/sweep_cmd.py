@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import shutil
@@ -412,11 +411,12 @@ def _base_settings(base: DrafterSpec, recipe: dict[str, Any]) -> dict[str, Any]:
     from jetflow_bench.training.config import TrainConfig
 
     plugin = DRAFTERS.get(base.name)
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    recorded = {k: v for k, v in trained_recipe(base.checkpoint).items() if k in fields}  # older heads: extra keys
     layout = None
-    if plugin.training is not None and (recorded or base.checkpoint is None):
-        layout = TrainConfig(**{**recorded, **recipe, **dict(base.train), "drafter": base.name}).resolved_layout
+    if plugin.training is not None:
+        fields = TrainConfig.recipe_fields(base.name)
+        recorded = {k: v for k, v in trained_recipe(base.checkpoint).items() if k in fields}  # older heads: extra keys
+        if recorded or base.checkpoint is None:
+            layout = TrainConfig.from_recipe(base.name, **{**recorded, **recipe, **dict(base.train)}).setting("layout")
     refine = dict(base.options).get("refine_passes", option_defaults(plugin).get("refine_passes"))
     return {"layout": layout, "refine_passes": refine}
 

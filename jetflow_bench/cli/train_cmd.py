@@ -13,14 +13,16 @@ import typer
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
+from jetflow_bench.cli.recipe_flags import EXTRA_FLAGS, epilog, family_flags, option_pairs
 from jetflow_bench.errors import JfbenchError, writable_folder
 from jetflow_bench.training.config import SOURCES, TrainConfig
 
 _DEFAULTS = SimpleNamespace(**{f.name: f.default for f in dataclasses.fields(TrainConfig)})  # no drafter lookup: --help stays light
 
 
-@app.command("train")
+@app.command("train", context_settings=EXTRA_FLAGS, epilog=epilog("--NAME VALUE or --option NAME=VALUE"))
 def train(
+    ctx: typer.Context,
     drafter: Annotated[str, typer.Option("--drafter", help="A drafter with a training objective: eagle, dflash (DFlash-T), "
                                    "jetflow, or a plug-in's.")],
     target: TargetOpt,
@@ -52,22 +54,11 @@ def train(
         int, typer.Option("--block-size", min=2, help="Anchor + drafted positions of block heads.")
     ] = _DEFAULTS.block_size,
     anchors: Annotated[int, typer.Option("--anchors", min=1, help="Blocks per sequence per step.")] = _DEFAULTS.anchors,
-    layout: Annotated[
-        str | None,
-        typer.Option("--layout", help="jetflow training blocks: packed (true path + a MASK query per node, every "
-                     "prefix length at once) or prefix (one random-length real prefix, then masks). "
-                     "Default: packed for a causal head, prefix for a bidirectional one."),
+    option: Annotated[
+        list[str] | None,
+        typer.Option("--option", help="A recipe field of the drafter's family, NAME=VALUE (repeatable); "
+                     "also --NAME VALUE. Each family's fields are listed below."),
     ] = None,
-    match_depth1: Annotated[
-        bool,
-        typer.Option("--match-depth1", help="Prefix-layout block heads (dflash, jetflow --layout prefix): add one-mask "
-                     "blocks until each sequence gives as many depth-1 queries as jetflow's packed layout."),
-    ] = False,
-    ttt_steps: Annotated[
-        int | None,
-        typer.Option("--ttt-steps", min=1, help="EAGLE training-time-test steps (own features fed back). "
-                     "Default: the drafted depth, block size - 1 (EAGLE-3 trains every step it drafts)."),
-    ] = _DEFAULTS.ttt_steps,
     heldout: Annotated[
         int, typer.Option("--heldout", min=0, help="Sequences held out of training for the acceptance proxy "
                           "(per-depth top-1 agreement with the target; at most a fifth of the data).")
@@ -126,10 +117,9 @@ def train(
     config = TrainConfig(
         drafter=drafter, head=head, loss=loss, data=data, corpus=tuple(s.strip() for s in corpus.split(",") if s.strip()),
         prompts=prompts, max_new_tokens=max_new_tokens, steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
-        layers=layers, block_size=block_size, anchors=anchors, layout=layout, match_depth1=match_depth1,
-        ttt_steps=ttt_steps, decay=decay,
+        layers=layers, block_size=block_size, anchors=anchors, decay=decay,
         draft_vocab=draft_vocab, heldout=heldout, eval_every=eval_every, stop_on_plateau=stop_on_plateau,
-        seed=seed,
+        seed=seed, options={**family_flags(ctx.args), **option_pairs(option, "--option")},
     )
     if seeds is not None and seed != 0:
         raise JfbenchError("--seed and --seeds both given: use --seeds 0,1,2 alone")

@@ -44,8 +44,8 @@ def ensure_head(
     **train_opts: Any,
 ) -> Path:
     """Path of a finished head for ``drafter`` on ``target_dir`` trained with ``train_opts``
-    (fields of `TrainConfig`), training it first when the cache lacks it."""
-    config = TrainConfig(drafter=drafter, **train_opts)
+    (flat recipe fields, see `TrainConfig.from_recipe`), training it first when the cache lacks it."""
+    config = TrainConfig.from_recipe(drafter, **train_opts)
     path = head_path(target_dir, config, device, dtype)
     if finished(path, config):
         return path

@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.training.recipe import resolve_options
 
 if TYPE_CHECKING:
     from jetflow_bench.training.objective import TrainingObjective
@@ -66,23 +68,25 @@ class TrainConfig:
     num_taps: int = 3  # K target layers fused (see jetflow_bench.heads.checkpoint.default_taps)
     block_size: int = 16  # anchor + D drafted positions (block heads)
     anchors: int = 16  # blocks per sequence per step (block heads)
-    ttt_steps: int | None = None  # eagle: training-time-test steps; None = its drafted depth (drafters/eagle_training.py)
     decay: float = 7.0  # loss weight exp(-(k-1)/decay) at drafted depth k; 0 = uniform
     heldout: int = 32  # sequences held out for the acceptance proxy (at most a fifth of the data; 0 = none)
     eval_every: int | None = None  # steps between held-out evaluations; None = steps // 20 (at least 1)
     stop_on_plateau: bool = False  # end once the held-out proxy moved < 2% over the last 20% of the steps
     draft_vocab: int | None = None  # head scores only the N most frequent continuation tokens (EAGLE-3's d2t); None = all
-    prefix_zero: float = 0.5  # jetflow: share of blocks trained all-masks (pass 1); the rest keep a real prefix
-    match_depth1: bool = False  # prefix-layout block heads: extra [x_p, MASK] blocks up to the packed layout's depth-1 queries
-    layout: str | None = None  # block heads: prefix | packed; None = packed for a causal jetflow head, else prefix
     seed: int = 0
+    # The family's own fields (its objective's `RecipeOption`s, e.g. eagle's ttt_steps, the block
+    # heads' layout): given as a mapping, stored as sorted (name, value) pairs with every declared
+    # field present (defaults filled in), so equal recipes compare and hash equal.
+    options: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         from jetflow_bench.heads.masks import BLOCK_MODES  # torch: not at import (`--help` reads this module)
         from jetflow_bench.training.objective import objective_for
 
-        family, _ = objective_for(self.drafter)  # unknown or untrainable drafters: one-line error
+        family, objective = objective_for(self.drafter)  # unknown or untrainable drafters: one-line error
         object.__setattr__(self, "drafter", family)  # aliases, and arms reading another family's heads
+        options = resolve_options(family, objective.options, dict(self.options))
+        object.__setattr__(self, "options", tuple(sorted(options.items())))
         object.__setattr__(self, "head", canonical_head(self.head))
         object.__setattr__(self, "decay", float(self.decay))  # `--decay 0` from ablate's value parser is an int
         choices = {"loss": (self.loss, LOSSES), "data": (self.data, DATA)}
@@ -115,15 +119,43 @@ class TrainConfig:
 
         return objective_for(self.drafter)[1]
 
-    @property
-    def resolved_layout(self) -> str | None:
-        """Training-block layout the family uses (None: it trains no blocks)."""
-        return self.objective.settings(self).get("layout")
+    @classmethod
+    def from_recipe(cls, drafter: str, **fields: Any) -> TrainConfig:
+        """A config from flat recipe fields, shared and the family's own alike, as `ensure_head`,
+        recorded recipes (config.json) and ablation variants give them. A field the family's heads
+        recorded before it owned its fields (`TrainingObjective.recorded`) is dropped at its recorded value."""
+        from jetflow_bench.training.objective import objective_for
+
+        objective = objective_for(drafter)[1]
+        shared = {f.name for f in dataclasses.fields(cls)} - {"options"}
+        own = {o.name for o in objective.options}
+        options = dict(fields.pop("options", None) or {})
+        for key in [k for k in fields if k not in shared]:
+            value = fields.pop(key)
+            if key not in own and key in objective.recorded and objective.recorded[key] == value:
+                continue
+            options[key] = value  # an undeclared one is refused, naming the family's options
+        return cls(drafter=drafter, options=options, **fields)
+
+    @staticmethod
+    def recipe_fields(drafter: str) -> set[str]:
+        """Every flat field `from_recipe` accepts for ``drafter``."""
+        from jetflow_bench.training.objective import objective_for
+
+        objective = objective_for(drafter)[1]
+        shared = {f.name for f in dataclasses.fields(TrainConfig)} - {"options"}
+        return shared | {o.name for o in objective.options} | set(objective.recorded)
 
     @property
-    def resolved_ttt_steps(self) -> int | None:
-        """Training-time-test steps the family runs (None: it runs none)."""
-        return self.objective.settings(self).get("ttt_steps")
+    def option_values(self) -> dict[str, Any]:
+        """The family's own fields, every declared one present (None: the family decides, see `setting`)."""
+        return dict(self.options)  # type: ignore[arg-type]  # pairs after __post_init__
+
+    def setting(self, name: str) -> Any:
+        """Effective value of the family's option ``name``: what the family resolves a None to, else
+        the given value; None for a field the family does not have (e.g. ``layout`` for eagle)."""
+        resolved = self.objective.settings(self)
+        return resolved[name] if name in resolved else self.option_values.get(name)
 
     @property
     def mode(self) -> str:
@@ -134,8 +166,9 @@ class TrainConfig:
         return self.layers or self.objective.head_layers(target_layers)
 
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "corpus": list(self.corpus), "head": self.mode,
-                "ttt_steps": self.resolved_ttt_steps}
+        """The recipe record: shared fields and the family's own (`TrainingObjective.record`), flat."""
+        shared = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "options"}
+        return {**shared, "corpus": list(self.corpus), "head": self.mode, **self.objective.record(self)}
 
     def key(self, target_fingerprint: str) -> str:
         """Short hash of this config on this target (cache folder names)."""

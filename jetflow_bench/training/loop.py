@@ -182,7 +182,7 @@ def train_drafter(
     early (the checkpoint keeps going on the next call). Every ``eval_every`` steps the held-out
     proxy (`heldout_proxy`) is measured; with ``stop_on_plateau`` the run ends once it `plateaued`.
     """
-    config = config or TrainConfig(**options)
+    config = config or TrainConfig.from_recipe(**options)
     out = Path(out)
     if finished(out, config):
         return out
@@ -263,7 +263,7 @@ def _record(
 
     return {
         "config": config.to_dict(), "steps_done": done, "stop_reason": stop_reason,
-        "target_fingerprint": model_fingerprint(runner.name), "block_layout": config.resolved_layout,
+        "target_fingerprint": model_fingerprint(runner.name), "block_layout": config.setting("layout"),
         "sequences": batcher.train_count, "heldout_sequences": len(batcher.heldout_picks()),
         "training_tokens": batcher.token_count(), "prompt_token_share": round(batcher.prompt_share(), 4),
         "first_loss": losses[0] if losses else None, "last_loss_mean": mean(losses[-10:]),

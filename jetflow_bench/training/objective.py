@@ -10,12 +10,14 @@ loss, its own option checks — comes from the objective. This package names no 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.masks import BLOCK_MODES
 from jetflow_bench.plugins import DRAFTERS
 from jetflow_bench.registry import load_attr
+from jetflow_bench.training.recipe import RecipeOption
 
 if TYPE_CHECKING:
     import torch
@@ -38,14 +40,25 @@ class TrainingObjective(ABC):
 
     default_head: str = "causal"  # in-block attention when the recipe names none (jetflow_bench.heads.masks.BLOCK_MODES)
     head_modes: ClassVar[tuple[str, ...]] = BLOCK_MODES  # the modes this family can train
+    # The family's own recipe fields (`TrainConfig.options`); also registered in
+    # `training.recipe.RECIPES` under the family's name, so `--help` lists them without torch.
+    options: ClassVar[tuple[RecipeOption, ...]] = ()
+    # Fields the family's heads recorded, at these values, before the family owned its fields (see `record`).
+    recorded: ClassVar[Mapping[str, Any]] = {}
 
     def validate(self, config: TrainConfig) -> None:  # noqa: B027 - optional hook
-        """Refuse recipe settings this family cannot train (raise `JfbenchError` naming the option)."""
+        """Refuse combinations of settings this family cannot train (raise `JfbenchError` naming
+        the option); each option's own type and range are checked from its `RecipeOption`."""
 
     def settings(self, config: TrainConfig) -> dict[str, Any]:
-        """Effective values of the recipe fields whose None means "the family decides" (e.g.
-        ``layout``); fields absent here are not read by the family."""
+        """Effective values of the options whose None means "the family decides" (e.g. ``layout``)."""
         return {}
+
+    def record(self, config: TrainConfig) -> dict[str, Any]:
+        """The options as written into the recipe record and hashed into the cache key: the
+        given values, those the family resolves (`settings`) where it records them resolved,
+        and the `recorded` legacy fields, so heads cached before keep their keys."""
+        return {**self.recorded, **config.option_values}
 
     def head_layers(self, target_layers: int) -> int:
         """Draft layers of a new head when the recipe sets none: ~1/7 of the target's depth, at

@@ -1,0 +1,58 @@
+"""Family recipe options on the command line, read from the families' declarations.
+
+`jfbench train` and `jfbench ablate` take a drafter family's own recipe fields (its
+`RecipeOption`s, registered in `jetflow_bench.training.recipe.RECIPES`) as ``--NAME VALUE`` (a bool
+one also bare, ``--match-depth1``) or ``--option NAME=VALUE``; the commands let such flags through
+as extra arguments and this module matches them against the declarations, so a family adds a field
+without touching the CLI. The help epilog lists every family's fields.
+"""
+
+from __future__ import annotations
+
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.registry import did_you_mean
+from jetflow_bench.training.recipe import RECIPES, RecipeOption, options_help
+
+# Typer settings of a command that accepts family flags: unknown --flags reach `ctx.args`.
+EXTRA_FLAGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def declared_flags() -> dict[str, RecipeOption]:
+    """``--flag`` -> its declaration, over every registered family (one flag may serve several)."""
+    return {o.flag: o for family in RECIPES.names() for o in RECIPES.get(family)}
+
+
+def family_flags(extra: list[str]) -> dict[str, str]:
+    """The family options among a command's extra arguments, as {name: text}: ``--NAME VALUE``,
+    ``--NAME=VALUE`` or a bare bool ``--NAME`` (true). Anything else is a one-line error."""
+    flags, out, i = declared_flags(), {}, 0
+    while i < len(extra):
+        flag, sep, value = extra[i].partition("=")
+        if flag not in flags:
+            hint = did_you_mean(flag, flags) if flag.startswith("--") else ""
+            raise JfbenchError(f"unexpected argument {extra[i]!r}: {hint}see --help for the options")
+        bare = not sep and (i + 1 == len(extra) or extra[i + 1].startswith("--"))
+        if bare and flags[flag].kind is not bool:
+            raise JfbenchError(f"{flag} needs a value: {flags[flag].describe()}")
+        if not sep and not bare:
+            i += 1
+            value = extra[i]
+        out[flags[flag].name] = "true" if bare else value
+        i += 1
+    return out
+
+
+def option_pairs(items: list[str] | None, flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` items; split at the last "=" so a variant name like ``head=bidirectional`` can be a key."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.rpartition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise JfbenchError(f"{flag} {item!r}: use {flag} NAME=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def epilog(usage: str) -> str:
+    """The help epilog: how family options are passed (``usage``), then each family's."""
+    return f"Family options ({usage}):\n\n{options_help()}"
