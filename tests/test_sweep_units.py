@@ -256,6 +256,9 @@ def test_variants_name_overrides_and_route_training_options():
     assert specs[2].options == (("refine_passes", 0),) and specs[2].checkpoint == "/ckpt"
     with pytest.raises(JfbenchError, match="nothing to ablate"):
         variants(base, {}, {})
+    layout = variants(base, {"layout": ["prefix"]}, {})[1]  # a family's declared recipe field: its own weights
+    assert layout.train == (("layout", "prefix"),) and layout.checkpoint is None
+    assert variants(DrafterSpec("ngram"), {"layout": ["prefix"]}, {})[1].options == (("layout", "prefix"),)  # no recipe: a build option
     with pytest.raises(JfbenchError, match="own trained head"):
         with_checkpoints(specs, {}, train=None)
     recipes = []
@@ -336,7 +339,7 @@ def test_ablation_deltas_are_paired_over_prompts():
 
 
 def test_checkpoint_pairs_accept_variant_names_with_equals():
-    from jetflow_bench.cli.sweep_cmd import _pairs
+    from jetflow_bench.cli.recipe_flags import option_pairs as _pairs
 
     assert _pairs(["head=bidirectional=/heads/d", "refine_passes=0=/h"], "--checkpoint") == {
         "head=bidirectional": "/heads/d", "refine_passes=0": "/h",

@@ -28,6 +28,7 @@ from jetflow_bench.cli.options import (
     TopKOpt,
     TopPOpt,
 )
+from jetflow_bench.cli.recipe_flags import EXTRA_FLAGS, epilog, family_flags, option_pairs
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import resolve_device, resolve_dtype, set_threads
 from suites import SUITES
@@ -377,17 +378,6 @@ def _values(flag: str, text: str | None) -> list:
     return [] if text is None else [parse_value(v) for v in parse_names(text, flag)]
 
 
-def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
-    """``KEY=VALUE`` items; split at the last "=" so a variant name like ``head=bidirectional`` can be a key."""
-    out = {}
-    for item in items or []:
-        key, sep, value = item.rpartition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise JfbenchError(f"{flag} {item!r}: use {flag} NAME=VALUE")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def _head_trainer(data_dir: Path | None, config: SweepConfig) -> HeadTrainer:
     """Heads trained on demand (cached by recipe) for the sweep's target, device and dtype."""
 
@@ -421,9 +411,11 @@ def _base_settings(base: DrafterSpec, recipe: dict[str, Any]) -> dict[str, Any]:
     return {"layout": layout, "refine_passes": refine}
 
 
-@app.command("ablate")
+@app.command("ablate", context_settings=EXTRA_FLAGS,
+             epilog=epilog("variants of the base drafter's family: --NAME V1,V2; fixed: --train-option NAME=VALUE"))
 @grid_flags
 def ablate(
+    ctx: typer.Context,
     target: TargetOpt,
     out: OutOpt,
     grid: GridFlags,
@@ -435,15 +427,8 @@ def ablate(
     ] = None,
     loss: Annotated[str | None, typer.Option("--loss", help="Training-loss variants: rkl, sft.")] = None,
     data: Annotated[str | None, typer.Option("--data", help="Training-data variants: raw.")] = None,
-    layout: Annotated[
-        str | None, typer.Option("--layout", help="JetFlow training-block variants: prefix (one real prefix per block).")
-    ] = None,
     decay: Annotated[
         str | None, typer.Option("--decay", help="Loss-weighting variants (gamma; 0 = uniform), e.g. 0,3,15.")
-    ] = None,
-    match_depth1: Annotated[
-        str | None, typer.Option("--match-depth1", help="Depth-1 confound variant: true (prefix-layout heads get the "
-                                 "packed layout's depth-1 queries).")
     ] = None,
     refine_passes: Annotated[str | None, typer.Option("--refine-passes", help="Refinement passes, e.g. 0,1,2.")] = None,
     scoring: Annotated[str | None, typer.Option("--scoring", help="Tree scoring variants: entropy.")] = None,
@@ -469,7 +454,7 @@ def ablate(
     ablation.parquet/csv: τ and speed-up deltas of each variant vs the default, with paired
     bootstrap 95% CIs over prompts.
 
-    Variants that need other weights (--head, --loss, --data, --layout, --decay) use --checkpoint VARIANT=DIR or are
+    Variants that need other weights (--head, --loss, --data, --decay, the family options below) use --checkpoint VARIANT=DIR or are
     trained on demand, cached by recipe: the default head's own recipe (from its config.json, plus
     --train-option) changed only by the variant's setting.
 
@@ -505,24 +490,28 @@ def ablate(
     from jetflow_bench.sweep.arms import arm_label, arm_spec, check_option_names
     from jetflow_bench.sweep.grid import parse_drafters, parse_ints, parse_value
     from jetflow_bench.training.config import canonical_head
+    from jetflow_bench.training.objective import family_options
+    from jetflow_bench.training.recipe import resolve_options
 
     parsed = parse_drafters(drafter, "--drafter")
     if len(parsed) != 1:
         raise JfbenchError(f"--drafter {drafter!r}: ablate one base drafter at a time, e.g. --drafter jetflow=DIR")
     ((name, base_options, ckpt),) = parsed
     base = arm_spec(name, base_options, ckpt, variant=DEFAULT_VARIANT)
-    flags = {"head": head, "loss": loss, "data": data, "layout": layout, "decay": decay, "match_depth1": match_depth1,
-             "refine_passes": refine_passes, "scoring": scoring, "construction": construction}
+    own = family_flags(ctx.args)
+    resolve_options(base.name, family_options(base.name), dict.fromkeys(own))  # refuses another family's fields
+    flags = {"head": head, "loss": loss, "data": data, "decay": decay,
+             "refine_passes": refine_passes, "scoring": scoring, "construction": construction, **own}
     axes = {flag: _values(f"--{flag.replace('_', '-')}", text) for flag, text in flags.items() if text is not None}
     if "head" in axes:  # one name per head mode, so variants and their common settings match
         axes["head"] = [canonical_head(v) for v in axes["head"]]
-    generic = {k: _values(f"--option {k}", v) for k, v in _pairs(option, "--option").items()}
-    clash = sorted(set(generic) & {key for _, key in AXES.values()})
+    generic = {k: _values(f"--option {k}", v) for k, v in option_pairs(option, "--option").items()}
+    clash = sorted(set(generic) & ({key for _, key in AXES.values()} | {o.name for o in family_options(base.name)}))
     if clash:
         raise JfbenchError(f"--option {clash[0]}: use its own flag (--{clash[0].replace('_', '-')}) instead")
-    inferred = [AXES[flag][1] for flag in axes if AXES[flag][0] == "infer"]
+    inferred = [AXES[flag][1] for flag in axes if AXES.get(flag, ("train",))[0] == "infer"]  # the rest train
     check_option_names(base.name, [*generic, *inferred])
-    recipe = {k: parse_value(v) for k, v in _pairs(train_option, "--train-option").items()}
+    recipe = {k: parse_value(v) for k, v in option_pairs(train_option, "--train-option").items()}
     specs, comparisons = one_factor(variants(base, axes, generic), _base_settings(base, recipe))
     if seeds is not None:
         own_seed = int({**trained_recipe(base.checkpoint), **recipe}.get("seed", 0))
@@ -534,7 +523,7 @@ def ablate(
     notes = tuple(c.note(arm_label(base)) for c in comparisons.values())
     for note in notes:
         print(note, file=sys.stderr)
-    given = {k: Path(v).expanduser().resolve() for k, v in _pairs(checkpoint, "--checkpoint").items()}
+    given = {k: Path(v).expanduser().resolve() for k, v in option_pairs(checkpoint, "--checkpoint").items()}
     config = grid_config(target, specs, grid, extra=(("ablation", True), ("comparisons", notes)))
     specs = with_checkpoints(specs, given, _head_trainer(grid.data_dir, config), recipe)
     config = replace(config, drafters=tuple(specs))

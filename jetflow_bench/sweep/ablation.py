@@ -40,14 +40,13 @@ from jetflow_bench.metrics import bootstrap_draws, rate, tau
 from jetflow_bench.report.loading import with_cell_keys
 from jetflow_bench.sweep.grid import DrafterSpec
 
-# Ablation flag -> (stage, drafter option). "train" options need their own weights.
+# Ablation flag -> (stage, drafter option). "train" options need their own weights. A family's own
+# recipe fields (its objective's `RecipeOption`s, e.g. layout, match_depth1) are "train" axes too.
 AXES: dict[str, tuple[str, str]] = {
     "head": ("train", "head"),  # causal | bidirectional block mask in the head
     "loss": ("train", "loss"),  # fkl | rkl | sft
     "data": ("train", "data"),  # target-regenerated | raw corpus
-    "layout": ("train", "layout"),  # jetflow training blocks: packed | prefix
-    "decay": ("train", "decay"),
-    "match_depth1": ("train", "match_depth1"),  # prefix-layout heads given the packed layout's depth-1 queries  # loss weight per drafted depth, exp(-(k-1)/decay); 0 = uniform
+    "decay": ("train", "decay"),  # loss weight per drafted depth, exp(-(k-1)/decay); 0 = uniform
     "refine_passes": ("infer", "refine_passes"),
     "scoring": ("infer", "scoring"),
     "construction": ("infer", "construction"),
@@ -73,13 +72,16 @@ def variants(
 ) -> list[DrafterSpec]:
     """The base spec (variant "default") plus one spec per value of every axis.
 
-    ``axes`` uses the `AXES` flags (stage from the table); ``options`` holds generic inference
-    overrides (``--option max_ngram=2,4``). Example: axes {"refine_passes": [0, 2]} ->
-    [default, refine_passes=0, refine_passes=2].
+    ``axes`` uses the `AXES` flags (stage from the table) and the base family's recipe fields
+    (stage "train"); ``options`` holds generic inference overrides (``--option max_ngram=2,4``).
+    Example: axes {"refine_passes": [0, 2]} -> [default, refine_passes=0, refine_passes=2].
     """
+    from jetflow_bench.training.objective import family_options
+
+    own = {o.name for o in family_options(base.name)}
     specs = [base]
     for flag, values in [*axes.items(), *options.items()]:
-        stage, key = AXES.get(flag, ("infer", flag))
+        stage, key = AXES.get(flag, ("train" if flag in own else "infer", flag))
         field_ = "train" if stage == "train" else "options"
         for value in values:
             overrides = {**dict(getattr(base, field_)), key: value}

@@ -116,3 +116,8 @@ def trainable_drafters() -> list[str]:
         if getattr(drafter_cls, "training", None) is not None and _family_of(drafter_cls) == name:
             out.append(name)
     return out
+
+
+def family_options(drafter: str) -> tuple[RecipeOption, ...]:
+    """The recipe fields of the family ``drafter``'s heads train under (none for an untrained drafter)."""
+    return objective_for(drafter)[1].options if getattr(DRAFTERS.get(drafter), "training", None) is not None else ()
