@@ -247,6 +247,10 @@ class Eagle3Head(nn.Module):
         full[..., self.target_ids()] = draft
         return full
 
+    def to_target(self, ids: torch.Tensor) -> torch.Tensor:
+        """Identity: `logits` already spreads the draft vocabulary over the target's ids."""
+        return ids
+
     def target_ids(self) -> torch.Tensor:
         """(Vd,) the target token of each draft token: d + d2t[d]."""
         return torch.arange(self.layout.draft_vocab_size, device=self.d2t.device) + self.d2t
