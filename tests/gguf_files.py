@@ -61,7 +61,7 @@ def write_llama_gguf(path: Path, seed: int = 0) -> Path:
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
 
-    def matrix(rows: int, cols: int) -> None:
+    def matrix(rows: int, cols: int) -> np.ndarray:
         return rng.normal(0, 0.08, (rows, cols)).astype(np.float32)
 
     def quantised(name: str, data: np.ndarray) -> None:

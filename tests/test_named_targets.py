@@ -84,12 +84,10 @@ def _decode_both(folder: Path, tokens: int = 24):
 
 
 def test_a_gguf_converts_loads_and_decodes_losslessly(cache, tmp_path, cli):
+    from jetflow_bench.targets.convert import get_target, sha256_of
+
     gguf = write_llama_gguf(tmp_path / "small.gguf")
-    from jetflow_bench.targets.convert import sha256_of
-
     spec = dataclasses.replace(SMOL, name="small-test", gguf_sha256=sha256_of(gguf))
-    from jetflow_bench.targets.convert import get_target
-
     folder = get_target(spec, gguf=gguf, log=lambda _: None)
     record = json.loads((folder / MARKER).read_text())
     assert converted(spec) and record["check"]["equal"]

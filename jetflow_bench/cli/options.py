@@ -23,6 +23,8 @@ DataDirOpt = Annotated[
         help="Folder with the benchmark data files (layout: docs/methodology.md, Data). Env: JFBENCH_DATA_DIR.",
     ),
 ]
+
+
 def _resolve_target(value: str | None) -> str | None:
     """Names (micro, tiny, deep, smollm2-135m-instruct) become their cached folders before any work starts."""
     if value is None:

