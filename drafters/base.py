@@ -67,6 +67,11 @@ class Drafter(ABC):
         """Construct for ``target``; learned drafters load ``checkpoint`` here."""
         return cls(**options)
 
+    def warm_up(self, batch: int, budget: int, capacity: int) -> float:
+        """``--compile``: compile every shape drafting ``batch`` rows at ``budget`` can meet, before the
+        clock starts (``capacity``: the target's KV slots per row); the seconds spent (0.0: nothing compiled)."""
+        return 0.0
+
     def reset(self, seqs: Sequence[SequenceView]) -> None:  # noqa: B027 - optional hook
         """A new batch of prompts starts: drop all per-request state."""
 

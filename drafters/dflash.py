@@ -21,6 +21,7 @@ from drafters.learned import LearnedDrafter
 from drafters.timing import span
 from drafters.tree_ops import draft_trees
 from drafters.tree_tensors import Dists
+from jetflow_bench.engine.compiled import tree_bucket
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.heads.masks import block_allowed, block_layout
 
@@ -43,9 +44,13 @@ class DFlashDrafter(LearnedDrafter):
         offsets, is_mask = block_layout(n, cache.last_feature.device)  # (n,) each
         x = head.block_inputs(anchors[:, None].expand(-1, n), is_mask.expand(len(anchors), n))  # (B, n, H)
         positions = cache.anchor_positions()[:, None] + offsets  # (B, n)
-        mask = cache.mask(block_allowed(head.cfg.mode, 1, n, offsets.device), x.dtype)
-        hidden = head(x, positions, mask, cache.scratch(0, n))  # (B, n, H)
+        hidden = cache.forward(x, positions, block_allowed(head.cfg.mode, 1, n, offsets.device))  # (B, n, H)
         return self.children(head.logits(hidden[:, 1:]))  # (B, D, K)
+
+    def static_shapes(self, budget: int) -> tuple[tuple[int, ...], int]:
+        """Pass 1: one block of ``block_size`` entries."""
+        width = tree_bucket(self.head.cfg.block_size)
+        return (width,), width
 
     def roots(self, seqs: Sequence[SequenceView], cache: ContextCache) -> torch.Tensor:
         """(B,) last committed token of each row, on the head's device."""

@@ -45,6 +45,7 @@ from drafters.timing import span
 from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import draft_trees
 from drafters.tree_tensors import Dists, KnownNodes
+from jetflow_bench.engine.compiled import buckets_up_to, tree_bucket
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.checkpoint import HeadInfo, read_json
@@ -103,7 +104,7 @@ class EagleDrafter(LearnedDrafter):
 
     def new_cache(self, seqs: Sequence[SequenceView]) -> ContextCache:
         if isinstance(self.head, Eagle3Head):  # its context entries pair each token with the feature before it
-            return PairCache(self.head, [s.request for s in seqs])  # type: ignore[arg-type]
+            return PairCache(self.head, [s.request for s in seqs], static=self.static)  # type: ignore[arg-type]
         return super().new_cache(seqs)
 
     @classmethod
@@ -113,11 +114,19 @@ class EagleDrafter(LearnedDrafter):
                 f"{info.path} is a block head: the eagle drafter needs a head trained with `jfbench train --drafter eagle`"
             )
 
+    def levels(self, budget: int) -> tuple[int, int, int]:
+        """(verified budget, head forwards = depth levels, frontier width) of a proposal at ``budget``."""
+        budget = min(budget, self.total_tokens or budget)
+        return budget, min(self.tree.max_depth, budget - 1), self.frontier_width(budget)  # depth >= 1: budget >= 2
+
+    def static_shapes(self, budget: int) -> tuple[tuple[int, ...], int]:
+        """The root's forward (1 entry), then frontiers of at most ``width`` entries, after the levels above."""
+        _, depth, width = self.levels(budget)
+        return buckets_up_to(width), 1 + (depth - 1) * width + tree_bucket(width)
+
     @torch.inference_mode()
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
-        budget = min(budget, self.total_tokens or budget)
-        depth = min(self.tree.max_depth, budget - 1)  # >= 1: budget >= 2, max_depth >= 1
-        width = self.frontier_width(budget)
+        budget, depth, width = self.levels(budget)
         cache = self.require_cache(seqs)
         head, b = self.head, len(seqs)
         device = cache.last_feature.device
@@ -147,8 +156,7 @@ class EagleDrafter(LearnedDrafter):
             sees[:, own].diagonal(written, 1, 2).fill_(True)  # and itself
             x = head.eagle_inputs(tokens, parent_feature)  # (B, n, H)
             positions = anchors + level  # every frontier node sits at this depth
-            mask = cache.mask(sees[:, own, : written + n], x.dtype)  # rows of this level: never written again
-            out = head(x, positions.expand(b, n), mask, cache.scratch(written, n))  # (B, n, H)
+            out = cache.forward(x, positions.expand(b, n), sees[:, own, : written + n], written)  # (B, n, H)
             features[:, own] = out
             dists = self.children(head.logits(out))  # (B, n, K)
             with span("tree"):

@@ -171,7 +171,7 @@ class Eagle3Layer(nn.Module):
         return torch.cat([self.input_layernorm(embedding), normed], dim=-1), residual
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: TreeMask, store: KVStore, attend: AttentionFn
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: TreeMask | None, store: KVStore, attend: AttentionFn
     ) -> torch.Tensor:  # (B, N, H) pre-norm output: the next step's feature
         b, n, _ = x.shape
         a, h = self.attention_input(x)
@@ -233,8 +233,19 @@ class Eagle3Head(nn.Module):
         """Entries (B, N, 2H) at positions (B, N) -> pre-norm features (B, N, H)."""
         if self.meter is not None:
             self.meter.forward(x.shape[0], x.shape[1], mask.kv_len)
+        return self.run(x, positions, mask, store, self.attend)
+
+    @property
+    def input_size(self) -> int:
+        """Width of an entry input: [embedding ; feature]."""
+        return 2 * self.cfg.hidden_size
+
+    def run(
+        self, x: torch.Tensor, positions: torch.Tensor, mask: TreeMask | None, store: KVStore, attend: AttentionFn
+    ) -> torch.Tensor:
+        """``forward`` without the cost meter (`DraftHead.run`)."""
         cos, sin = self.rotary(positions, x.dtype)
-        return self.layers[0](x, cos, sin, mask, store, self.attend)
+        return self.layers[0](x, cos, sin, mask, store, attend)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Pre-norm features (..., H) -> logits over the target vocabulary (..., V)."""

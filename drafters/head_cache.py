@@ -8,6 +8,13 @@ rejected drafts vanish without any trimming:
 
     slot    0 ..  len_b-1 | (unused up to max_len) | max_len .. max_len+E-1
     row b   context       | blocked by the mask    | this proposal's entries
+
+Under ``--compile`` (`StaticHead`) a forward's entries are padded to a tree bucket (padding
+entries see only themselves and land in scratch slots after the real ones), attention runs over
+the cache's whole capacity, and that capacity is fixed at warm-up, so every drafting forward
+reuses a graph compiled before the clock started. Only the draft layers are compiled: the fusion
+and context keys of committed tokens (`append`), the LM head and the top-K stay eager — one
+matmul each with a step-dependent row count, nothing to fuse.
 """
 
 from __future__ import annotations
@@ -15,8 +22,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from drafters.base import SequenceView
+from jetflow_bench.engine.compiled import (
+    StaticForward,
+    batch_classes,
+    pad_visibility,
+    round_capacity,
+    timed_warm_up,
+    tree_bucket,
+)
 from jetflow_bench.engine.kv_cache import KVCache
 from jetflow_bench.heads.head import DraftHead
 from jetflow_bench.kernels.mask import TreeMask
@@ -35,12 +51,75 @@ class ScratchKV:
         return self.kv.view(layer, self.start + self.count)
 
 
+class SlotKV:
+    """KVStore of a compiled forward: entries written at per-row slots, keys over the whole cache."""
+
+    def __init__(self, kv: KVCache, slots: torch.Tensor) -> None:
+        self.kv = kv
+        self.slots = slots  # (B, W)
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.kv.write(layer, self.slots, k, v)
+        return self.kv.view(layer, self.kv.capacity)
+
+
+class StaticHead:
+    """``--compile``: a head's draft layers through `StaticForward`, one graph per entry bucket.
+
+    Lives as long as its drafter (the compiled function is bound to it, never to a batch's cache),
+    and owns the context-cache capacity every batch gets, so no timed forward meets a new shape.
+    """
+
+    def __init__(self, head: DraftHead, device: torch.device) -> None:
+        self.head = head
+        self.device = device
+        self.forward = StaticForward(self._body, device)
+        self.capacity = round_capacity(1)  # context-cache slots per row; raised by `warm_up`, never lowered
+        self._warmed: set[tuple] = set()  # (batch class, bucket, capacity) already run once
+
+    def _body(
+        self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor, kv: KVCache
+    ) -> tuple[torch.Tensor]:
+        """What `StaticForward` compiles: x (B, W, H_in), positions and slots (B, W), the additive
+        mask (B, 1, W, capacity) -> the head's output features (B, W, H)."""
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, _: object, scale: float) -> torch.Tensor:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+
+        return (self.head.run(x, positions, None, SlotKV(kv, slots), attend),)
+
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor, kv: KVCache) -> torch.Tensor:
+        with torch.inference_mode():
+            return self.forward((x, positions, slots, mask), kv)[0]
+
+    def warm_up(self, batch: int, widths: Sequence[int], slots: int) -> float:
+        """Run every entry bucket in ``widths`` at every batch class a decode of ``batch`` rows meets,
+        on a scratch cache of at least ``slots`` slots per row; returns the seconds spent."""
+        cfg, param = self.head.cfg, self.head.fc.weight
+        self.capacity = max(round_capacity(slots), self.capacity)
+        seconds = 0.0
+        for b, rows in batch_classes(batch, self.device):
+            kv = KVCache(cfg.num_layers, b, cfg.num_kv_heads, cfg.head_dim, self.capacity, param.dtype, self.device)
+            for w in widths:
+                if (rows, w, self.capacity) in self._warmed:
+                    continue
+                x = torch.zeros(b, w, self.head.input_size, dtype=param.dtype, device=self.device)
+                index = torch.arange(w, device=self.device).expand(b, w)
+                mask = torch.zeros(b, 1, w, self.capacity, dtype=param.dtype, device=self.device)
+                seconds += timed_warm_up(lambda x=x, i=index, m=mask, kv=kv: self(x, i, i, m, kv), self.device)
+                self._warmed.add((rows, w, self.capacity))
+        return seconds
+
+
 class ContextCache:
     """Per-request context keys/values for every head layer, plus each row's newest fused feature."""
 
-    def __init__(self, head: DraftHead, requests: Sequence[int], capacity: int = 256) -> None:
+    def __init__(self, head: DraftHead, requests: Sequence[int], capacity: int = 256, static: StaticHead | None = None) -> None:
         cfg = head.cfg
         param = head.fc.weight
+        self.static = static  # compiled drafting forwards; None: eager
+        if static is not None:
+            capacity = static.capacity
         self.head = head
         self.requests = list(requests)  # request id of each row
         self.kv = KVCache(cfg.num_layers, len(requests), cfg.num_kv_heads, cfg.head_dim, capacity, param.dtype, param.device)
@@ -116,6 +195,29 @@ class ContextCache:
             return fused[:, -1]
         last = torch.tensor([c - 1 for c in counts], device=fused.device)
         return fused[torch.arange(len(counts), device=fused.device), last]
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, entries: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """One head forward over a proposal's entries ``start .. start + N - 1`` (scratch slots):
+        x (B, N, H_in), positions (B, N), entries (B, N, start + N) or (N, start + N): which of the
+        proposal's entries each sees (`mask`). Returns the head's output (B, N, H).
+
+        Compiled (`StaticHead`), the cost meter still counts the eager forward's entries and keys:
+        padding is the compiler's price, not drafting work the algorithm asks for."""
+        b, n = positions.shape
+        if self.static is None:
+            return self.head(x, positions, self.mask(entries, x.dtype), self.scratch(start, n))
+        if self.head.meter is not None:
+            self.head.meter.forward(b, n, self.max_len + start + n)
+        width = tree_bucket(n)
+        first = self.max_len + start  # scratch slot of this forward's first entry
+        self.kv.reserve(first + width)
+        seen = pad_visibility(entries.expand(b, n, entries.shape[-1]), width)  # (B, W, start + W)
+        start_slot = torch.full((b,), self.max_len, dtype=torch.long, device=x.device)
+        # As `mask`, but over the whole cache: no shape follows the step.
+        mask = TreeMask(self.anchor_positions()[:, None].expand(b, width), start_slot, seen, self.kv.capacity, x.dtype)
+        slots = (first + torch.arange(width, device=x.device)).expand(b, width)
+        pad = (0, width - n)
+        return self.static(F.pad(x, (0, 0, *pad)), F.pad(positions, pad), slots, mask.additive(), self.kv)[:, :n]
 
     def scratch(self, start: int, count: int) -> ScratchKV:
         """A store whose entries occupy scratch slots [max_len + start, max_len + start + count)."""

@@ -47,6 +47,7 @@ from drafters.timing import span
 from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import build_trees
 from drafters.tree_tensors import Dists, KnownNodes, TreeBatch
+from jetflow_bench.engine.compiled import buckets_up_to
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.masks import tree_allowed
@@ -149,11 +150,9 @@ class JetFlowDrafter(DFlashDrafter):
         head = self.head
         with span("tree"):
             tokens, parents, depths, is_mask, where = batched_refinement_entries(trees, self.tree.max_depth)
-        e = tokens.shape[1]
         x = head.block_inputs(tokens, is_mask)  # (B, E, H)
         positions = cache.anchor_positions()[:, None] + depths  # (B, E)
-        mask = cache.mask(tree_allowed(parents, depths), x.dtype)
-        hidden = head(x, positions, mask, cache.scratch(0, e))  # (B, E, H)
+        hidden = cache.forward(x, positions, tree_allowed(parents, depths))  # (B, E, H)
         asked = where >= 0  # (B, N)
         queries = hidden.gather(1, where.clamp(min=0)[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, N, H)
         found = self.children(head.logits(queries[asked])[None])  # (1, M, K): asked rows only
@@ -164,6 +163,14 @@ class JetFlowDrafter(DFlashDrafter):
         ent = torch.zeros(b, n, dtype=found.entropy.dtype, device=asked.device)
         tok[asked], lp[asked], ent[asked] = found.tokens[0], found.logps[0], found.entropy[0]
         return asked, Dists(tok, lp, ent)
+
+    def static_shapes(self, budget: int) -> tuple[tuple[int, ...], int]:
+        """Pass 1's block, then refinements over at most 2 x budget entries (nodes + MASK queries)."""
+        block, scratch = super().static_shapes(budget)
+        if not self.refine_passes:
+            return block, scratch
+        refine = buckets_up_to(2 * budget)
+        return tuple(sorted({*block, *refine})), max(scratch, refine[-1])
 
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
         if not self.refine_passes:

@@ -2,6 +2,10 @@
 
 Subclasses implement ``propose`` only. The head sees the committed tokens through the target's
 tapped hidden states (``observe``), never through engine internals.
+
+Under ``--compile`` (a compiled target) the head's drafting forwards are compiled too: a drafter
+that runs them through `ContextCache.forward` and names their entry buckets in `static_shapes`
+gets them compiled in `warm_up`, before the clock starts.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from drafters.base import DraftCost, Drafter, SequenceView
-from drafters.head_cache import ContextCache
+from drafters.head_cache import ContextCache, StaticHead
 from drafters.tree_builder import TreeOptions
 from drafters.tree_tensors import Dists, top_children
 from jetflow_bench.errors import JfbenchError
@@ -49,6 +53,7 @@ class LearnedDrafter(Drafter):
         self.cache: ContextCache | None = None
         self.meter = head.count_cost()
         self.node_scores = "logp" if tree.scoring == "logp" else None  # entropy scores are not log-probs
+        self.static: StaticHead | None = None  # compiled drafting forwards (`build` on a compiled target)
 
     @classmethod
     def check_checkpoint(cls, checkpoint: Path | str | None) -> None:
@@ -69,9 +74,12 @@ class LearnedDrafter(Drafter):
         depth = options.pop(cls.depth_option, cls.default_depth)
         tree_opts["max_depth"] = head_depth(head) if depth is None else depth  # the one depth cap
         try:
-            return cls(head, info, TreeOptions(**tree_opts), **options)
+            drafter = cls(head, info, TreeOptions(**tree_opts), **options)
         except TypeError as err:
             raise JfbenchError(f"drafter {cls.name!r} got an unknown option: {err}") from err
+        if target.static is not None:  # --compile: the head's forwards too
+            drafter.static = StaticHead(head, target.device)
+        return drafter
 
     @classmethod
     def load(cls, checkpoint: Path, target: TargetRunner, attention: str) -> tuple[DraftHead, HeadInfo]:
@@ -95,6 +103,20 @@ class LearnedDrafter(Drafter):
     def check_head(cls, head: DraftHead, info: HeadInfo) -> None:
         """Refuse heads of the wrong kind (e.g. a block head for EAGLE)."""
 
+    def static_shapes(self, budget: int) -> tuple[tuple[int, ...], int] | None:
+        """``--compile``: (entry buckets, scratch slots) of the head forwards a proposal at ``budget``
+        runs through `ContextCache.forward`; None: none (the head runs eager)."""
+        return None
+
+    def warm_up(self, batch: int, budget: int, capacity: int) -> float:
+        """Compiled: run every head shape of `static_shapes` before the clock starts; the context
+        cache holds the target's ``capacity`` slots per row plus the proposal's scratch."""
+        shapes = self.static_shapes(budget) if self.static is not None and budget > 1 else None
+        if shapes is None:
+            return 0.0
+        widths, scratch = shapes
+        return self.static.warm_up(batch, widths, capacity + scratch)
+
     def reset(self, seqs: Sequence[SequenceView]) -> None:
         self.cache = None
 
@@ -108,7 +130,7 @@ class LearnedDrafter(Drafter):
 
     def new_cache(self, seqs: Sequence[SequenceView]) -> ContextCache:
         """The head's context cache for a new batch."""
-        return ContextCache(self.head, [s.request for s in seqs])
+        return ContextCache(self.head, [s.request for s in seqs], static=self.static)
 
     def children(self, logits: torch.Tensor) -> Dists:
         """Head logits (R, S, V or N draft slots) -> each slot's top-``fanout`` children as target

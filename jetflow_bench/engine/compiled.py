@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 from jetflow_bench.engine.kv_cache import KVCache
 from jetflow_bench.errors import JfbenchError
@@ -47,6 +48,28 @@ def buckets_up_to(n: int) -> tuple[int, ...]:
 
 def round_capacity(slots: int) -> int:
     return -(-slots // CAPACITY_STEP) * CAPACITY_STEP
+
+
+def batch_classes(batch: int, device: torch.device) -> list[tuple[int, int | str]]:
+    """(rows, graph key) of every batch a decode of ``batch`` rows can shrink to: batch 1 and the
+    dynamic batch, or on CUDA every size 1..batch (CUDA graphs record one graph per concrete size)."""
+    cuda = device.type == "cuda"
+    return [(b, b if cuda or b == 1 else "dynamic") for b in (range(1, batch + 1) if cuda else sorted({1, batch}))]
+
+
+def pad_visibility(seen: torch.Tensor, width: int) -> torch.Tensor:
+    """Pad a forward's entry visibility (B, N, S + N) — its N queries are the last N of S + N
+    entries — to ``width`` queries, (B, W, S + W): each padding entry sees only itself.
+
+    Worked example, S = 1, N = 1, W = 2: [[1, 1]] -> [[1, 1, 0], [0, 0, 1]].
+    """
+    n = seen.shape[-2]
+    if width == n:
+        return seen
+    padded = F.pad(seen, (0, width - n, 0, width - n))
+    extra = torch.arange(n, width, device=seen.device)
+    padded[:, extra, seen.shape[-1] - n + extra] = True
+    return padded
 
 
 def check_compile(device: torch.device, attention: str) -> None:

@@ -85,7 +85,7 @@ class BatchResult:
     steps: list[StepRecord] = field(default_factory=list)
     wall_s: float = 0.0
     nodes: list[NodeBlock] = field(default_factory=list)  # drafters whose node scores are log-probs
-    compile_s: float = 0.0  # compiled target: the untimed warm-up that compiled this batch's shapes (not in wall_s)
+    compile_s: float = 0.0  # compiled target and head: the untimed warm-up that compiled this batch's shapes (not in wall_s)
 
 
 class _Clock:
@@ -207,6 +207,8 @@ def generate(
     capacity = cache_capacity(max(len(p) for p in prompts), stop.max_new_tokens, target.tree_width(budget))
     taps = drafter.taps if drafter else ()
     compile_s = target.warm_up(len(prompts), budget, capacity, taps)  # compiled target: before the clock starts
+    if drafter is not None:  # and its compiled head
+        compile_s += drafter.warm_up(len(prompts), budget, capacity)
     streams = RandomStreams(sampling.seed, ids, stop.max_new_tokens + budget, device=target.device)
     batch = _Batch(prompts, stop, clock, sampling, streams)
     try:

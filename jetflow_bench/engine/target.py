@@ -20,8 +20,10 @@ from torch import nn
 from jetflow_bench.engine.attention import DEFAULT_ATTENTION, get_attention
 from jetflow_bench.engine.compiled import (
     StaticForward,
+    batch_classes,
     buckets_up_to,
     check_compile,
+    pad_visibility,
     round_capacity,
     timed_warm_up,
     tree_bucket,
@@ -198,13 +200,12 @@ class TargetRunner:
         """
         if self.static is None:
             return 0.0
-        cuda = self.device.type == "cuda"
         live, seconds = self.cache, 0.0
         try:
-            for b in range(1, batch + 1) if cuda else sorted({1, batch}):
+            for b, rows in batch_classes(batch, self.device):
                 self.cache = self._new_cache(b, capacity)
                 for width in buckets_up_to(budget):
-                    key = (b if cuda or b == 1 else "dynamic", width, self.cache.capacity, tuple(taps))
+                    key = (rows, width, self.cache.capacity, tuple(taps))
                     if key not in self._warmed:
                         prepared = self._prepare([DraftTree.chain([0] * width)] * b, static=True)
                         seconds += timed_warm_up(lambda p=prepared: self.forward(p, taps), self.device)
@@ -237,10 +238,8 @@ class TargetRunner:
         # One row decoding one token sees every key: SDPA then runs unmasked (its fastest path); the
         # kernel backends still get the (trivial) mask, built once here rather than once per layer.
         plain = cache.batch == 1 and n == 1 and self.attention_backend == "sdpa" and not static
-        # Compiled: padding nodes see the prefix and themselves (W - N extra rows of an identity).
-        seen = ancestors if width == n else F.pad(ancestors, (0, width - n, 0, width - n)) | torch.eye(
-            width, dtype=torch.bool, device=self.device).logical_and_(torch.arange(width, device=self.device) >= n)
-        mask = None if plain else TreeMask.for_tree(seen, lengths, kv_len, self.dtype)
+        # Compiled: padding nodes see the prefix and themselves (`pad_visibility`).
+        mask = None if plain else TreeMask.for_tree(pad_visibility(ancestors, width), lengths, kv_len, self.dtype)
         return PreparedTrees(tokens, parents, depths, valid, ancestors, slots, lengths[:, None] + depths, mask, kv_len,
                          width if static else None)
 

@@ -130,7 +130,7 @@ class DraftAttention(nn.Module):
         x: torch.Tensor,  # (B, N, H) normalised entry states
         cos: torch.Tensor,  # (B, 1, N, hd)
         sin: torch.Tensor,  # (B, 1, N, hd)
-        mask: TreeMask,  # over [context ; entries]
+        mask: TreeMask | None,  # over [context ; entries]
         store: KVStore,
         layer: int,
         attend: AttentionFn,
@@ -151,7 +151,7 @@ class DraftLayer(nn.Module):
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(
-        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: TreeMask, store: KVStore,
+        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: TreeMask | None, store: KVStore,
         layer: int, attend: AttentionFn,
     ) -> torch.Tensor:  # (B, N, H), pre-norm residual block
         h = h + self.self_attn(self.input_layernorm(h), cos, sin, mask, store, layer, attend)
@@ -297,8 +297,20 @@ class DraftHead(nn.Module):
     ) -> torch.Tensor:  # (B, N, H) normalised output features (LM-head input; EAGLE feeds them back)
         if self.meter is not None:
             self.meter.forward(x.shape[0], x.shape[1], mask.kv_len)
+        return self.run(x, positions, mask, store, self.attend)
+
+    @property
+    def input_size(self) -> int:
+        """Width of an entry input (``forward``'s x)."""
+        return self.cfg.hidden_size
+
+    def run(
+        self, x: torch.Tensor, positions: torch.Tensor, mask: TreeMask | None, store: KVStore, attend: AttentionFn
+    ) -> torch.Tensor:
+        """``forward`` without the cost meter, through ``attend``: the part `--compile` traces
+        (`drafters.head_cache.StaticHead`, whose attention holds its own mask)."""
         cos, sin = self.rotary(positions, x.dtype)
         h = x
         for i, layer in enumerate(self.layers):
-            h = layer(h, cos, sin, mask, store, i, self.attend)
+            h = layer(h, cos, sin, mask, store, i, attend)
         return self.norm(h)
