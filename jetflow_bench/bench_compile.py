@@ -7,10 +7,12 @@ Two runners share one model's weights, one eager and one compiled (`jetflow_benc
   sizes and runners, so machine load falls on all alike; each point keeps its median.
 * Decodes: each arm (AR, then every drafter at every budget) decodes the same prompts on both
   runners, back to back in alternating order; tokens/s from the engine's wall clock and the
-  per-step drafting and verify means.
+  per-step drafting and verify means. A learned arm is built twice from one checkpoint: on the
+  eager runner its head runs eager, on the compiled one its drafting forwards are compiled too
+  (`drafters.head_cache.StaticHead`), so the drafting columns compare eager and compiled heads.
 
-Compilation happens in `TargetRunner.warm_up`, whose seconds are reported on their own and are
-in no timed number. Only the target is compiled: drafting runs the same eager head on both sides.
+Compilation happens in `TargetRunner.warm_up` and `Drafter.warm_up`, whose seconds are reported
+on their own (target and heads apart) and are in no timed number.
 """
 
 from __future__ import annotations
@@ -93,22 +95,32 @@ def _per_step_ms(result: BatchResult, field: str) -> float:
     return 1e3 * sum(getattr(s, field) for s in steps) / len(steps)
 
 
+@dataclass(frozen=True)
+class DecodeArm:
+    label: str
+    budget: int
+    eager: Drafter | None  # built on the eager runner; None = AR
+    compiled: Drafter | None  # the same arm built on the compiled runner (its head compiled)
+
+
 def compare_decodes(
     eager: TargetRunner, compiled: TargetRunner, prompts: Sequence[Sequence[int]], stop: StopRule,
-    arms: Sequence[tuple[str, Drafter | None, int]], pairs: int,
-) -> tuple[list[DecodePair], float]:
-    """Each arm (label, drafter or None, budget) decoded ``pairs`` times on both runners, alternating
-    which goes first; returns the pairs and the compiled side's compile seconds."""
-    rows, compile_s = [], 0.0
-    for label, drafter, budget in arms:
+    arms: Sequence[DecodeArm], pairs: int,
+) -> tuple[list[DecodePair], float, float]:
+    """Each arm decoded ``pairs`` times on both runners, alternating which goes first; returns the
+    pairs and the compile seconds of the target's decode shapes and of the heads."""
+    rows, target_s, heads_s = [], 0.0, 0.0
+    for arm in arms:
+        budget, sides = arm.budget, {"eager": (eager, arm.eager), "compiled": (compiled, arm.compiled)}
         capacity = cache_capacity(max(len(p) for p in prompts), stop.max_new_tokens, compiled.tree_width(budget))
-        compile_s += compiled.warm_up(len(prompts), budget, capacity, drafter.taps if drafter else ())
-        for runner in (eager, compiled):
+        target_s += compiled.warm_up(len(prompts), budget, capacity, arm.compiled.taps if arm.compiled else ())
+        heads_s += arm.compiled.warm_up(len(prompts), budget, capacity) if arm.compiled else 0.0
+        for runner, drafter in sides.values():
             generate(runner, prompts, stop, budget=budget, drafter=drafter)  # warm-up, untimed
         runs: dict[str, list[BatchResult]] = {"eager": [], "compiled": []}
         for k in range(pairs):
-            order = (("eager", eager), ("compiled", compiled))
-            for side, runner in order if k % 2 == 0 else order[::-1]:
+            order = list(sides.items())
+            for side, (runner, drafter) in order if k % 2 == 0 else order[::-1]:
                 runs[side].append(generate(runner, prompts, stop, budget=budget, drafter=drafter))
         rate = {side: statistics.median(sum(len(r.output_tokens) for r in res.requests) / res.wall_s for res in rs)
                 for side, rs in runs.items()}
@@ -116,6 +128,6 @@ def compare_decodes(
                 for side, rs in runs.items() for f in ("draft_s", "verify_s")}
         same = all([r.output_tokens for r in e.requests] == [r.output_tokens for r in c.requests]
                    for e, c in zip(runs["eager"], runs["compiled"], strict=True))
-        rows.append(DecodePair(label, budget, len(prompts), rate["eager"], rate["compiled"], mean["eager", "draft_s"],
+        rows.append(DecodePair(arm.label, budget, len(prompts), rate["eager"], rate["compiled"], mean["eager", "draft_s"],
                                mean["compiled", "draft_s"], mean["eager", "verify_s"], mean["compiled", "verify_s"], same))
-    return rows, compile_s
+    return rows, target_s, heads_s

@@ -6,12 +6,21 @@ import pytest
 import torch
 
 from drafters import DRAFTERS
-from jetflow_bench.engine.compiled import buckets_up_to, check_compile, round_capacity, tree_bucket
+from drafters.base import Drafter, SequenceView
+from drafters.head_cache import StaticHead
+from jetflow_bench.engine.compiled import (
+    buckets_up_to,
+    check_compile,
+    pad_visibility,
+    round_capacity,
+    tree_bucket,
+)
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
+from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
 from tests.random_models import random_model
 from tests.test_engine import repetitive_prompts
 
@@ -30,6 +39,15 @@ def test_buckets_round_up_and_stop_at_the_largest():
     assert round_capacity(1) == 512 and round_capacity(513) == 1024
     with pytest.raises(JfbenchError, match="largest compiled bucket"):
         tree_bucket(1025)
+
+
+def test_padding_entries_see_only_themselves():
+    seen = torch.tensor([[[True, True, False], [True, False, True]]])  # 2 queries, the last 2 of 3 entries
+    padded = pad_visibility(seen, 4)
+    assert padded.shape == (1, 4, 5) and torch.equal(padded[0, :2, :3], seen[0])
+    assert padded[0, 2].tolist() == [False, False, False, True, False]
+    assert padded[0, 3].tolist() == [False, False, False, False, True]
+    assert not padded[0, :2, 3:].any()
 
 
 def test_compile_rejects_kernel_backends_and_missing_compilers(monkeypatch):
@@ -75,6 +93,60 @@ def test_compiled_greedy_decoding_is_identical_to_eager():
     again = generate(compiled, prompts[:2], stop)  # AR, a smaller batch: shapes warmed above
     assert [r.output_tokens for r in again.requests] == reference[:2]
     assert again.compile_s == 0.0 and torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+
+
+def first_proposals(runner: TargetRunner, drafter: Drafter, prompts: list[list[int]], budget: int) -> list:
+    """Prefill on ``runner``, report the prompts to the drafter, propose once: (tokens, parents) per row."""
+    out = runner.prefill(prompts, capacity=max(map(len, prompts)) + 64, taps=drafter.taps)
+    seqs = [SequenceView(i, [*p, int(out.logits[i, len(p) - 1].argmax())], len(p)) for i, p in enumerate(prompts)]
+    drafter.reset(seqs)
+    drafter.observe(seqs, [out.hidden[i, : len(p)] for i, p in enumerate(prompts)])
+    runner.release()
+    return [(t.tokens, t.parents) for t in drafter.propose(seqs, budget)]
+
+
+@pytest.mark.slow  # trains three quick heads on micro unless cached (then seconds)
+@pytest.mark.parametrize(("name", "budget"), [("jetflow", 16), ("jetflow-refine", 16), ("dflash", 16), ("eagle", 16),
+                                              ("eagle3", 64)])
+def test_padded_head_forwards_draft_what_the_eager_head_drafts(micro_target, learned_heads, name, budget):  # noqa: F811
+    """The head's padded, whole-cache forward (`StaticHead`) run uncompiled: the same trees, the same
+    cost counters (padding is not counted) and the same greedy decode, drafts accepted."""
+    runner = TargetRunner.load(micro_target, device="cpu")
+    cls = DRAFTERS.get(name)
+    eager, padded = (cls.build(runner, learned_heads[cls.train_name()]) for _ in range(2))
+    padded.static = StaticHead(padded.head, runner.device)
+    padded.static.forward.fn = padded.static._body  # the body torch.compile would trace, run as is
+    prompts = repetitive_prompts(2)
+    assert first_proposals(runner, padded, prompts, budget) == first_proposals(runner, eager, prompts, budget)
+    assert padded.take_cost(2) == eager.take_cost(2)
+    stop = StopRule(max_new_tokens=24)
+    reference, result = (generate(runner, prompts, stop, budget=budget, drafter=d) for d in (eager, padded))
+    assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in reference.requests]
+    assert sum(s.accepted for s in result.steps) > 0
+
+
+@pytest.mark.slow  # ~N min: Inductor compiles the target's and three heads' graphs on 2 cores
+@pytest.mark.skipif(not HAVE_COMPILER, reason="no C/C++ compiler on PATH: Inductor cannot build CPU kernels")
+def test_compiled_heads_draft_and_decode_like_eager_heads(micro_target, learned_heads):  # noqa: F811
+    """Inductor on CPU, target and heads compiled: each learned arm's greedy output equals the eager
+    engine's with drafts accepted, its compiled head proposes the eager head's trees from the same
+    target features, and the warm-up compiled every graph those proposals needed."""
+    eager = TargetRunner.load(micro_target, device="cpu")
+    compiled = TargetRunner(eager.model, eager.tokenizer, eager.name, compile=True)
+    prompts = repetitive_prompts(2)
+    stop = StopRule(max_new_tokens=24)
+    for name in ("jetflow", "dflash", "eagle"):
+        cls = DRAFTERS.get(name)
+        on_eager, on_compiled = (cls.build(r, learned_heads[name]) for r in (eager, compiled))
+        assert on_eager.static is None and on_compiled.static is not None
+        reference = generate(eager, prompts, stop, budget=16, drafter=on_eager)
+        result = generate(compiled, prompts, stop, budget=16, drafter=on_compiled)
+        assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in reference.requests], name
+        assert sum(s.accepted for s in result.steps) > 0 and result.compile_s > 0, name
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        assert first_proposals(eager, on_compiled, prompts, 16) == first_proposals(eager, on_eager, prompts, 16), name
+        again = generate(compiled, prompts[:1], stop, budget=16, drafter=on_compiled)  # batch 1: warmed above
+        assert again.compile_s == 0.0 and torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs, name
 
 
 def test_free_memory_check_on_cuda_asks_the_driver(monkeypatch):

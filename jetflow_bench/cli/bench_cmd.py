@@ -238,16 +238,17 @@ def compile_(
     fmt: TableFormatOpt = TableFormat.table,
 ) -> None:
     """Eager vs --compile on this machine, paired in one run: the AR step and verify forwards at each
-    tree size, then whole decodes per arm (tokens/s, drafting and verify per step). Speed-up > 1
-    means compiling pays; compile time is printed apart and is in no timed number.
+    tree size, then whole decodes per arm (tokens/s, drafting and verify per step; a learned arm's
+    head is compiled on the compiled side). Speed-up > 1 means compiling pays; compile time is
+    printed apart and is in no timed number.
 
     Example: jfbench bench compile --target ~/.cache/jfbench/targets/micro-seed0-... --sizes 16,64,256
-    --drafter ngram --budgets 16
+    --drafter ngram,jetflow=HEAD_DIR --budgets 16
     """
     import torch
 
     from drafters import DRAFTERS
-    from jetflow_bench.bench_compile import compare_decodes, compare_forwards
+    from jetflow_bench.bench_compile import DecodeArm, compare_decodes, compare_forwards
     from jetflow_bench.engine.stopping import StopRule
     from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.prompts import encode, suite_requests
@@ -269,19 +270,20 @@ def compile_(
     if len(requests) < prompts:
         raise JfbenchError(f"suite {suite!r} has only {len(requests)} prompts: lower --prompts")
     encoded = [encode(eager, r.prompt) for r in requests]
-    arms: list = [("ar", None, 1)]
-    for spec in specs:
-        built = DRAFTERS.get(spec.name).build(eager, checkpoint=spec.checkpoint, **dict(spec.options))
-        label = spec.label
-        arms += [(label, built, b) for b in arm_budgets]
+    arms = [DecodeArm("ar", 1, None, None)]
+    for spec in specs:  # each side its own drafter: on the compiled runner a learned head compiles too
+        built = {side: DRAFTERS.get(spec.name).build(runner, checkpoint=spec.checkpoint, **dict(spec.options))
+                 for side, runner in (("eager", eager), ("compiled", compiled))}
+        arms += [DecodeArm(spec.label, b, built["eager"], built["compiled"]) for b in arm_budgets]
     console = Console(stderr=True)
     with console.status("timing forwards (compiling first)"):
         forwards, forward_compile_s = compare_forwards(eager, compiled, tree_sizes, batches, context, repeats)
     with console.status("timing decodes"):
-        decodes, decode_compile_s = compare_decodes(eager, compiled, encoded, StopRule(max_new_tokens), arms, pairs)
+        decodes, decode_compile_s, heads_compile_s = compare_decodes(eager, compiled, encoded, StopRule(max_new_tokens),
+                                                                     arms, pairs)
     caption = (f"device {eager.device}, dtype {eager.dtype}, torch threads {torch.get_num_threads()}, torch "
                f"{torch.__version__}; compile (untimed warm-up): {forward_compile_s:.1f} s for the forwards, "
-               f"{decode_compile_s:.1f} s more for the decodes")
+               f"{decode_compile_s:.1f} s more for the decodes' target shapes, {heads_compile_s:.1f} s for the draft heads")
     if fmt != TableFormat.table:  # json, csv and markdown have no caption: the compile time goes to stderr
         console.print(caption)
     if fmt in (TableFormat.json, TableFormat.csv):
@@ -297,5 +299,5 @@ def compile_(
            "draft ms e/c": f"{d.eager_draft_ms:.2f} / {d.compiled_draft_ms:.2f}",
            "verify ms e/c": f"{d.eager_verify_ms:.2f} / {d.compiled_verify_ms:.2f}",
            "same tokens": "yes" if d.same_tokens else "NO"} for d in decodes], fmt, left=("arm",),
-         title=f"decodes, eager vs compiled target — {len(encoded)} prompt(s) of {suite}, {max_new_tokens} new tokens, "
+         title=f"decodes, eager vs compiled target and heads — {len(encoded)} prompt(s) of {suite}, {max_new_tokens} new tokens, "
                f"median of {pairs} pairs", caption=caption)
