@@ -22,6 +22,7 @@ from drafters.base import DraftCost, Drafter, SequenceView
 from drafters.head_cache import ContextCache, StaticHead
 from drafters.tree_builder import TreeOptions
 from drafters.tree_tensors import Dists, top_children
+from jetflow_bench.engine.compiled import check_compile
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.checkpoint import HeadInfo, load_head
 from jetflow_bench.heads.head import DraftHead
@@ -67,7 +68,10 @@ class LearnedDrafter(Drafter):
     @classmethod
     def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> LearnedDrafter:
         cls.check_checkpoint(checkpoint)
-        head, info = cls.load(Path(checkpoint), target, options.pop("attention", target.attention_backend))  # the head follows the target
+        attention = options.pop("attention", target.attention_backend)  # the head follows the target
+        if target.static is not None:  # --compile: the head's forwards too, through SDPA
+            check_compile(target.device, attention)
+        head, info = cls.load(Path(checkpoint), target, attention)
         cls.check_head(head, info)
         tree_keys = [f.name for f in dataclasses.fields(TreeOptions) if f.name != "max_depth"]
         tree_opts = {**cls.tree_defaults, **{k: options.pop(k) for k in tree_keys if k in options}}

@@ -115,7 +115,7 @@ def preflight(args: argparse.Namespace) -> list[str]:
 EIGHT_B = """
 import json, sys, torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
-from jetflow_bench.bench_compile import compare_decodes, compare_forwards
+from jetflow_bench.bench_compile import DecodeArm, compare_decodes, compare_forwards
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 config = Qwen3Config(**json.loads(sys.argv[1]))
@@ -133,7 +133,7 @@ eager = TargetRunner(model, None, 'qwen3-8b-random')
 compiled = TargetRunner(model, None, 'qwen3-8b-random', compile=True)
 forwards, fc = compare_forwards(eager, compiled, [1, 16, 64, 256], [1], context=1024, repeats=10)
 prompts = torch.randint(0, config.vocab_size, (1, 512)).tolist()
-decodes, dc = compare_decodes(eager, compiled, prompts, StopRule(64), [('ar', None, 1)], pairs=3)
+decodes, dc, _ = compare_decodes(eager, compiled, prompts, StopRule(64), [DecodeArm('ar', 1, None, None)], pairs=3)
 rows = [{'kind': 'forward', **vars(f), 'speedup': f.speedup} for f in forwards]
 rows += [{'kind': 'decode', **vars(d), 'speedup': d.speedup} for d in decodes]
 print(json.dumps({'compile_s': fc + dc, 'rows': rows}, indent=1))

@@ -105,6 +105,41 @@ def first_proposals(runner: TargetRunner, drafter: Drafter, prompts: list[list[i
     return [(t.tokens, t.parents) for t in drafter.propose(seqs, budget)]
 
 
+def padded(drafter: Drafter, device: torch.device) -> Drafter:
+    """The drafter with `StaticHead`'s padded, whole-cache head forwards run uncompiled."""
+    drafter.static = StaticHead(drafter.head, device)
+    drafter.static.forward.fn = drafter.static._body  # the body torch.compile would trace, run as is
+    return drafter
+
+
+@pytest.mark.parametrize("name", ["jetflow-refine", "dflash", "eagle"])
+def test_padded_random_heads_draft_what_eager_heads_draft(tmp_path, name):
+    """Untrained heads on a random target, no compiler: padding entries, the whole-cache mask and the
+    scratch slots leave every proposed tree and cost counter as the eager head's."""
+    from tests.test_drafters_head import HEADS, make_head, save_target
+
+    runner = TargetRunner.load(save_target(tmp_path / "target"), device="cpu")
+    cls = DRAFTERS.get(name)
+    checkpoint = make_head(runner, tmp_path / "head", cls.train_name(), HEADS[cls.train_name()])
+    eager, static = cls.build(runner, checkpoint), padded(cls.build(runner, checkpoint), runner.device)
+    prompts = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12]]
+    assert first_proposals(runner, static, prompts, 16) == first_proposals(runner, eager, prompts, 16)
+    assert static.take_cost(2) == eager.take_cost(2)
+
+
+@pytest.mark.skipif(not HAVE_COMPILER, reason="no C/C++ compiler on PATH: a compiled runner cannot be built")
+def test_a_compiled_target_compiles_its_heads_through_sdpa_only(tmp_path):
+    from tests.test_drafters_head import HEADS, make_head, save_target
+
+    eager = TargetRunner.load(save_target(tmp_path / "target"), device="cpu")
+    compiled = TargetRunner(eager.model, eager.tokenizer, eager.name, compile=True)
+    checkpoint = make_head(eager, tmp_path / "head", "dflash", HEADS["dflash"])
+    dflash = DRAFTERS.get("dflash")
+    assert dflash.build(eager, checkpoint).static is None and dflash.build(compiled, checkpoint).static is not None
+    with pytest.raises(JfbenchError, match="--attention 'triton'"):
+        dflash.build(compiled, checkpoint, attention="triton")
+
+
 @pytest.mark.slow  # trains three quick heads on micro unless cached (then seconds)
 @pytest.mark.parametrize(("name", "budget"), [("jetflow", 16), ("jetflow-refine", 16), ("dflash", 16), ("eagle", 16),
                                               ("eagle3", 64)])
@@ -113,14 +148,13 @@ def test_padded_head_forwards_draft_what_the_eager_head_drafts(micro_target, lea
     cost counters (padding is not counted) and the same greedy decode, drafts accepted."""
     runner = TargetRunner.load(micro_target, device="cpu")
     cls = DRAFTERS.get(name)
-    eager, padded = (cls.build(runner, learned_heads[cls.train_name()]) for _ in range(2))
-    padded.static = StaticHead(padded.head, runner.device)
-    padded.static.forward.fn = padded.static._body  # the body torch.compile would trace, run as is
+    eager, static = (cls.build(runner, learned_heads[cls.train_name()]) for _ in range(2))
+    static = padded(static, runner.device)
     prompts = repetitive_prompts(2)
-    assert first_proposals(runner, padded, prompts, budget) == first_proposals(runner, eager, prompts, budget)
-    assert padded.take_cost(2) == eager.take_cost(2)
+    assert first_proposals(runner, static, prompts, budget) == first_proposals(runner, eager, prompts, budget)
+    assert static.take_cost(2) == eager.take_cost(2)
     stop = StopRule(max_new_tokens=24)
-    reference, result = (generate(runner, prompts, stop, budget=budget, drafter=d) for d in (eager, padded))
+    reference, result = (generate(runner, prompts, stop, budget=budget, drafter=d) for d in (eager, static))
     assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in reference.requests]
     assert sum(s.accepted for s in result.steps) > 0
 

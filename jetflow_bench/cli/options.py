@@ -56,9 +56,9 @@ CompileOpt = Annotated[
     bool,
     typer.Option(
         "--compile/--no-compile",
-        help="Run the target's decode and verify forwards through torch.compile at bucketed static shapes (CUDA "
-        "graphs on a GPU); compile time is spent in an untimed warm-up. Needs --attention sdpa (and a C compiler on "
-        "a CPU). Off by default: results/baselines/compile-cpu/README.md has the measurements behind that choice.",
+        help="Run the target's decode and verify forwards, and learned drafters' head forwards, through torch.compile "
+        "at bucketed static shapes (CUDA graphs on a GPU); compile time is spent in an untimed warm-up. Needs "
+        "--attention sdpa (and a C compiler on a CPU). Off by default: results/baselines/compile-cpu/README.md has the measurements behind that choice.",
     ),
 ]
 ThreadsOpt = Annotated[
