@@ -159,7 +159,7 @@ def test_padded_head_forwards_draft_what_the_eager_head_drafts(micro_target, lea
     assert sum(s.accepted for s in result.steps) > 0
 
 
-@pytest.mark.slow  # ~N min: Inductor compiles the target's and three heads' graphs on 2 cores
+@pytest.mark.slow  # minutes when Inductor compiles the ~16 graphs cold on 2 cores; seconds from its on-disk cache
 @pytest.mark.skipif(not HAVE_COMPILER, reason="no C/C++ compiler on PATH: Inductor cannot build CPU kernels")
 def test_compiled_heads_draft_and_decode_like_eager_heads(micro_target, learned_heads):  # noqa: F811
     """Inductor on CPU, target and heads compiled: each learned arm's greedy output equals the eager
