@@ -112,15 +112,18 @@ def padded(drafter: Drafter, device: torch.device) -> Drafter:
     return drafter
 
 
-@pytest.mark.parametrize("name", ["jetflow-refine", "dflash", "eagle"])
+@pytest.mark.parametrize("name", ["jetflow-refine", "dflash", "eagle", "eagle3"])
 def test_padded_random_heads_draft_what_eager_heads_draft(tmp_path, name):
     """Untrained heads on a random target, no compiler: padding entries, the whole-cache mask and the
-    scratch slots leave every proposed tree and cost counter as the eager head's."""
+    scratch slots leave every proposed tree and cost counter as the eager head's (eagle3: a published
+    EAGLE-3 head with a reduced draft vocabulary)."""
     from tests.test_drafters_head import HEADS, make_head, save_target
+    from tests.test_eagle3 import write_specforge_head
 
     runner = TargetRunner.load(save_target(tmp_path / "target"), device="cpu")
     cls = DRAFTERS.get(name)
-    checkpoint = make_head(runner, tmp_path / "head", cls.train_name(), HEADS[cls.train_name()])
+    checkpoint = (write_specforge_head(tmp_path / "head", draft_vocab=40) if name == "eagle3"
+                  else make_head(runner, tmp_path / "head", cls.train_name(), HEADS[cls.train_name()]))
     eager, static = cls.build(runner, checkpoint), padded(cls.build(runner, checkpoint), runner.device)
     prompts = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12]]
     assert first_proposals(runner, static, prompts, 16) == first_proposals(runner, eager, prompts, 16)
