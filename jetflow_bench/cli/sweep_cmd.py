@@ -53,7 +53,6 @@ from jetflow_bench.cli.options import (
 )
 from jetflow_bench.cli.recipe_flags import EXTRA_FLAGS, epilog, family_flags, option_pairs
 from jetflow_bench.cli.vllm_options import PPOpt, TPOpt, VLLMArgsOpt, VLLMBinOpt, VLLMPortOpt, VLLMUrlOpt
-from jetflow_bench.errors import JfbenchError
 
 
 @app.command("sweep")
@@ -145,17 +144,15 @@ def sweep(
     if engine_name == "vllm":
         from jetflow_bench.integrations.vllm_engine import VLLMOptions
 
-        if max(grid_temperatures(grid)) > 0:
-            raise JfbenchError("--engine vllm decodes greedily so far: drop --temperature/--temperatures "
-                               "(sampling runs on the default engine, --engine hf)")
         options = VLLMOptions.resolve(vllm_bin, vllm_url, vllm_port, vllm_args, tensor_parallel_size,
-                                      pipeline_parallel_size)
+                                      pipeline_parallel_size, temperatures=grid_temperatures(grid))
     specs = sweep_arms(drafters, engine_name)
     run_and_report(grid_config(target, specs, grid), out, grid, engine_options=options)
 
 
 @app.command("ablate", context_settings=EXTRA_FLAGS,
-             epilog=epilog("variants of the base drafter's family: --NAME V1,V2; fixed: --train-option NAME=VALUE"))
+             epilog=epilog("variants of the base drafter's family: --NAME V1,V2; fixed: --train-option NAME=VALUE",
+                           drafting="variants on the base's own head: --NAME V1,V2"))
 def ablate(
     ctx: typer.Context,
     target: TargetOpt,
@@ -171,9 +168,6 @@ def ablate(
     decay: Annotated[
         str | None, typer.Option("--decay", help="Loss-weighting variants (gamma; 0 = uniform), e.g. 0,3,15.")
     ] = None,
-    refine_passes: Annotated[str | None, typer.Option("--refine-passes", help="Refinement passes, e.g. 0,1,2.")] = None,
-    scoring: Annotated[str | None, typer.Option("--scoring", help="Tree scoring variants: entropy.")] = None,
-    construction: Annotated[str | None, typer.Option("--construction", help="Tree constructions: accum, best-first, spine-first, frontier.")] = None,
     option: Annotated[
         list[str] | None, typer.Option("--option", help="Any build option's values: KEY=V1,V2 (repeatable).")
     ] = None,
@@ -223,7 +217,8 @@ def ablate(
 
     Variants that need other weights (--head, --loss, --data, --decay, the family options below) use --checkpoint VARIANT=DIR or are
     trained on demand, cached by recipe: the default head's own recipe (from its config.json, plus
-    --train-option) changed only by the variant's setting.
+    --train-option) changed only by the variant's setting. Drafting options (--refine-passes, --scoring,
+    --construction: each drafter's are listed below) and --option run on the default's head.
 
     Examples:
 
@@ -246,8 +241,7 @@ def ablate(
     from jetflow_bench.sweep.ablate_plan import plan_ablation
 
     grid = GridFlags.of(ctx.params)
-    variant_flags = {"head": head, "loss": loss, "data": data, "decay": decay, "refine_passes": refine_passes,
-                     "scoring": scoring, "construction": construction, **family_flags(ctx.args)}
+    variant_flags = {"head": head, "loss": loss, "data": data, "decay": decay, **family_flags(ctx.args, drafting=True)}
     plan = plan_ablation(drafter, {k: v for k, v in variant_flags.items() if v is not None},
                          option_pairs(option, "--option"), option_pairs(train_option, "--train-option"), seeds)
     for note in plan.notes:

@@ -61,9 +61,12 @@ class VLLMOptions:
 
     @classmethod
     def resolve(cls, vllm_bin: str | None, url: str | None, port: int | None, args: str | None,
-                tp: int, pp: int) -> VLLMOptions:  # fmt: skip
-        """Where vLLM runs, from the --vllm-* flags; without an installed vLLM (and no --vllm-url)
-        a one-line error says how to install it."""
+                tp: int, pp: int, temperatures: Sequence[float] = (0.0,)) -> VLLMOptions:  # fmt: skip
+        """Where vLLM runs, from the --vllm-* flags; a one-line error for a sampled grid (vLLM arms
+        decode greedily so far) and, without an installed vLLM (and no --vllm-url), how to install it."""
+        if max(temperatures) > 0:
+            raise JfbenchError("--engine vllm decodes greedily so far: drop --temperature/--temperatures "
+                               "(sampling runs on the default engine, --engine hf)")
         if url is not None:
             if vllm_bin is not None or port is not None or args is not None:
                 raise JfbenchError("--vllm-url benchmarks a running server: leave out --vllm-bin, --vllm-port and --vllm-args")

@@ -18,10 +18,11 @@ from typing import Any
 
 import pandas as pd
 
+from jetflow_bench.ablation_axes import axes_of, drafting_options
 from jetflow_bench.arms import DEFAULT_VARIANT
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.sweep.ablation import (
-    AXES,
+    TRAIN_AXES,
     Comparison,
     HeadTrainer,
     ablation_table,
@@ -71,10 +72,10 @@ def plan_ablation(
     drafter: str, flags: Mapping[str, str], options: Mapping[str, str], train_options: Mapping[str, str],
     seeds: str | None,
 ) -> AblationPlan:
-    """The plan of ``ablate --drafter DRAFTER`` with variant ``flags`` ({name: "V1,V2"}: the `AXES`
-    flags and the base family's recipe fields), generic ``options`` (--option KEY=V1,V2),
-    ``train_options`` (--train-option KEY=VALUE) and head ``seeds`` ("0,1,2"). Every value is
-    checked here, before any model loads."""
+    """The plan of ``ablate --drafter DRAFTER`` with variant ``flags`` ({name: "V1,V2"}: `TRAIN_AXES`,
+    the base family's recipe fields and the drafters' drafting options), generic ``options``
+    (--option KEY=V1,V2), ``train_options`` (--train-option KEY=VALUE) and head ``seeds``
+    ("0,1,2"). Every value is checked here, before any model loads."""
     from drafters import DRAFTERS
     from jetflow_bench.training.config import canonical_head
     from jetflow_bench.training.objective import family_options
@@ -85,17 +86,19 @@ def plan_ablation(
         raise JfbenchError(f"--drafter {drafter!r}: ablate one base drafter at a time, e.g. --drafter jetflow=DIR")
     ((name, base_options, ckpt),) = parsed
     base = arm_spec(name, base_options, ckpt, variant=DEFAULT_VARIANT)
+    drafting = drafting_options()
     own = {o.name for o in family_options(base.name)}
-    resolve_options(base.name, family_options(base.name), dict.fromkeys(k for k in flags if k not in AXES))
-    axes = {flag: _values(f"--{flag.replace('_', '-')}", text) for flag, text in flags.items()}
-    if "head" in axes:  # one name per head mode, so variants and their common settings match
-        axes["head"] = [canonical_head(v) for v in axes["head"]]
+    recipe_flags = [k for k in flags if k not in TRAIN_AXES and k not in drafting]
+    resolve_options(base.name, family_options(base.name), dict.fromkeys(recipe_flags))  # refuses another family's fields
     generic = {k: _values(f"--option {k}", v) for k, v in options.items()}
-    clash = sorted(set(generic) & ({key for _, key in AXES.values()} | own))
+    clash = sorted(set(generic) & {*TRAIN_AXES, *drafting, *own})
     if clash:
         raise JfbenchError(f"--option {clash[0]}: use its own flag (--{clash[0].replace('_', '-')}) instead")
-    inferred = [AXES[flag][1] for flag in axes if AXES.get(flag, ("train",))[0] == "infer"]  # the rest train
-    check_option_names(base.name, [*generic, *inferred])
+    check_option_names(base.name, [*generic, *(k for k in flags if k in drafting)])
+    axes = {k: [drafting[k].parse(v) for v in parse_names(text, drafting[k].flag)] if k in drafting
+            else _values(f"--{k.replace('_', '-')}", text) for k, text in flags.items()}
+    if "head" in axes:  # one name per head mode, so variants and their common settings match
+        axes["head"] = [canonical_head(v) for v in axes["head"]]
     recipe = {k: parse_value(v) for k, v in train_options.items()}
     specs, comparisons = one_factor(variants(base, axes, generic), base_settings(base, recipe))
     if seeds is not None:
@@ -129,16 +132,20 @@ def head_trainer(data_dir: Path | None, config: SweepConfig) -> HeadTrainer:
 
 
 def base_settings(base: DrafterSpec, recipe: dict[str, Any]) -> dict[str, Any]:
-    """The base arm's effective training layout and refinement passes (None where unknown)."""
+    """The base arm's effective value of each setting its drafter's common settings name (None
+    where unknown): a recipe field as its family resolves it for the base's head, a build option as
+    the arm sets it, else the drafter's default. Example: jetflow -> {"layout": "packed", "refine_passes": 0}."""
     from drafters import DRAFTERS
     from jetflow_bench.training.config import TrainConfig
 
+    common = axes_of(base.name).common
     plugin = DRAFTERS.get(base.name)
-    layout = None
-    if plugin.training is not None:
+    config = None
+    if plugin.training is not None:  # also checks --train-option before any model loads
         fields = TrainConfig.recipe_fields(base.name)
         recorded = {k: v for k, v in trained_recipe(base.checkpoint).items() if k in fields}  # older heads: extra keys
         if recorded or base.checkpoint is None:
-            layout = TrainConfig.from_recipe(base.name, **{**recorded, **recipe, **dict(base.train)}).setting("layout")
-    refine = dict(base.options).get("refine_passes", option_defaults(plugin).get("refine_passes"))
-    return {"layout": layout, "refine_passes": refine}
+            config = TrainConfig.from_recipe(base.name, **{**recorded, **recipe, **dict(base.train)})
+    built = {**option_defaults(plugin), **dict(base.options)}
+    return {c.key: (config.setting(c.key) if config is not None else None) if c.stage == "train" else built.get(c.key)
+            for c in common}
