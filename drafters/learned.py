@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -49,6 +49,10 @@ class LearnedDrafter(Drafter):
         self.cache: ContextCache | None = None
         self.meter = head.count_cost()
         self.node_scores = "logp" if tree.scoring == "logp" else None  # entropy scores are not log-probs
+
+    @classmethod
+    def scores_with(cls, options: Mapping[str, Any]) -> str | None:
+        return cls.node_scores if options.get("scoring", TreeOptions.scoring) == "logp" else None
 
     @classmethod
     def check_checkpoint(cls, checkpoint: Path | str | None) -> None:

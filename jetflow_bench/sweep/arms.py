@@ -115,5 +115,4 @@ def check_auto_budgets(specs: Iterable[DrafterSpec]) -> None:
     from jetflow_bench.budget_policy import require_logp_scores
 
     for spec in specs:
-        entropy = dict(spec.options).get("scoring") == "entropy"  # such an instance drops its class's "logp"
-        require_logp_scores(None if entropy else DRAFTERS.get(spec.name).node_scores, spec.label)
+        require_logp_scores(DRAFTERS.get(spec.name).scores_with(dict(spec.options)), spec.label)
