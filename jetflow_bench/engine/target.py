@@ -370,3 +370,8 @@ def _check_supported(model: nn.Module, name: str) -> None:
         )
     if any(getattr(layer.self_attn, "sliding_window", None) for layer in layers):
         raise JfbenchError(f"target {name!r} uses sliding-window attention, which jfbench does not support yet")
+    if hasattr(layers[0], "pre_feedforward_layernorm"):  # Gemma 2/3: norms around both sublayers' outputs
+        raise JfbenchError(
+            f"target {name!r} ({type(model).__name__}) normalises its sublayers' outputs (Gemma-style sandwich "
+            "norms), which jfbench's Llama-style layer loop does not apply; it would decode wrongly, so it is refused"
+        )

@@ -1,0 +1,39 @@
+"""Architectures the engine's layer loop cannot run exactly are refused at load, in one line.
+
+Gemma 3 (the registry also ships Gemma 3 270M) is the case in point: most of its layers attend
+through a sliding window, and every block normalises its sublayers' outputs. Decoding it with the
+Llama-style loop would give wrong tokens without an error, so both traits must stop the load.
+"""
+
+import pytest
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.errors import JfbenchError
+
+
+def _gemma3_folder(tmp_path, layer_types):
+    config = Gemma3TextConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=len(layer_types),
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=8, layer_types=layer_types,
+    )
+    Gemma3ForCausalLM(config).save_pretrained(tmp_path)
+    return tmp_path
+
+
+def _load_error(folder) -> str:
+    with pytest.raises(JfbenchError) as info:
+        TargetRunner.load(folder, device="cpu")
+    return str(info.value)
+
+
+def test_gemma3_sliding_window_layers_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", lambda *a, **k: None)
+    message = _load_error(_gemma3_folder(tmp_path, ["sliding_attention", "full_attention"]))
+    assert "sliding-window" in message and "\n" not in message
+
+
+def test_gemma_sandwich_norms_are_refused_even_without_sliding_windows(tmp_path, monkeypatch):
+    monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", lambda *a, **k: None)
+    message = _load_error(_gemma3_folder(tmp_path, ["full_attention", "full_attention"]))
+    assert "sandwich norms" in message and "\n" not in message
