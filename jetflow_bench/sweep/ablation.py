@@ -10,7 +10,8 @@ One factor per variant (`one_factor`): a variant differs from the arm it is comp
 exactly one setting. Where the base's own setting is impossible for the variant (a bidirectional
 head cannot train on the packed layout nor read paths through tree-causal refinement), both
 arms run at the nearest common setting: the variant is compared with a copy of the base at that
-setting (e.g. `head=bidirectional` vs `layout=prefix`), and the table names it.
+setting (e.g. `head=bidirectional` vs `layout=prefix`), and the table names it. Which settings
+clash is declared by the drafter (`jetflow_bench.ablation_axes.CommonSetting`).
 
 ablation table — one row per drafter × variant × suite × budget × batch size, repeats pooled:
     factor, compared_with, held_fixed   (what changed, against which arm, at which setting)

@@ -4,6 +4,8 @@
 option is checked against the drafter's own list (`option_defaults`), and an option that differs
 from the drafter's default becomes the arm's variant, so tables name the arm ``eagle[depth=15]``;
 an option set to its default is dropped (``jetflow[refine_passes=0]`` is plain ``jetflow``).
+`sweep_arms` reads a whole ``--drafters`` list (``vllm:*`` arms included) and checks what can be
+checked before any model loads; `check_auto_budgets` refuses arms `--budgets auto` cannot rank.
 """
 
 from __future__ import annotations
