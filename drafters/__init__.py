@@ -5,6 +5,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from jetflow_bench.ablation_axes import ABLATION_AXES
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.plugins import DRAFTERS
 from jetflow_bench.training.recipe import RECIPES
@@ -19,6 +20,11 @@ DRAFTERS.register("jetflow-refine", "drafters.jetflow:JetFlowRefineDrafter")
 RECIPES.register("eagle", "drafters.recipes:EAGLE_OPTIONS")
 RECIPES.register("dflash", "drafters.recipes:BLOCK_OPTIONS")
 RECIPES.register("jetflow", "drafters.recipes:BLOCK_OPTIONS")
+ABLATION_AXES.register("eagle", "drafters.axes:TREE_AXES")
+ABLATION_AXES.register("eagle3", "drafters.axes:TREE_AXES")
+ABLATION_AXES.register("dflash", "drafters.axes:BLOCK_AXES")
+ABLATION_AXES.register("jetflow", "drafters.axes:JETFLOW_AXES")
+ABLATION_AXES.register("jetflow-refine", "drafters.axes:JETFLOW_AXES")
 
 
 

@@ -63,6 +63,12 @@ class Drafter(ABC):
     node_scores: str | None = None
 
     @classmethod
+    def scores_with(cls, options: Mapping[str, Any]) -> str | None:
+        """`node_scores` of an instance built with ``options``: read before any model loads
+        (`--budgets auto` refuses an arm whose scores are not log-probs)."""
+        return cls.node_scores
+
+    @classmethod
     def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> Drafter:
         """Construct for ``target``; learned drafters load ``checkpoint`` here."""
         return cls(**options)

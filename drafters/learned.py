@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -55,6 +55,10 @@ class LearnedDrafter(Drafter):
         self.meter = head.count_cost()
         self.node_scores = "logp" if tree.scoring == "logp" else None  # entropy scores are not log-probs
         self.static: StaticHead | None = None  # compiled drafting forwards (`build` on a compiled target)
+
+    @classmethod
+    def scores_with(cls, options: Mapping[str, Any]) -> str | None:
+        return cls.node_scores if options.get("scoring", TreeOptions.scoring) == "logp" else None
 
     @classmethod
     def check_checkpoint(cls, checkpoint: Path | str | None) -> None:

@@ -55,11 +55,10 @@ from typing import NamedTuple
 
 import torch
 
+from drafters.axes import CONSTRUCTIONS, SCORINGS
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
 
-SCORINGS = ("logp", "entropy")
-CONSTRUCTIONS = ("accum", "best-first", "spine-first", "frontier")
 BUILDERS = ("auto", "tensor", "host")
 
 TokenPath = tuple[int, ...]  # tokens below the root, root excluded; () is the root itself

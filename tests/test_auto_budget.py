@@ -135,3 +135,15 @@ class CyclingPolicy(BudgetPolicy):
     def choose(self, scores) -> int:
         self.last = (64, 4, 16, 1)[self.seen_steps % 4]
         return self.last
+
+
+def test_auto_budgets_refuse_arms_whose_scores_are_not_log_probs_before_any_model_loads():
+    """The drafter says what its options make of its node scores (`Drafter.scores_with`): an
+    entropy-scored tree ranks nodes by something the per-step policy cannot read as a probability."""
+    from jetflow_bench.sweep.arms import check_auto_budgets
+    from jetflow_bench.sweep.grid import DrafterSpec
+
+    check_auto_budgets([DrafterSpec("jetflow"), DrafterSpec("eagle", options=(("scoring", "logp"),))])
+    for spec in (DrafterSpec("jetflow", options=(("scoring", "entropy"),)), DrafterSpec("ngram")):
+        with pytest.raises(JfbenchError, match="does not score nodes by cumulative draft log-probs"):
+            check_auto_budgets([spec])

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from jetflow_bench.cli import app
+from jetflow_bench.cli.grid_options import GridFlags, grid_config, grid_temperatures, run_and_report
 from jetflow_bench.cli.options import (
     AttentionOpt,
     DataDirOpt,
@@ -25,7 +26,6 @@ from jetflow_bench.cli.options import (
     TopKOpt,
     TopPOpt,
 )
-from jetflow_bench.cli.sweep_cmd import GridFlags, grid_config, grid_temperatures, run_and_report
 from jetflow_bench.runtime import data_dir as resolve_data_dir
 from jetflow_bench.runtime import set_threads
 

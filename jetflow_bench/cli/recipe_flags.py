@@ -4,11 +4,13 @@
 `RecipeOption`s, registered in `jetflow_bench.training.recipe.RECIPES`) as ``--NAME VALUE`` (a bool
 one also bare, ``--match-depth1``) or ``--option NAME=VALUE``; the commands let such flags through
 as extra arguments and this module matches them against the declarations, so a family adds a field
-without touching the CLI. The help epilog lists every family's fields.
+without touching the CLI. `ablate` also takes each drafter's drafting options
+(`jetflow_bench.ablation_axes`, e.g. ``--refine-passes 0,2``) this way. The help epilog lists them all.
 """
 
 from __future__ import annotations
 
+from jetflow_bench.ablation_axes import drafting_help, drafting_options
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.registry import did_you_mean
 from jetflow_bench.training.recipe import RECIPES, RecipeOption, options_help
@@ -17,15 +19,17 @@ from jetflow_bench.training.recipe import RECIPES, RecipeOption, options_help
 EXTRA_FLAGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
-def declared_flags() -> dict[str, RecipeOption]:
-    """``--flag`` -> its declaration, over every registered family (one flag may serve several)."""
-    return {o.flag: o for family in RECIPES.names() for o in RECIPES.get(family)}
+def declared_flags(drafting: bool = False) -> dict[str, RecipeOption]:
+    """``--flag`` -> its declaration, over every registered family's recipe fields and, with
+    ``drafting`` (`ablate`), every drafter's drafting options (one flag may serve several)."""
+    declared = [o for family in RECIPES.names() for o in RECIPES.get(family)]
+    return {o.flag: o for o in [*declared, *(drafting_options().values() if drafting else ())]}
 
 
-def family_flags(extra: list[str]) -> dict[str, str]:
-    """The family options among a command's extra arguments, as {name: text}: ``--NAME VALUE``,
-    ``--NAME=VALUE`` or a bare bool ``--NAME`` (true). Anything else is a one-line error."""
-    flags, out, i = declared_flags(), {}, 0
+def family_flags(extra: list[str], drafting: bool = False) -> dict[str, str]:
+    """The declared options among a command's extra arguments (`declared_flags`), as {name: text}:
+    ``--NAME VALUE``, ``--NAME=VALUE`` or a bare bool ``--NAME`` (true). Anything else is a one-line error."""
+    flags, out, i = declared_flags(drafting), {}, 0
     while i < len(extra):
         flag, sep, value = extra[i].partition("=")
         if flag not in flags:
@@ -53,6 +57,8 @@ def option_pairs(items: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
-def epilog(usage: str) -> str:
-    """The help epilog: how family options are passed (``usage``), then each family's."""
-    return f"Family options ({usage}):\n\n{options_help()}"
+def epilog(usage: str, drafting: str = "") -> str:
+    """The help epilog: how family options are passed (``usage``), then each family's; with
+    ``drafting`` (how they are passed), each drafter's drafting options too."""
+    text = f"Family options ({usage}):\n\n{options_help()}"
+    return f"{text}\n\nDrafting options ({drafting}):\n\n{drafting_help()}" if drafting else text

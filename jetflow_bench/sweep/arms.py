@@ -4,6 +4,8 @@
 option is checked against the drafter's own list (`option_defaults`), and an option that differs
 from the drafter's default becomes the arm's variant, so tables name the arm ``eagle[depth=15]``;
 an option set to its default is dropped (``jetflow[refine_passes=0]`` is plain ``jetflow``).
+`sweep_arms` reads a whole ``--drafters`` list (``vllm:*`` arms included) and checks what can be
+checked before any model loads; `check_auto_budgets` refuses arms `--budgets auto` cannot rank.
 """
 
 from __future__ import annotations
@@ -68,3 +70,51 @@ def arm_label(spec: DrafterSpec) -> str:
     if spec.variant != DEFAULT_VARIANT or not spec.options:
         return spec.label
     return f"{spec.name}[{options_label(dict(spec.options))}]"
+
+
+def sweep_arms(text: str, engine: str) -> list[DrafterSpec]:
+    """The arms of ``sweep --drafters`` (jfbench drafters and vLLM arms), each named once, every
+    learned arm's head folder checked before the target loads and the AR cells run."""
+    from jetflow_bench.sweep.grid import parse_drafters
+
+    specs = [_arm(name, options, checkpoint, engine) for name, options, checkpoint in parse_drafters(text)]
+    labels = [s.label for s in specs]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise JfbenchError(f"--drafters names the arm {twice[0]!r} twice: give each arm different options")
+    _check_heads(specs)
+    return specs
+
+
+def _check_heads(specs: list[DrafterSpec]) -> None:
+    """Every learned arm names its head's folder."""
+    from drafters import DRAFTERS
+    from drafters.learned import LearnedDrafter
+
+    for spec in specs:
+        plugin = DRAFTERS.get(spec.name) if spec.name in DRAFTERS else None
+        if isinstance(plugin, type) and issubclass(plugin, LearnedDrafter):
+            plugin.check_checkpoint(spec.checkpoint)
+
+
+def _arm(name: str, options: dict[str, Any], checkpoint: Path | None, engine: str) -> DrafterSpec:
+    """A jfbench drafter arm, or a vLLM arm (its options go into vLLM's --speculative-config; the
+    method is checked against the installed vLLM when the engine loads)."""
+    from jetflow_bench.integrations.vllm_arms import budgets_of, is_vllm_arm
+
+    if not is_vllm_arm(name):
+        return arm_spec(name, options, checkpoint)
+    if engine != "vllm":
+        raise JfbenchError(f"--drafters {name!r} is a vLLM arm: add --engine vllm")
+    canonical = name.strip().lower()
+    return DrafterSpec(canonical, variant=options_label(options), checkpoint=str(checkpoint) if checkpoint else None,
+                       options=tuple(sorted(options.items())), budgets=budgets_of(canonical))
+
+
+def check_auto_budgets(specs: Iterable[DrafterSpec]) -> None:
+    """--budgets auto needs node scores that are log-probs: refuse the others before any model loads."""
+    from drafters import DRAFTERS
+    from jetflow_bench.budget_policy import require_logp_scores
+
+    for spec in specs:
+        require_logp_scores(DRAFTERS.get(spec.name).scores_with(dict(spec.options)), spec.label)

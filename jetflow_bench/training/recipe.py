@@ -27,9 +27,10 @@ _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 @dataclass(frozen=True)
 class RecipeOption:
-    """One recipe field of a family: its name, type, default, allowed values and help."""
+    """One declared option of a plug-in — a family's recipe field, or a drafter's drafting option
+    (`jetflow_bench.ablation_axes`): its name, type, default, allowed values and help."""
 
-    name: str  # the `TrainConfig.options` key; on the command line --NAME with "_" -> "-"
+    name: str  # the `TrainConfig.options` key (or the build option); on the command line --NAME with "_" -> "-"
     kind: type  # bool, int, float or str
     default: Any  # None: "the family decides" (its `TrainingObjective.settings` resolves it)
     help: str
@@ -93,8 +94,13 @@ def resolve_options(family: str, declared: Iterable[RecipeOption], given: Mappin
 
 def options_help() -> str:
     """Each registered family's recipe options, one line each (the `train` / `ablate` help epilog)."""
-    families: dict[tuple[RecipeOption, ...], list[str]] = {}  # families sharing one declaration listed together
-    for family in RECIPES.names():
-        families.setdefault(tuple(RECIPES.get(family)), []).append(family)
-    return "\n\n".join(f"{', '.join(names)}: " + "; ".join(o.describe() for o in declared)
-                       for declared, names in families.items() if declared)
+    return declarations_help({family: tuple(RECIPES.get(family)) for family in RECIPES.names()})
+
+
+def declarations_help(declared: Mapping[str, tuple[RecipeOption, ...]]) -> str:
+    """One help line per distinct declaration: the plug-ins sharing it, then its options."""
+    owners: dict[tuple[RecipeOption, ...], list[str]] = {}  # plug-ins sharing one declaration listed together
+    for name, options in declared.items():
+        owners.setdefault(options, []).append(name)
+    return "\n\n".join(f"{', '.join(names)}: " + "; ".join(o.describe() for o in options)
+                       for options, names in owners.items() if options)

@@ -1,0 +1,190 @@
+"""The grid flags `sweep` and `ablate` share: option aliases, `GridFlags`, and what they become.
+
+Both commands list every grid option in their own signatures with the aliases below (Typer reads
+options from the signature, so each command shows the same flags with the same help) and pack them
+with `GridFlags.of(ctx.params)`; defaults live once, on `GridFlags`. `grid_config` validates the
+flags (before any model loads) and resolves the `SweepConfig`; `run_and_report` runs it and prints.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.runtime import resolve_device, resolve_dtype, set_threads
+from suites import SUITES
+
+if TYPE_CHECKING:  # the sweep machinery imports torch and pandas: commands import it when they run
+    from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
+
+SuitesOpt = Annotated[str, typer.Option("--suites", help="Comma-separated suites, e.g. gsm8k,math500.")]
+BudgetsOpt = Annotated[
+    str, typer.Option("--budgets", help="Comma-separated budgets B (tree nodes incl. root), 1 <= B <= 1024; "
+                      "'auto' (alone or beside them) chooses B per step among --auto-budgets.")
+]
+AutoBudgetsOpt = Annotated[
+    str, typer.Option("--auto-budgets", help="Candidate budgets of --budgets auto (the tree is drafted at the largest).")
+]
+BatchSizesOpt = Annotated[
+    str, typer.Option("--batch-sizes", help="Comma-separated batch sizes; the AR baseline runs at each.")
+]
+RepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="Timing repeats (>= 3 for reported speed-ups).")]
+LimitOpt = Annotated[int | None, typer.Option("--limit", min=1, help="Prompts per suite. Default: all.")]
+MaxNewOpt = Annotated[
+    int | None, typer.Option("--max-new-tokens", min=1, help="New tokens per prompt. Default: each suite's own.")
+]
+OutOpt = Annotated[Path, typer.Option("--out", help="Run folder; an interrupted run resumes when re-run.")]
+SampleSeedOpt = Annotated[
+    int | None, typer.Option("--sample-seed", min=0, help="Sample --limit prompts at random with this seed. Default: first N.")
+]
+SeedOpt = Annotated[int, typer.Option(
+    "--seed", min=0, help="torch seed set before every cell; seeds the bootstrap and, with each request's id, its sampling stream.")]
+EngineOpt = Annotated[
+    str, typer.Option("--engine", help="Decoding engine: hf (this package's) or vllm (vllm:* arms; see `sweep --help`).")
+]
+TieEpsOpt = Annotated[
+    float, typer.Option("--tie-eps", min=0.0, help="Excuse a divergence when the top-2 logits differ by < this.")
+]
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="Exit 1 (after writing results) on any unexcused divergence.")
+]
+ProfileOpt = Annotated[bool, typer.Option(
+    "--profile", help="Time every step's draft / verify / other split on a GPU (a device sync at each phase "
+                      "boundary; by default one sync per step and no split). Always timed on a CPU.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Discard results of another config in --out.")]
+ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress display on stderr.")]
+MaxMemoryOpt = Annotated[
+    str | None,
+    typer.Option("--max-memory", help="Memory the KV caches may take, e.g. 40GiB (checked before the run). "
+                                      "Default: what is free on the device once the target is loaded."),
+]
+
+
+@dataclass(frozen=True)
+class GridFlags:
+    """The values of the grid flags `sweep` and `ablate` share (and `demo` fills in itself)."""
+
+    suites: str = "gsm8k"
+    budgets: str = "16,64,256"
+    auto_budgets: str = "1,4,16,64,256"
+    batch_sizes: str = "1"
+    repeats: int = 3
+    limit: int | None = None
+    max_new_tokens: int | None = None
+    temperature: float = 0.0
+    temperatures: str | None = None
+    top_p: float = 1.0
+    top_k: int = 0
+    device: str | None = None
+    dtype: str | None = None
+    attention: str = "sdpa"
+    compile: bool = False
+    data_dir: Path | None = None
+    sample_seed: int | None = None
+    threads: int | None = None
+    seed: int = 0
+    engine: str = "hf"
+    tie_eps: float = 1e-4
+    profile: bool = False
+    strict: bool = False
+    force: bool = False
+    progress: bool = True
+    max_memory: str | None = None
+
+    @classmethod
+    def of(cls, params: dict[str, Any]) -> GridFlags:
+        """The grid flags among a command's parsed parameters (``typer.Context.params``)."""
+        return cls(**{f.name: params[f.name] for f in fields(cls)})
+
+
+GRID = GridFlags()  # the defaults the commands' signatures read
+
+
+def resolve_target(target: str) -> str:
+    """A local folder becomes an absolute path (so the config hash names it); a hub id stays."""
+    local = Path(target).expanduser()
+    return str(local.resolve()) if local.exists() else target
+
+
+def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra: tuple = ()) -> SweepConfig:
+    """Validate every flag (before any model loads) and resolve the config."""
+    import torch
+
+    from jetflow_bench.engine.attention import get_attention
+    from jetflow_bench.sweep.arms import check_auto_budgets
+    from jetflow_bench.sweep.engines import ENGINES
+    from jetflow_bench.sweep.grid import SweepConfig, parse_budgets, parse_ints, parse_names
+
+    temperatures = grid_temperatures(grid)
+    budgets = parse_budgets(grid.budgets, grid.auto_budgets)
+    if any(b.policy for b in budgets):
+        check_auto_budgets(drafters)
+    sizes = parse_ints(grid.batch_sizes, "--batch-sizes")
+    suites = tuple(dict.fromkeys(SUITES.canonical(n) for n in parse_names(grid.suites, "--suites")))
+    dev = resolve_device(grid.device)
+    engine = ENGINES.canonical(grid.engine)
+    if grid.attention != "sdpa" and engine != "hf":
+        raise JfbenchError(f"--attention {grid.attention} applies to the hf engine only: drop it for --engine {engine}")
+    get_attention(grid.attention, dev)  # unknown or unavailable backends fail before any model loads
+    if grid.compile:
+        from jetflow_bench.engine.compiled import check_compile
+
+        if engine != "hf":
+            raise JfbenchError(f"--compile applies to the hf engine only: drop it for --engine {engine}")
+        check_compile(dev, grid.attention)
+    set_threads(grid.threads)
+    return SweepConfig(
+        target=resolve_target(target), drafters=tuple(drafters), suites=suites, budgets=budgets,
+        batch_sizes=sizes, repeats=grid.repeats, device=str(dev),
+        dtype=str(resolve_dtype(grid.dtype, dev)).removeprefix("torch."), threads=torch.get_num_threads(),
+        limit=grid.limit, max_new_tokens=grid.max_new_tokens, temperatures=temperatures,
+        top_p=grid.top_p, top_k=grid.top_k,
+        sample_seed=grid.sample_seed, seed=grid.seed, engine=engine, tie_eps=grid.tie_eps, attention=grid.attention,
+        profile=grid.profile, compile=grid.compile, extra=extra,
+    )
+
+
+def grid_temperatures(grid: GridFlags) -> tuple[float, ...]:
+    """The temperature axis, with every sampling flag range-checked (before any model loads).
+
+    --temperatures wins; --temperature T is the one-value shorthand; giving both is an error.
+    """
+    from jetflow_bench.engine.sampling import SamplingParams
+    from jetflow_bench.sweep.grid import parse_temperatures
+
+    if grid.temperatures is not None and grid.temperature != 0:
+        raise JfbenchError(f"--temperature {grid.temperature} and --temperatures {grid.temperatures!r}: give one of them")
+    temperatures = parse_temperatures(grid.temperatures if grid.temperatures is not None else str(grid.temperature))
+    SamplingParams(max(temperatures), grid.top_p, grid.top_k, grid.seed)
+    return temperatures
+
+
+def run_and_report(
+    config: SweepConfig, out: Path, grid: GridFlags, kind: str = "sweep", derived=None, engine_options=None
+) -> None:
+    """Run the grid; notes and a one-line result on stderr; exit 1 under --strict on divergences."""
+    from jetflow_bench.sweep.driver import run_sweep
+    from jetflow_bench.sweep.memory import parse_size
+
+    max_memory = parse_size(grid.max_memory) if grid.max_memory is not None else None
+    outcome = run_sweep(config, out, command=sys.argv, data_dir=grid.data_dir, force=grid.force, kind=kind,
+                        show_progress=grid.progress, derived=derived, max_memory=max_memory,
+                        engine_options=engine_options)
+    for note in outcome.notes:
+        print(note, file=sys.stderr)
+    print(f"{out}: {outcome.ran} cell(s) run, {outcome.skipped} already done; `jfbench show {out} --wide` "
+          "shows every column", file=sys.stderr)
+    if (out / "summary.parquet").exists():
+        from jetflow_bench.cli.show_cmd import show
+
+        show(out)
+    if outcome.unexcused:
+        print(f"{'error' if grid.strict else 'warning'}: {outcome.unexcused} request(s) diverge from the AR "
+              "baseline beyond fp near-ties (see requests.parquet: lossless, first_divergence)", file=sys.stderr)
+        if grid.strict:
+            raise typer.Exit(1)
