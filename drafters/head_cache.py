@@ -99,7 +99,7 @@ class StaticHead:
         self.capacity = max(round_capacity(slots), self.capacity)
         seconds = 0.0
         for b, rows in batch_classes(batch, self.device):
-            kv = KVCache(cfg.num_layers, b, cfg.num_kv_heads, cfg.head_dim, self.capacity, param.dtype, self.device)
+            kv = KVCache(cfg.num_layers, b, cfg.num_kv_heads, cfg.head_dim, self.capacity, param.dtype, self.device, static=True)
             for w in widths:
                 if (rows, w, self.capacity) in self._warmed:
                     continue
@@ -122,7 +122,8 @@ class ContextCache:
             capacity = static.capacity
         self.head = head
         self.requests = list(requests)  # request id of each row
-        self.kv = KVCache(cfg.num_layers, len(requests), cfg.num_kv_heads, cfg.head_dim, capacity, param.dtype, param.device)
+        self.kv = KVCache(cfg.num_layers, len(requests), cfg.num_kv_heads, cfg.head_dim, capacity, param.dtype, param.device,
+                          static=static is not None)
         self.last_feature = torch.zeros(len(requests), cfg.hidden_size, dtype=param.dtype, device=param.device)  # (B, H)
         self._positions: torch.Tensor | None = None  # `anchor_positions`, until the lengths change
 

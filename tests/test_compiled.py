@@ -69,6 +69,7 @@ def test_padded_forward_matches_eager_without_the_compiler():
         runner.prefill(prompts, capacity=64)
     out_eager, out_static = eager.verify(tree, taps=(0,)), static.verify(tree, taps=(0,))
     assert out_static.trees.width == 16 and out_static.trees.kv_len == static.cache.capacity == 512
+    assert static.cache.static and not eager.cache.static  # one graph input per layer when compiled
     torch.testing.assert_close(out_static.logits, out_eager.logits, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out_static.hidden, out_eager.hidden, rtol=1e-5, atol=1e-5)
     eager.commit([[0, 2], [0, 1]])

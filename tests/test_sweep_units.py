@@ -414,11 +414,12 @@ def test_seeds_pool_into_one_row_with_a_ci_over_seeds_and_prompts():
 
 
 # ------------------------------------------------------------------ memory check
-def test_kv_cache_size_formula_is_what_the_cache_allocates():
+@pytest.mark.parametrize("static", [False, True])  # one block, or one tensor per layer (compiled)
+def test_kv_cache_size_formula_is_what_the_cache_allocates(static):
     from jetflow_bench.engine.kv_cache import KVCache
 
-    cache = KVCache(3, 2, 4, 8, 17, torch.bfloat16, torch.device("cpu"))
-    allocated = cache.k.nbytes + cache.v.nbytes
+    cache = KVCache(3, 2, 4, 8, 17, torch.bfloat16, torch.device("cpu"), static=static)
+    allocated = sum(t.nbytes for t in (*cache.k, *cache.v))
     assert KVCache.bytes_needed(3, 2, 4, 8, 17, torch.bfloat16) == allocated == 2 * 3 * 2 * 4 * 17 * 8 * 2
 
 

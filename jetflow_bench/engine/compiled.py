@@ -8,7 +8,11 @@ one launch. Both want shapes that do not change from step to step, so a compiled
 * pads the tree to the smallest bucket that holds it (``TREE_BUCKETS``: 1, 16, 64, 256, 1024;
   padding nodes see the prefix and themselves and write scratch slots past the tree),
 * attends over the whole preallocated KV cache, whose capacity is rounded up to
-  ``CAPACITY_STEP`` and never shrinks within a runner (masked slots add nothing), and
+  ``CAPACITY_STEP`` and never shrinks within a runner (masked slots add nothing),
+* takes that cache as one graph input per layer for keys and one for values (a ``static``
+  `KVCache`), so each layer's write is an in-place ``index_put_`` on its own input rather than a
+  scatter that rewrites a stacked cache, and on CUDA those inputs are marked static addresses, the
+  only mutated inputs CUDA graphs accept (their buffers, like gpt-fast's, keep their place), and
 * leaves the batch dimension dynamic (rows leave the batch as they finish; batch 1 gets its own graph).
 
 Every shape a decode can meet is compiled by `TargetRunner.warm_up` before the clock starts, so
@@ -99,8 +103,8 @@ class StaticForward:
         if rows[0].shape[0] > 1:  # one graph for every batch size >= 2 (batch 1 specialises on its own)
             for t in rows:
                 torch._dynamo.maybe_mark_dynamic(t, 0)
-            torch._dynamo.maybe_mark_dynamic(cache.k, 1)  # (L, B, H_kv, T, hd)
-            torch._dynamo.maybe_mark_dynamic(cache.v, 1)
+            for t in (*cache.k, *cache.v):  # (B, H_kv, T_cap, hd) each
+                torch._dynamo.maybe_mark_dynamic(t, 0)
         if self.cuda:  # a new step: the previous replay's outputs may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
         with torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=RECOMPILE_LIMIT):

@@ -11,6 +11,20 @@ accepted path = nodes [0, 1, 3]):
     before  p p p p p | n0   n1   n2   n3
     commit: dst 5,6,7 <- src 5,6,8
     after   p p p p p | n0   n1   n3   (n3)      length 8
+
+Layout: ``k[layer]`` and ``v[layer]`` are (B, H_kv, T_cap, hd) tensors of their own whenever the
+cache is ``static`` (a compiled runner's). A compiled forward takes the cache as graph inputs and
+writes each layer's new entries inside the graph; were the layers views of one stacked tensor,
+functionalization would turn every layer's write into a scatter back into the whole stack (the
+entire cache rewritten per layer per step). Separate tensors make each write an in-place
+``index_put_`` on its own input (gpt-fast keeps one cache buffer per layer for the same reason).
+An eager cache allocates one (2L, B, H_kv, T_cap, hd) block and views its layers out of it, so
+committing a path stays one gather and one scatter rather than one pair per layer.
+
+A static cache keeps its addresses: on CUDA its tensors are marked static
+(`torch._dynamo.mark_static_address`), without which CUDA graphs refuse a graph that mutates its
+inputs and silently run it without graphs; dropping rows compacts every cache in place; a
+capacity increase (a new graph anyway) marks the new tensors.
 """
 
 from __future__ import annotations
@@ -18,10 +32,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
+
+
+def needs_static_addresses(device: torch.device) -> bool:
+    """CUDA graphs replay at the addresses they recorded; other compiled code takes any tensor."""
+    return device.type == "cuda"
 
 
 class KVCache:
-    """Keys and values for every layer: (layers, batch, kv_heads, capacity, head_dim) each."""
+    """Keys and values for every layer: ``k[layer]``, ``v[layer]`` of (batch, kv_heads, capacity, head_dim)."""
 
     def __init__(
         self,
@@ -32,10 +52,16 @@ class KVCache:
         capacity: int,
         dtype: torch.dtype,
         device: torch.device,
+        static: bool = False,
     ) -> None:
-        shape = (n_layers, batch, kv_heads, capacity, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)  # (L, B, H_kv, T_cap, hd)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)  # (L, B, H_kv, T_cap, hd)
+        shape = (batch, kv_heads, capacity, head_dim)
+        self.static = static  # a compiled runner's: one tensor per layer, addresses kept (module docstring)
+        self.n_layers = n_layers
+        if static:
+            blocks = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(2 * n_layers)]
+        else:
+            blocks = [torch.zeros((2 * n_layers, *shape), dtype=dtype, device=device)]
+        self._use(blocks)
         self.lengths = [0] * batch  # committed slots per row (host-side: no device sync to read)
         self.capacity = capacity
 
@@ -50,19 +76,31 @@ class KVCache:
     def batch(self) -> int:
         return len(self.lengths)
 
+    def _use(self, blocks: list[torch.Tensor]) -> None:
+        """Hold ``blocks`` — 2L tensors (B, H_kv, T_cap, hd), or one (2L, B, H_kv, T_cap, hd) — as
+        ``k`` (layers 0..L-1) and ``v`` (L..2L-1); static on CUDA: mark them for dynamo, so CUDA
+        graphs may write them in place."""
+        self._blocks = blocks
+        layers = [t for block in blocks for t in (block.unbind(0) if block.dim() == 5 else (block,))]
+        self.k, self.v = layers[: self.n_layers], layers[self.n_layers :]
+        if self.static and needs_static_addresses(blocks[0].device):
+            for t in blocks:
+                torch._dynamo.mark_static_address(t)
+
     def reserve(self, slots: int) -> None:
         """Make room for ``slots`` slots per row, doubling the capacity so growth stays rare.
 
-        Committed slots keep their place; rows, lengths and dtype are unchanged.
+        Committed slots keep their place; rows, lengths and dtype are unchanged. A compiled caller
+        fixes its capacity beforehand (a new capacity is a new graph); if it grows anyway, the new
+        tensors are marked static too.
         """
         if slots <= self.capacity:
             return
         capacity = self.capacity
         while capacity < slots:
             capacity *= 2
-        grow = (0, 0, 0, capacity - self.capacity)  # pad dim 3 (slots) at its end
-        self.k = torch.nn.functional.pad(self.k, grow)
-        self.v = torch.nn.functional.pad(self.v, grow)
+        grow = (0, 0, 0, capacity - self.capacity)  # pad dim -2 (slots) at its end
+        self._use([F.pad(t, grow) for t in self._blocks])
         self.capacity = capacity
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -82,12 +120,12 @@ class KVCache:
         k, v: (B, H_kv, N, hd).
         """
         n = k.shape[2]
-        self.k[layer, :, :, start : start + n] = k
-        self.v[layer, :, :, start : start + n] = v
+        self.k[layer][:, :, start : start + n] = k
+        self.v[layer][:, :, start : start + n] = v
 
     def view(self, layer: int, kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of one layer over slots [0, kv_len): (B, H_kv, kv_len, hd) each."""
-        return self.k[layer, :, :, :kv_len], self.v[layer, :, :, :kv_len]
+        return self.k[layer][:, :, :kv_len], self.v[layer][:, :, :kv_len]
 
     def commit(self, paths: Sequence[Sequence[int]]) -> None:
         """Make each row's accepted path (node indices, root first) an ordinary prefix.
@@ -106,13 +144,12 @@ class KVCache:
                     dst.append(base + i)
             self.lengths[b] = base + len(path)
         if rows:
-            device = self.k.device
+            device = self.k[0].device
             rows_t = torch.tensor(rows, device=device)
             src_t = torch.tensor(src, device=device)
             dst_t = torch.tensor(dst, device=device)
-            # Advanced indices on dims 1 and 3 put M first: (M, L, H_kv, hd).
-            self.k[:, rows_t, :, dst_t] = self.k[:, rows_t, :, src_t]
-            self.v[:, rows_t, :, dst_t] = self.v[:, rows_t, :, src_t]
+            for t in self._blocks:  # advanced indices on the row and slot dims put M first: (M, [2L,] H_kv, hd)
+                t[..., rows_t, :, dst_t, :] = t[..., rows_t, :, src_t, :]
 
     def advance(self, counts: Sequence[int]) -> None:
         """Commit the ``counts[b]`` slots just written after each row's prefix where they lie
@@ -120,8 +157,13 @@ class KVCache:
         self.lengths = [n + c for n, c in zip(self.lengths, counts, strict=True)]
 
     def keep_rows(self, rows: Sequence[int]) -> None:
-        """Drop finished sequences so later forwards skip them (one copy per finish event)."""
-        index = torch.tensor(list(rows), device=self.k.device)
-        self.k = self.k.index_select(1, index)
-        self.v = self.v.index_select(1, index)
+        """Drop finished sequences so later forwards skip them (one copy per finish event).
+
+        The kept rows move to the front of the same tensors (rows = [2, 0] copies rows 2, 0 to
+        rows 0, 1) and the cache becomes views of those first rows, so its addresses stay put.
+        """
+        index = torch.tensor(list(rows), device=self.k[0].device)
+        for t in self._blocks:
+            t.narrow(-4, 0, len(rows)).copy_(t.index_select(-4, index))  # the gather copies before the write
+        self._use([t.narrow(-4, 0, len(rows)) for t in self._blocks])
         self.lengths = [self.lengths[r] for r in rows]

@@ -217,7 +217,8 @@ class TargetRunner:
     def _new_cache(self, batch: int, capacity: int) -> KVCache:
         if self.static is not None:  # one capacity for every batch: a new capacity is a new graph
             self.static_capacity = capacity = max(round_capacity(capacity), self.static_capacity)
-        return KVCache(len(self.layers), batch, self.kv_heads, self.head_dim, capacity, self.dtype, self.device)
+        return KVCache(len(self.layers), batch, self.kv_heads, self.head_dim, capacity, self.dtype, self.device,
+                       static=self.static is not None)
 
     def _prepare(self, trees: Sequence[DraftTree], static: bool) -> PreparedTrees:
         cache = self._require_cache()
