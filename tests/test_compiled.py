@@ -96,6 +96,31 @@ def test_compiled_greedy_decoding_is_identical_to_eager():
     assert again.compile_s == 0.0 and torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 
 
+@pytest.mark.slow  # ~30 s: Inductor compiles one 3-layer graph with its caches off
+@pytest.mark.skipif(not HAVE_COMPILER, reason="no C/C++ compiler on PATH: Inductor cannot build CPU kernels")
+def test_a_compiled_step_writes_its_cache_entries_without_rewriting_the_cache():
+    """The AR-step graph reads the weights and each layer's keys/values (attention spans the whole
+    cache) and writes one entry per layer: Inductor's byte count stays under weights + 2 x the
+    cache. Bug: a stacked (L, B, H_kv, T, hd) cache, whose per-layer writes functionalization turns
+    into scatters rebuilding the whole stack every layer (over 10x the weights here, 4x this bound)."""
+    from torch._inductor import metrics
+
+    layers = 3
+    _, compiled = runners(layers)
+    weights = sum(p.numel() * p.element_size() for p in compiled.model.parameters())
+    metrics.reset()
+    torch._logging.set_logs(inductor_metrics=True)  # Inductor counts bytes only while this log is on
+    try:
+        with torch._inductor.config.patch(force_disable_caches=True):  # a cached graph is not counted
+            compiled.warm_up(1, 1, 64)
+    finally:
+        torch._logging.set_logs()
+    cache = compiled._new_cache(1, 64)
+    cache_bytes = sum(t.nbytes for t in (*cache.k, *cache.v))
+    assert cache_bytes == layers * 2 * 2 * 512 * 16 * 4  # K and V, 2 kv heads x 512 slots x 16 dims, float32
+    assert weights < metrics.num_bytes_accessed < weights + 2 * cache_bytes
+
+
 def first_proposals(runner: TargetRunner, drafter: Drafter, prompts: list[list[int]], budget: int) -> list:
     """Prefill on ``runner``, report the prompts to the drafter, propose once: (tokens, parents) per row."""
     out = runner.prefill(prompts, capacity=max(map(len, prompts)) + 64, taps=drafter.taps)
