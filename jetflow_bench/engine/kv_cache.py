@@ -156,6 +156,7 @@ class KVCache:
         (`commit` with identity paths, without walking them)."""
         self.lengths = [n + c for n, c in zip(self.lengths, counts, strict=True)]
 
+    @torch.inference_mode()  # the tensors may be inference tensors (grown by `reserve` inside a forward)
     def keep_rows(self, rows: Sequence[int]) -> None:
         """Drop finished sequences so later forwards skip them (one copy per finish event).
 
