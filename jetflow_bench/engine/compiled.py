@@ -12,7 +12,8 @@ one launch. Both want shapes that do not change from step to step, so a compiled
 * takes that cache as one graph input per layer for keys and one for values (a ``static``
   `KVCache`), so each layer's write is an in-place ``index_put_`` on its own input rather than a
   scatter that rewrites a stacked cache, and on CUDA those inputs are marked static addresses, the
-  only mutated inputs CUDA graphs accept (their buffers, like gpt-fast's, keep their place), and
+  only mutated inputs CUDA graphs accept (rows leaving the batch keep the buffers in place; a new
+  batch's cache is a new allocation, which CUDA graphs meet by re-recording each graph once), and
 * leaves the batch dimension dynamic (rows leave the batch as they finish; batch 1 gets its own graph).
 
 Every shape a decode can meet is compiled by `TargetRunner.warm_up` before the clock starts, so
