@@ -374,3 +374,13 @@ def _check_supported(model: nn.Module, name: str) -> None:
             f"target {name!r} ({type(model).__name__}) normalises its sublayers' outputs (Gemma-style sandwich "
             "norms), which jfbench's Llama-style layer loop does not apply; it would decode wrongly, so it is refused"
         )
+    # `_decode` reads exactly these; e.g. OLMo 2 (norms after the sublayers) or Cohere (one norm, parallel
+    # attention and MLP) lack one and would otherwise fail in the first forward with a traceback.
+    parts = ("input_layernorm", "post_attention_layernorm", "mlp")
+    missing = next((p for layer in layers for p in parts if not hasattr(layer, p)), None)
+    if missing is not None or hasattr(layers[0], "post_feedforward_layernorm"):
+        raise JfbenchError(
+            f"target {name!r} ({type(model).__name__}) has decoder layers that are not pre-norm Llama-style "
+            f"(input_layernorm -> attention, post_attention_layernorm -> mlp{f'; no {missing}' if missing else ''}): "
+            "jfbench's layer loop cannot run them"
+        )
