@@ -130,6 +130,20 @@ def test_padded_random_heads_draft_what_eager_heads_draft(tmp_path, name):
     assert static.take_cost(2) == eager.take_cost(2)
 
 
+def test_refinement_wider_than_the_largest_bucket_is_refused_naming_the_budget(tmp_path):
+    """jetflow-refine's refinement forward runs up to 2 x budget entries: past budget 512 under
+    --compile it once stopped with "a tree of 1200 nodes exceeds ... lower the budget", naming
+    neither the drafter nor the budget the user gave."""
+    from tests.test_drafters_head import HEADS, make_head, save_target
+
+    runner = TargetRunner.load(save_target(tmp_path / "target"), device="cpu")
+    refine = padded(DRAFTERS.get("jetflow-refine").build(runner, make_head(runner, tmp_path / "head", "jetflow",
+                                                                          HEADS["jetflow"])), runner.device)
+    assert refine.static_shapes(512)[0][-1] == 1024
+    with pytest.raises(JfbenchError, match=r"jetflow-refine.*budget 600.*budgets <= 512 with --compile"):
+        refine.static_shapes(600)
+
+
 @pytest.mark.skipif(not HAVE_COMPILER, reason="no C/C++ compiler on PATH: a compiled runner cannot be built")
 def test_a_compiled_target_compiles_its_heads_through_sdpa_only(tmp_path):
     from tests.test_drafters_head import HEADS, make_head, save_target
