@@ -202,12 +202,12 @@ class TargetRunner:
             return 0.0
         live, seconds = self.cache, 0.0
         try:
-            for b, rows in batch_classes(batch, self.device):
-                self.cache = self._new_cache(b, capacity)
+            for rows, graph in batch_classes(batch, self.device):
+                self.cache = self._new_cache(rows, capacity)
                 for width in buckets_up_to(budget):
-                    key = (rows, width, self.cache.capacity, tuple(taps))
+                    key = (graph, width, self.cache.capacity, tuple(taps))
                     if key not in self._warmed:
-                        prepared = self._prepare([DraftTree.chain([0] * width)] * b, static=True)
+                        prepared = self._prepare([DraftTree.chain([0] * width)] * rows, static=True)
                         seconds += timed_warm_up(lambda p=prepared: self.forward(p, taps), self.device)
                         self._warmed.add(key)
         finally:
