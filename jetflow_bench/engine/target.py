@@ -136,7 +136,9 @@ class TargetRunner:
                 "(e.g. one made by `jfbench target train`) or a reachable Hugging Face hub id"
             ) from err
         _check_supported(model, name)
-        return cls(model.to(dev), tokenizer, name=name, attention=attention, compile=compile)
+        runner = cls(model.to(dev), tokenizer, name=name, attention=attention, compile=compile)
+        runner.check_layer_loop()
+        return runner
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
@@ -186,6 +188,27 @@ class TargetRunner:
     def prepare(self, trees: Sequence[DraftTree]) -> PreparedTrees:
         """Pad the trees and build masks, slots and positions (engine work, not model work)."""
         return self._prepare(trees, static=self.static is not None)
+
+    def check_layer_loop(self, tolerance: float = 0.1) -> None:
+        """Refuse a model whose own forward the engine's layer loop does not reproduce.
+
+        `_decode` re-implements a Llama-style block; a model that passes `_check_supported`'s
+        structural checks can still differ (Granite's residual and logit multipliers, say) and would
+        then decode wrongly in every arm alike, which no losslessness check can see. One 8-token
+        forward through both, compared relative to the logits' scale, catches that at load.
+        """
+        vocab = self.config.vocab_size
+        ids = [(1 + 7919 * i) % vocab for i in range(8)]
+        ours = self.score([ids]).logits[0]  # (8, V) float32
+        with torch.inference_mode():
+            theirs = self.model(torch.tensor([ids], device=self.device)).logits[0].float()
+        error = ((ours - theirs).abs().max() / theirs.abs().max().clamp_min(1e-6)).item()
+        if error > tolerance:
+            raise JfbenchError(
+                f"target {self.name!r} ({type(self.model).__name__}): jfbench's layer loop does not reproduce the "
+                f"model's own logits (max difference {error:.0%} of their scale), so it would decode wrongly; "
+                "this architecture is not supported"
+            )
 
     def tree_width(self, budget: int) -> int:
         """Cache slots a tree of ``budget`` nodes occupies while verified (its bucket when compiled)."""
