@@ -10,7 +10,8 @@ rejected drafts vanish without any trimming:
     row b   context       | blocked by the mask    | this proposal's entries
 
 Under ``--compile`` (`StaticHead`) a forward's entries are padded to a tree bucket (padding
-entries see only themselves and land in scratch slots after the real ones), attention runs over
+entries see the context and themselves, no real entry sees them, and they land in scratch slots
+after the real ones, where the next forward's entries overwrite them), attention runs over
 the cache's whole capacity, and that capacity is fixed at warm-up, so every drafting forward
 reuses a graph compiled before the clock started. Only the draft layers are compiled: the fusion
 and context keys of committed tokens (`append`), the LM head and the top-K stay eager — one
@@ -75,7 +76,7 @@ class StaticHead:
         self.device = device
         self.forward = StaticForward(self._body, device)
         self.capacity = round_capacity(1)  # context-cache slots per row; raised by `warm_up`, never lowered
-        self._warmed: set[tuple] = set()  # (batch class, bucket, capacity) already run once
+        self._warmed: set[tuple] = set()  # (graph key of the batch, bucket, capacity) already run once
 
     def _body(
         self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor, kv: KVCache
@@ -98,16 +99,16 @@ class StaticHead:
         cfg, param = self.head.cfg, self.head.fc.weight
         self.capacity = max(round_capacity(slots), self.capacity)
         seconds = 0.0
-        for b, rows in batch_classes(batch, self.device):
-            kv = KVCache(cfg.num_layers, b, cfg.num_kv_heads, cfg.head_dim, self.capacity, param.dtype, self.device, static=True)
+        for rows, graph in batch_classes(batch, self.device):
+            kv = KVCache(cfg.num_layers, rows, cfg.num_kv_heads, cfg.head_dim, self.capacity, param.dtype, self.device, static=True)
             for w in widths:
-                if (rows, w, self.capacity) in self._warmed:
+                if (graph, w, self.capacity) in self._warmed:
                     continue
-                x = torch.zeros(b, w, self.head.input_size, dtype=param.dtype, device=self.device)
-                index = torch.arange(w, device=self.device).expand(b, w)
-                mask = torch.zeros(b, 1, w, self.capacity, dtype=param.dtype, device=self.device)
+                x = torch.zeros(rows, w, self.head.input_size, dtype=param.dtype, device=self.device)
+                index = torch.arange(w, device=self.device).expand(rows, w)
+                mask = torch.zeros(rows, 1, w, self.capacity, dtype=param.dtype, device=self.device)
                 seconds += timed_warm_up(lambda x=x, i=index, m=mask, kv=kv: self(x, i, i, m, kv), self.device)
-                self._warmed.add((rows, w, self.capacity))
+                self._warmed.add((graph, w, self.capacity))
         return seconds
 
 

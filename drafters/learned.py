@@ -58,7 +58,8 @@ class LearnedDrafter(Drafter):
 
     @classmethod
     def scores_with(cls, options: Mapping[str, Any]) -> str | None:
-        return cls.node_scores if options.get("scoring", TreeOptions.scoring) == "logp" else None
+        scoring = options.get("scoring", cls.tree_defaults.get("scoring", TreeOptions.scoring))  # as `build` resolves it
+        return cls.node_scores if scoring == "logp" else None
 
     @classmethod
     def check_checkpoint(cls, checkpoint: Path | str | None) -> None:

@@ -147,3 +147,16 @@ def test_auto_budgets_refuse_arms_whose_scores_are_not_log_probs_before_any_mode
     for spec in (DrafterSpec("jetflow", options=(("scoring", "entropy"),)), DrafterSpec("ngram")):
         with pytest.raises(JfbenchError, match="does not score nodes by cumulative draft log-probs"):
             check_auto_budgets([spec])
+
+
+def test_scores_with_reads_the_drafters_own_tree_defaults():
+    """A learned drafter whose tree defaults to entropy scoring builds instances without log-prob
+    scores: `scores_with` once read only the global TreeOptions default and said "logp"."""
+    from drafters.jetflow import JetFlowDrafter
+
+    class EntropyJetFlow(JetFlowDrafter):
+        tree_defaults = {**JetFlowDrafter.tree_defaults, "scoring": "entropy"}
+
+    assert EntropyJetFlow.scores_with({}) is None
+    assert EntropyJetFlow.scores_with({"scoring": "logp"}) == "logp"
+    assert JetFlowDrafter.scores_with({}) == "logp"

@@ -172,3 +172,18 @@ def test_random_list_values_exit_0_or_2_never_a_traceback(
     assert code in (0, 2) and "Traceback" not in err, (text, err)
     if code == 2:
         assert err.strip().splitlines()[-1].startswith("error: "), (text, err)
+
+
+@pytest.mark.parametrize("command", ["sweep", "ablate"])
+def test_sweep_and_ablate_list_every_grid_flag_with_its_one_default(command: str) -> None:
+    """Each command lists the shared grid flags in its own signature: a `GridFlags` field left out
+    of one would be a KeyError traceback in `GridFlags.of`, and a default typed there instead of
+    read from `GRID` would let the two commands drift apart."""
+    import dataclasses
+    import inspect
+
+    from jetflow_bench.cli.grid_options import GRID
+
+    params = inspect.signature(getattr(sweep_cmd, command)).parameters
+    for f in dataclasses.fields(GRID):
+        assert f.name in params and params[f.name].default == getattr(GRID, f.name), (command, f.name)

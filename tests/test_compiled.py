@@ -156,6 +156,40 @@ def test_padded_random_heads_draft_what_eager_heads_draft(tmp_path, name):
     assert static.take_cost(2) == eager.take_cost(2)
 
 
+def test_refinement_wider_than_the_largest_bucket_is_refused_naming_the_budget(tmp_path):
+    """jetflow-refine's refinement forward runs up to 2 x budget entries: past budget 512 under
+    --compile it once stopped with "a tree of 1200 nodes exceeds ... lower the budget", naming
+    neither the drafter nor the budget the user gave."""
+    from tests.test_drafters_head import HEADS, make_head, save_target
+
+    runner = TargetRunner.load(save_target(tmp_path / "target"), device="cpu")
+    refine = padded(DRAFTERS.get("jetflow-refine").build(runner, make_head(runner, tmp_path / "head", "jetflow",
+                                                                          HEADS["jetflow"])), runner.device)
+    assert refine.static_shapes(512)[0][-1] == 1024
+    with pytest.raises(JfbenchError, match=r"jetflow-refine.*budget 600.*budgets <= 512 with --compile"):
+        refine.static_shapes(600)
+
+
+def test_head_warm_up_runs_each_shape_once_and_sizes_every_later_cache(tmp_path):
+    """Uncompiled bodies, so only the bookkeeping runs: a warm-up that skipped a batch class or
+    bucket, ran one twice, or left the context cache smaller than a decode's scratch would compile
+    (or grow the cache, a new shape) inside a timed step."""
+    from tests.test_drafters_head import HEADS, make_head, save_target
+
+    runner = TargetRunner.load(save_target(tmp_path / "target"), device="cpu")
+    drafter = padded(DRAFTERS.get("jetflow-refine").build(runner, make_head(runner, tmp_path / "head", "jetflow",
+                                                                           HEADS["jetflow"])), runner.device)
+    ran = []
+    body = drafter.static.forward.fn
+    drafter.static.forward.fn = lambda x, *rest: ran.append(tuple(x.shape[:2])) or body(x, *rest)
+    widths, scratch = drafter.static_shapes(16)
+    drafter.warm_up(3, 16, 700)
+    assert sorted(ran) == sorted((rows, w) for rows in (1, 3) for w in widths)  # CPU: batch 1 and the dynamic batch
+    assert drafter.warm_up(3, 16, 700) == 0.0 and len(ran) == 2 * len(widths)
+    assert drafter.static.capacity == round_capacity(700 + scratch)
+    assert drafter.new_cache([SequenceView(0, [1, 2], 2)]).kv.capacity == drafter.static.capacity
+
+
 @pytest.mark.skipif(not HAVE_COMPILER, reason="no C/C++ compiler on PATH: a compiled runner cannot be built")
 def test_a_compiled_target_compiles_its_heads_through_sdpa_only(tmp_path):
     from tests.test_drafters_head import HEADS, make_head, save_target

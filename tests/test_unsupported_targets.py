@@ -37,3 +37,33 @@ def test_gemma_sandwich_norms_are_refused_even_without_sliding_windows(tmp_path,
     monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", lambda *a, **k: None)
     message = _load_error(_gemma3_folder(tmp_path, ["full_attention", "full_attention"]))
     assert "sandwich norms" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(("config_cls", "model_cls"), [("Olmo2Config", "Olmo2ForCausalLM"), ("CohereConfig", "CohereForCausalLM")])
+def test_layers_without_the_loops_norms_are_refused_at_load(tmp_path, monkeypatch, config_cls, model_cls):
+    """OLMo 2 normalises after each sublayer (no input norm) and Cohere runs attention and MLP in
+    parallel off one norm: both have q/k/v/o and RoPE, loaded fine and died in the first forward
+    with an AttributeError traceback."""
+    import transformers
+
+    monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", lambda *a, **k: None)
+    config = getattr(transformers, config_cls)(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                               num_attention_heads=2, num_key_value_heads=1)
+    getattr(transformers, model_cls)(config).save_pretrained(tmp_path)
+    message = _load_error(tmp_path)
+    assert "layer" in message and "\n" not in message
+
+
+def test_a_model_the_layer_loop_does_not_reproduce_is_refused(tmp_path, monkeypatch):
+    """Granite passes the structural checks (Llama-style blocks) but scales its residuals and
+    logits: only comparing the engine's logits with the model's own can see it."""
+    from transformers import GraniteConfig, GraniteForCausalLM
+
+    monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", lambda *a, **k: None)
+    config = GraniteConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, residual_multiplier=0.3, logits_scaling=4.0, embedding_multiplier=6.0,
+    )
+    GraniteForCausalLM(config).save_pretrained(tmp_path)
+    message = _load_error(tmp_path)
+    assert "does not reproduce" in message and "\n" not in message

@@ -20,7 +20,9 @@ from jetflow_bench.runtime import resolve_device, resolve_dtype, set_threads
 from suites import SUITES
 
 if TYPE_CHECKING:  # the sweep machinery imports torch and pandas: commands import it when they run
+    from jetflow_bench.integrations.vllm_engine import VLLMOptions
     from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
+    from jetflow_bench.sweep.store import Derived
 
 SuitesOpt = Annotated[str, typer.Option("--suites", help="Comma-separated suites, e.g. gsm8k,math500.")]
 BudgetsOpt = Annotated[
@@ -165,7 +167,8 @@ def grid_temperatures(grid: GridFlags) -> tuple[float, ...]:
 
 
 def run_and_report(
-    config: SweepConfig, out: Path, grid: GridFlags, kind: str = "sweep", derived=None, engine_options=None
+    config: SweepConfig, out: Path, grid: GridFlags, kind: str = "sweep", derived: Derived | None = None,
+    engine_options: VLLMOptions | None = None,
 ) -> None:
     """Run the grid; notes and a one-line result on stderr; exit 1 under --strict on divergences."""
     from jetflow_bench.sweep.driver import run_sweep

@@ -17,7 +17,9 @@ one launch. Both want shapes that do not change from step to step, so a compiled
 * leaves the batch dimension dynamic (rows leave the batch as they finish; batch 1 gets its own graph).
 
 Every shape a decode can meet is compiled by `TargetRunner.warm_up` before the clock starts, so
-compile time is reported on its own and never lands in a timed step. Prefill runs eagerly.
+compile time is reported on its own and never lands in a timed step. Prefill runs eagerly. The
+learned drafters' head forwards follow the same rules (`drafters.head_cache.StaticHead`, compiled
+by `Drafter.warm_up`).
 """
 
 from __future__ import annotations

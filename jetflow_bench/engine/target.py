@@ -136,7 +136,9 @@ class TargetRunner:
                 "(e.g. one made by `jfbench target train`) or a reachable Hugging Face hub id"
             ) from err
         _check_supported(model, name)
-        return cls(model.to(dev), tokenizer, name=name, attention=attention, compile=compile)
+        runner = cls(model.to(dev), tokenizer, name=name, attention=attention, compile=compile)
+        runner.check_layer_loop()
+        return runner
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
@@ -187,6 +189,27 @@ class TargetRunner:
         """Pad the trees and build masks, slots and positions (engine work, not model work)."""
         return self._prepare(trees, static=self.static is not None)
 
+    def check_layer_loop(self, tolerance: float = 0.1) -> None:
+        """Refuse a model whose own forward the engine's layer loop does not reproduce.
+
+        `_decode` re-implements a Llama-style block; a model that passes `_check_supported`'s
+        structural checks can still differ (Granite's residual and logit multipliers, say) and would
+        then decode wrongly in every arm alike, which no losslessness check can see. One 8-token
+        forward through both, compared relative to the logits' scale, catches that at load.
+        """
+        vocab = self.config.vocab_size
+        ids = [(1 + 7919 * i) % vocab for i in range(8)]
+        ours = self.score([ids]).logits[0]  # (8, V) float32
+        with torch.inference_mode():
+            theirs = self.model(torch.tensor([ids], device=self.device)).logits[0].float()
+        error = ((ours - theirs).abs().max() / theirs.abs().max().clamp_min(1e-6)).item()
+        if error > tolerance:
+            raise JfbenchError(
+                f"target {self.name!r} ({type(self.model).__name__}): jfbench's layer loop does not reproduce the "
+                f"model's own logits (max difference {error:.0%} of their scale), so it would decode wrongly; "
+                "this architecture is not supported"
+            )
+
     def tree_width(self, budget: int) -> int:
         """Cache slots a tree of ``budget`` nodes occupies while verified (its bucket when compiled)."""
         return budget if self.static is None else tree_bucket(budget)
@@ -202,12 +225,12 @@ class TargetRunner:
             return 0.0
         live, seconds = self.cache, 0.0
         try:
-            for b, rows in batch_classes(batch, self.device):
-                self.cache = self._new_cache(b, capacity)
+            for rows, graph in batch_classes(batch, self.device):
+                self.cache = self._new_cache(rows, capacity)
                 for width in buckets_up_to(budget):
-                    key = (rows, width, self.cache.capacity, tuple(taps))
+                    key = (graph, width, self.cache.capacity, tuple(taps))
                     if key not in self._warmed:
-                        prepared = self._prepare([DraftTree.chain([0] * width)] * b, static=True)
+                        prepared = self._prepare([DraftTree.chain([0] * width)] * rows, static=True)
                         seconds += timed_warm_up(lambda p=prepared: self.forward(p, taps), self.device)
                         self._warmed.add(key)
         finally:
@@ -374,4 +397,14 @@ def _check_supported(model: nn.Module, name: str) -> None:
         raise JfbenchError(
             f"target {name!r} ({type(model).__name__}) normalises its sublayers' outputs (Gemma-style sandwich "
             "norms), which jfbench's Llama-style layer loop does not apply; it would decode wrongly, so it is refused"
+        )
+    # `_decode` reads exactly these; e.g. OLMo 2 (norms after the sublayers) or Cohere (one norm, parallel
+    # attention and MLP) lack one and would otherwise fail in the first forward with a traceback.
+    parts = ("input_layernorm", "post_attention_layernorm", "mlp")
+    missing = next((p for layer in layers for p in parts if not hasattr(layer, p)), None)
+    if missing is not None or hasattr(layers[0], "post_feedforward_layernorm"):
+        raise JfbenchError(
+            f"target {name!r} ({type(model).__name__}) has decoder layers that are not pre-norm Llama-style "
+            f"(input_layernorm -> attention, post_attention_layernorm -> mlp{f'; no {missing}' if missing else ''}): "
+            "jfbench's layer loop cannot run them"
         )

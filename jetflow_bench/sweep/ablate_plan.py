@@ -11,12 +11,10 @@ recipe), and `AblationPlan.derived` is the ablation table the run writes beside 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from jetflow_bench.ablation_axes import axes_of, drafting_options
 from jetflow_bench.arms import DEFAULT_VARIANT
@@ -41,6 +39,7 @@ from jetflow_bench.sweep.grid import (
     parse_names,
     parse_value,
 )
+from jetflow_bench.sweep.store import Derived
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class AblationPlan:
         specs = with_checkpoints(self.specs, given, head_trainer(data_dir, config), self.recipe)
         return dataclasses.replace(config, drafters=tuple(specs))
 
-    def derived(self, config: SweepConfig) -> dict[str, Callable[[pd.DataFrame], pd.DataFrame]]:
+    def derived(self, config: SweepConfig) -> Derived:
         """The ablation table, derived from the run's requests (paired bootstrap with the run's seed)."""
         return {"ablation": lambda requests: ablation_table(requests, config.n_boot, config.seed, self.comparisons)}
 
