@@ -214,6 +214,7 @@ def test_kv_cache_keeps_rows_in_place_and_marks_static_addresses_on_cuda(monkeyp
     keys, values = cache.view(1, 2)
     assert keys[:, 0, :, 0].tolist() == [[12, 12], [10, 10]] and torch.equal(values, -keys)
     assert marked((*cache.k, *cache.v)) == static
+    assert all(t._base is None for t in (*cache.k, *cache.v)) == static  # a view's base is guarded: new graphs
     cache.reserve(5)  # reallocates: a new capacity is a new graph anyway, but the new tensors are marked too
     assert cache.k[0].shape == (2, 1, 8, 4) and cache.k[1][:, 0, :2, 0].tolist() == [[12, 12], [10, 10]]
     assert marked((*cache.k, *cache.v)) == static

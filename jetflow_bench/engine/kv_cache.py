@@ -161,10 +161,14 @@ class KVCache:
         """Drop finished sequences so later forwards skip them (one copy per finish event).
 
         The kept rows move to the front of the same tensors (rows = [2, 0] copies rows 2, 0 to
-        rows 0, 1) and the cache becomes views of those first rows, so its addresses stay put.
+        rows 0, 1), which then shrink to those first rows, so the cache's addresses stay put.
         """
         index = torch.tensor(list(rows), device=self.k[0].device)
         for t in self._blocks:
             t.narrow(-4, 0, len(rows)).copy_(t.index_select(-4, index))  # the gather copies before the write
-        self._use([t.narrow(-4, 0, len(rows)) for t in self._blocks])
+            size = (*t.shape[:-4], len(rows), *t.shape[-3:])
+            # Shrink the tensor itself rather than take a view: dynamo guards a view's base, so a view
+            # would need graphs of its own, apart from those of a fresh batch of the same shape.
+            t.set_(t.untyped_storage(), t.storage_offset(), size, t.stride())
+        self._use(self._blocks)
         self.lengths = [self.lengths[r] for r in rows]
