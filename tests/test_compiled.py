@@ -237,13 +237,29 @@ def test_compiled_heads_draft_and_decode_like_eager_heads(micro_target, learned_
         on_eager, on_compiled = (cls.build(r, learned_heads[name]) for r in (eager, compiled))
         assert on_eager.static is None and on_compiled.static is not None
         reference = generate(eager, prompts, stop, budget=16, drafter=on_eager)
+        warmed = graphs_after(on_compiled, "warm_up")
         result = generate(compiled, prompts, stop, budget=16, drafter=on_compiled)
         assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in reference.requests], name
         assert sum(s.accepted for s in result.steps) > 0 and result.compile_s > 0, name
         graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        assert graphs == warmed[-1], f"{name}: {graphs - warmed[-1]} graphs compiled inside timed steps"
         assert first_proposals(eager, on_compiled, prompts, 16) == first_proposals(eager, on_eager, prompts, 16), name
         again = generate(compiled, prompts[:1], stop, budget=16, drafter=on_compiled)  # batch 1: warmed above
         assert again.compile_s == 0.0 and torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs, name
+
+
+def graphs_after(drafter: Drafter, method: str) -> list[int]:
+    """Wrap ``drafter.method`` (the last warm-up before a decode's clock starts) to record how many
+    graphs Dynamo had compiled when it returned; the list fills as it is called."""
+    seen, original = [], getattr(drafter, method)
+
+    def wrapped(*args, **kwargs):
+        out = original(*args, **kwargs)
+        seen.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+        return out
+
+    setattr(drafter, method, wrapped)
+    return seen
 
 
 def test_free_memory_check_on_cuda_asks_the_driver(monkeypatch):

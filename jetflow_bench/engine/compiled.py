@@ -101,13 +101,17 @@ class StaticForward:
         self.cuda = device.type == "cuda"
         self.fn = torch.compile(body, mode="reduce-overhead" if self.cuda else None)
 
-    def __call__(self, rows: tuple[torch.Tensor, ...], cache: KVCache, *static):
+    @torch.inference_mode()
+    def __call__(self, rows: tuple[torch.Tensor, ...], cache: KVCache, *static) -> tuple[torch.Tensor | None, ...]:
         """``rows``: tensors whose dim 0 is the batch; ``cache``: the live KV cache; ``static``: the rest."""
-        if rows[0].shape[0] > 1:  # one graph for every batch size >= 2 (batch 1 specialises on its own)
-            for t in rows:
-                torch._dynamo.maybe_mark_dynamic(t, 0)
-            for t in (*cache.k, *cache.v):  # (B, H_kv, T_cap, hd) each
-                torch._dynamo.maybe_mark_dynamic(t, 0)
+        rows = tuple(graph_input(t) for t in rows)
+        static = tuple(graph_input(a) if isinstance(a, torch.Tensor) else a for a in static)
+        # The batch dim is marked dynamic on every call, batch 1 included: Dynamo still specialises
+        # size 1 (one graph for batch 1, one for every batch >= 2), and a mark is never stale — a cache
+        # that `keep_rows` shrank in place to one row keeps its mark, which an unmarked batch-1 graph
+        # would refuse, compiling again inside a timed step.
+        for t in (*rows, *cache.k, *cache.v):  # cache: (B, H_kv, T_cap, hd) per layer
+            torch._dynamo.maybe_mark_dynamic(t, 0)
         if self.cuda:  # a new step: the previous replay's outputs may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
         with torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=RECOMPILE_LIMIT):
@@ -115,6 +119,16 @@ class StaticForward:
         if self.cuda:  # CUDA-graph outputs live in the graph's pool and die at the next replay
             out = tuple(None if t is None else t.clone() for t in out)
         return out
+
+
+def graph_input(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a contiguous inference tensor, the one form every compiled call gets.
+
+    Dynamo guards each input's strides and dispatch keys: a warm-up input built outside inference
+    mode, or an expanded index (stride 0), would otherwise miss the decode's graph, and the decode
+    would compile again inside a timed step. Call under ``torch.inference_mode``.
+    """
+    return t if t.is_inference() and t.is_contiguous() else t.clone(memory_format=torch.contiguous_format)
 
 
 def timed_warm_up(run: Callable[[], object], device: torch.device) -> float:
