@@ -13,7 +13,9 @@ Under ``--compile`` (`StaticHead`) a forward's entries are padded to a tree buck
 entries see the context and themselves, no real entry sees them, and they land in scratch slots
 after the real ones, where the next forward's entries overwrite them), attention runs over
 the cache's whole capacity, and that capacity is fixed at warm-up, so every drafting forward
-reuses a graph compiled before the clock started. Only the draft layers are compiled: the fusion
+reuses a graph compiled before the clock started. The cache itself is `StaticHead`'s one
+persistent cache, which warm-up runs on and every batch's `ContextCache` resets and reuses, so on
+CUDA the drafting forwards replay the graphs warm-up recorded, at the same addresses. Only the draft layers are compiled: the fusion
 and context keys of committed tokens (`append`), the LM head and the top-K stay eager — one
 matmul each with a step-dependent row count, nothing to fuse.
 """
@@ -34,7 +36,7 @@ from jetflow_bench.engine.compiled import (
     timed_warm_up,
     tree_bucket,
 )
-from jetflow_bench.engine.kv_cache import KVCache
+from jetflow_bench.engine.kv_cache import KVCache, PersistentCache
 from jetflow_bench.heads.head import DraftHead
 from jetflow_bench.kernels.mask import TreeMask
 
@@ -68,7 +70,8 @@ class StaticHead:
     """``--compile``: a head's draft layers through `StaticForward`, one graph per entry bucket.
 
     Lives as long as its drafter (the compiled function is bound to it, never to a batch's cache),
-    and owns the context-cache capacity every batch gets, so no timed forward meets a new shape.
+    and owns the context cache every batch reuses (`take`) and its capacity, so no timed forward
+    meets a new shape or, on CUDA, a new address.
     """
 
     def __init__(self, head: DraftHead, device: torch.device) -> None:
@@ -76,7 +79,13 @@ class StaticHead:
         self.device = device
         self.forward = StaticForward(self._body, device)
         self.capacity = round_capacity(1)  # context-cache slots per row; raised by `warm_up`, never lowered
-        self._warmed: set[tuple] = set()  # (graph key of the batch, bucket, capacity) already run once
+        cfg = head.cfg
+        self.storage = PersistentCache(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, head.fc.weight.dtype, device)
+        self._warmed: set[tuple] = set()  # (graph key of the batch, bucket, capacity, allocation) already run once
+
+    def take(self, rows: int) -> KVCache:
+        """The persistent context cache, reset to ``rows`` empty rows: one live batch at a time."""
+        return self.storage.take(rows, self.capacity)
 
     def _body(
         self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor, kv: KVCache
@@ -96,19 +105,21 @@ class StaticHead:
     def warm_up(self, batch: int, widths: Sequence[int], slots: int) -> float:
         """Run every entry bucket in ``widths`` at every batch class a decode of ``batch`` rows meets,
         on a scratch cache of at least ``slots`` slots per row; returns the seconds spent."""
-        cfg, param = self.head.cfg, self.head.fc.weight
+        dtype = self.head.fc.weight.dtype
         self.capacity = max(round_capacity(slots), self.capacity)
+        self.take(batch)  # the largest batch first: the storage every class below shares
         seconds = 0.0
         for rows, graph in batch_classes(batch, self.device):
-            kv = KVCache(cfg.num_layers, rows, cfg.num_kv_heads, cfg.head_dim, self.capacity, param.dtype, self.device, static=True)
+            kv = self.take(rows)
             for w in widths:
-                if (graph, w, self.capacity) in self._warmed:
+                key = (graph, w, kv.capacity, self.storage.allocations)
+                if key in self._warmed:
                     continue
-                x = torch.zeros(rows, w, self.head.input_size, dtype=param.dtype, device=self.device)
+                x = torch.zeros(rows, w, self.head.input_size, dtype=dtype, device=self.device)
                 index = torch.arange(w, device=self.device).expand(rows, w)
-                mask = torch.zeros(rows, 1, w, self.capacity, dtype=param.dtype, device=self.device)
+                mask = torch.zeros(rows, 1, w, kv.capacity, dtype=dtype, device=self.device)
                 seconds += timed_warm_up(lambda x=x, i=index, m=mask, kv=kv: self(x, i, i, m, kv), self.device)
-                self._warmed.add((graph, w, self.capacity))
+                self._warmed.add(key)
         return seconds
 
 
@@ -119,12 +130,12 @@ class ContextCache:
         cfg = head.cfg
         param = head.fc.weight
         self.static = static  # compiled drafting forwards; None: eager
-        if static is not None:
-            capacity = static.capacity
         self.head = head
         self.requests = list(requests)  # request id of each row
-        self.kv = KVCache(cfg.num_layers, len(requests), cfg.num_kv_heads, cfg.head_dim, capacity, param.dtype, param.device,
-                          static=static is not None)
+        if static is None:
+            self.kv = KVCache(cfg.num_layers, len(requests), cfg.num_kv_heads, cfg.head_dim, capacity, param.dtype, param.device)
+        else:  # the head's persistent cache (`StaticHead.take`); the previous batch's ContextCache is done with it
+            self.kv = static.take(len(requests))
         self.last_feature = torch.zeros(len(requests), cfg.hidden_size, dtype=param.dtype, device=param.device)  # (B, H)
         self._positions: torch.Tensor | None = None  # `anchor_positions`, until the lengths change
 

@@ -24,7 +24,10 @@ committing a path stays one gather and one scatter rather than one pair per laye
 A static cache keeps its addresses: on CUDA its tensors are marked static
 (`torch._dynamo.mark_static_address`), without which CUDA graphs refuse a graph that mutates its
 inputs and silently run it without graphs; dropping rows compacts every cache in place; a
-capacity increase (a new graph anyway) marks the new tensors.
+capacity increase (a new graph anyway) marks the new tensors. A compiled runner allocates its
+static cache once (`PersistentCache`) and starts every batch on the same tensors (`reset`): CUDA
+graphs replay only at the addresses they recorded, so a fresh cache per batch would re-record each
+graph inside that batch's first timed step, and past torch's re-record limit run without graphs.
 """
 
 from __future__ import annotations
@@ -75,6 +78,25 @@ class KVCache:
     @property
     def batch(self) -> int:
         return len(self.lengths)
+
+    @property
+    def rows_held(self) -> int:
+        """Rows the static tensors' storage holds, however many `keep_rows` or `reset` present."""
+        t = self._blocks[0]  # (B, H_kv, T_cap, hd), row stride H_kv x T_cap x hd whatever B is
+        return t.untyped_storage().nbytes() // (t.stride(0) * t.element_size())
+
+    @torch.inference_mode()  # the tensors may be inference tensors (see `keep_rows`)
+    def reset(self, batch: int) -> None:
+        """Start a new batch of ``batch`` empty rows on the same tensors (static caches only): each
+        presents the first ``batch`` rows of its storage, zeroed as a new cache would be, so every
+        address a compiled graph recorded stays valid. Needs ``batch <= rows_held``."""
+        if not self.static or batch > self.rows_held:
+            raise ValueError(f"reset({batch}) needs a static cache holding >= {batch} rows")
+        for t in self._blocks:
+            t.set_(t.untyped_storage(), t.storage_offset(), (batch, *t.shape[1:]), t.stride())
+            t.zero_()
+        self._use(self._blocks)
+        self.lengths = [0] * batch
 
     def _use(self, blocks: list[torch.Tensor]) -> None:
         """Hold ``blocks`` — 2L tensors (B, H_kv, T_cap, hd), or one (2L, B, H_kv, T_cap, hd) — as
@@ -172,3 +194,33 @@ class KVCache:
             t.set_(t.untyped_storage(), t.storage_offset(), size, t.stride())
         self._use(self._blocks)
         self.lengths = [self.lengths[r] for r in rows]
+
+
+class PersistentCache:
+    """A compiled runner's one static cache, which every batch reuses (module docstring).
+
+    It grows — a new allocation, marked static on CUDA — only when a batch needs more rows or more
+    capacity than it holds; a new size is a new graph anyway. ``allocations`` counts those, so a
+    warm-up can tell whether the graphs it ran were recorded on the storage it holds now.
+    """
+
+    def __init__(
+        self, n_layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device
+    ) -> None:
+        self.shape = (n_layers, kv_heads, head_dim)
+        self.dtype, self.device = dtype, device
+        self.cache: KVCache | None = None
+        self.allocations = 0
+
+    def take(self, batch: int, capacity: int) -> KVCache:
+        """The cache, reset to ``batch`` empty rows of at least ``capacity`` slots. The caller owns
+        it until its next `take`: one live batch at a time."""
+        held = self.cache
+        if held is None or held.rows_held < batch or held.capacity < capacity:
+            rows = max(batch, held.rows_held if held else 0)
+            n_layers, kv_heads, head_dim = self.shape
+            capacity = max(capacity, held.capacity if held else 0)
+            self.cache = held = KVCache(n_layers, rows, kv_heads, head_dim, capacity, self.dtype, self.device, static=True)
+            self.allocations += 1
+        held.reset(batch)
+        return held

@@ -28,7 +28,7 @@ from jetflow_bench.engine.compiled import (
     timed_warm_up,
     tree_bucket,
 )
-from jetflow_bench.engine.kv_cache import KVCache
+from jetflow_bench.engine.kv_cache import KVCache, PersistentCache
 from jetflow_bench.engine.rope import rotate
 from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
 from jetflow_bench.errors import JfbenchError
@@ -102,7 +102,9 @@ class TargetRunner:
             check_compile(self.device, attention)
         self.static = StaticForward(self._static_forward, self.device) if compile else None  # None: eager
         self.static_capacity = 0  # compiled: slots per row of every cache so far (one graph per capacity)
-        self._warmed: set[tuple] = set()  # compiled: (batch class, width, capacity, taps) already run once
+        # compiled: the one cache every batch and warm-up runs on (CUDA graphs replay at its addresses)
+        self._storage = PersistentCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
+        self._warmed: set[tuple] = set()  # compiled: (batch class, width, capacity, taps, allocation) already run
 
     @classmethod
     def load(
@@ -155,29 +157,31 @@ class TargetRunner:
     def prefill(
         self, prompts: Sequence[Sequence[int]], capacity: int, taps: Sequence[int] = ()
     ) -> ForwardOutput:
-        """Start a batch: allocate a cache of ``capacity`` slots per row and run every prompt.
+        """Start a batch: take a cache of ``capacity`` slots per row and run every prompt.
 
         Each prompt is verified as a chain, so afterwards the prompt is the committed prefix. A
-        live batch is never silently replaced: `release` it first (or use `score`).
+        live batch is never silently replaced: `release` it first (or use `score`). Eager: a new
+        cache; compiled: the runner's persistent one, reset (`_batch_cache`).
         """
         self._check_prompts(prompts, capacity, taps)
         if self.cache is not None:
             raise RuntimeError("prefill() while a batch is live would discard its cache: call release() first")
-        self.cache = self._new_cache(len(prompts), capacity)
-        out = self.forward(self._prepare([DraftTree.chain(p) for p in prompts], static=False), taps)  # eager
-        self.cache.commit([range(len(p)) for p in prompts])
-        return out
+        return self._run_chains(prompts, self._batch_cache(len(prompts), capacity), taps)
 
     def release(self) -> None:
-        """End the live batch and free its cache."""
+        """End the live batch. Eager: its cache is freed; compiled: it waits, reset, for the next batch."""
         self.cache = None
 
     def score(self, prompts: Sequence[Sequence[int]], taps: Sequence[int] = ()) -> ForwardOutput:
         """One forward over each prompt as a chain (logits + taps), leaving a live batch untouched:
         for training targets and tie checks, which need no cache afterwards."""
-        live, self.cache = self.cache, None
+        capacity = max(len(p) for p in prompts)
+        self._check_prompts(prompts, capacity, taps)
+        # A fresh eager-layout cache, never the persistent one: it may hold the live batch, and the
+        # chains run eagerly anyway.
+        live = self.cache
         try:
-            return self.prefill(prompts, max(len(p) for p in prompts), taps)
+            return self._run_chains(prompts, self._fresh_cache(len(prompts), capacity), taps)
         finally:
             self.cache = live
 
@@ -215,33 +219,49 @@ class TargetRunner:
         return budget if self.static is None else tree_bucket(budget)
 
     def warm_up(self, batch: int, budget: int, capacity: int, taps: Sequence[int] = ()) -> float:
-        """Compiled: run every shape a decode of ``batch`` rows at ``budget`` can meet, on a scratch
-        cache, so that no timed step compiles. Returns the seconds spent (0.0 when eager).
+        """Compiled: run every shape a decode of ``batch`` rows at ``budget`` can meet, on the
+        persistent cache the decode will use, so that no timed step compiles (or, on CUDA, records a
+        graph). Returns the seconds spent (0.0 when eager).
 
         Shapes: each tree bucket up to the budget's, for batch 1 and the dynamic batch; on CUDA every
         batch size 1..batch, because CUDA graphs record one graph per concrete size.
         """
         if self.static is None:
             return 0.0
-        live, seconds = self.cache, 0.0
+        if self.cache is not None:
+            raise RuntimeError("warm_up() while a batch is live would overwrite its cache: call release() first")
+        self._batch_cache(batch, capacity)  # the largest batch first: the storage every class below shares
+        seconds = 0.0
         try:
             for rows, graph in batch_classes(batch, self.device):
-                self.cache = self._new_cache(rows, capacity)
+                self.cache = self._batch_cache(rows, capacity)
                 for width in buckets_up_to(budget):
-                    key = (graph, width, self.cache.capacity, tuple(taps))
+                    key = (graph, width, self.cache.capacity, tuple(taps), self._storage.allocations)
                     if key not in self._warmed:
                         prepared = self._prepare([DraftTree.chain([0] * width)] * rows, static=True)
                         seconds += timed_warm_up(lambda p=prepared: self.forward(p, taps), self.device)
                         self._warmed.add(key)
         finally:
-            self.cache = live
+            self.cache = None
         return seconds
 
-    def _new_cache(self, batch: int, capacity: int) -> KVCache:
-        if self.static is not None:  # one capacity for every batch: a new capacity is a new graph
-            self.static_capacity = capacity = max(round_capacity(capacity), self.static_capacity)
-        return KVCache(len(self.layers), batch, self.kv_heads, self.head_dim, capacity, self.dtype, self.device,
-                       static=self.static is not None)
+    def _batch_cache(self, batch: int, capacity: int) -> KVCache:
+        """A new batch's empty cache. Eager: a new allocation. Compiled: the persistent cache at the
+        runner's one capacity (a new capacity is a new graph), reset to ``batch`` rows."""
+        if self.static is None:
+            return self._fresh_cache(batch, capacity)
+        self.static_capacity = max(round_capacity(capacity), self.static_capacity)
+        return self._storage.take(batch, self.static_capacity)
+
+    def _fresh_cache(self, batch: int, capacity: int) -> KVCache:
+        return KVCache(len(self.layers), batch, self.kv_heads, self.head_dim, capacity, self.dtype, self.device)
+
+    def _run_chains(self, prompts: Sequence[Sequence[int]], cache: KVCache, taps: Sequence[int]) -> ForwardOutput:
+        """Make ``cache`` the live one and run each prompt into it as a chain (eagerly), committed."""
+        self.cache = cache
+        out = self.forward(self._prepare([DraftTree.chain(p) for p in prompts], static=False), taps)
+        cache.commit([range(len(p)) for p in prompts])
+        return out
 
     def _prepare(self, trees: Sequence[DraftTree], static: bool) -> PreparedTrees:
         cache = self._require_cache()
