@@ -9,12 +9,14 @@ from drafters import DRAFTERS
 from drafters.base import Drafter, SequenceView
 from drafters.head_cache import StaticHead
 from jetflow_bench.engine.compiled import (
+    StaticForward,
     buckets_up_to,
     check_compile,
     pad_visibility,
     round_capacity,
     tree_bucket,
 )
+from jetflow_bench.engine.kv_cache import KVCache
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
@@ -78,6 +80,72 @@ def test_padded_forward_matches_eager_without_the_compiler():
     torch.testing.assert_close(static.verify(chain).logits, eager.verify(chain).logits, rtol=1e-5, atol=1e-5)
 
 
+def addresses(cache: KVCache) -> list[int]:
+    return [t.data_ptr() for t in (*cache.k, *cache.v)]
+
+
+def marked(cache: KVCache) -> bool:
+    return all(getattr(t, "_dynamo_static_input_type", None) == "unguarded" for t in (*cache.k, *cache.v))
+
+
+def on_fake_cuda(monkeypatch) -> None:
+    """Static caches marked as on CUDA (the CUDA branch of `KVCache`, run on the CPU)."""
+    from jetflow_bench.engine import kv_cache
+
+    monkeypatch.setattr(kv_cache, "needs_static_addresses", lambda device: True)
+
+
+def recording_addresses(forward: StaticForward, body, at: int) -> list[list[int]]:
+    """Run ``body`` uncompiled as ``forward``'s graph, noting the addresses of the cache it is given
+    as argument ``at``: CUDA graphs replay only at the addresses they recorded."""
+    seen = []
+    forward.fn = lambda *args: seen.append(addresses(args[at])) or body(*args)
+    return seen
+
+
+def test_a_compiled_runner_runs_its_warm_up_and_every_batch_on_one_cache(monkeypatch):
+    """Uncompiled bodies, the CUDA branch on the CPU. Bug: a new cache per batch (or a warm-up on a
+    cache of its own), whose new addresses make CUDA graphs re-record inside the batch's first
+    timed step, and past torch's re-record limit run without graphs. A batch larger than the cache
+    holds reallocates (a new graph anyway), marked again; a reused cache decodes as a new one."""
+    on_fake_cuda(monkeypatch)
+    eager, static = runners(layers=2)
+    seen = recording_addresses(static.static, static._static_forward, at=4)
+    static.warm_up(3, 16, 64)
+    warmed = len(seen)
+    tree = [DraftTree([5, 6, 7], [-1, 0, 0])] * 3
+    for prompts in (repetitive_prompts(3), repetitive_prompts(2, seed=1)):
+        for runner in (eager, static):
+            runner.prefill(prompts, capacity=64)
+        out_static, out_eager = static.verify(tree[: len(prompts)]), eager.verify(tree[: len(prompts)])
+        torch.testing.assert_close(out_static.logits[:, :3], out_eager.logits, rtol=1e-5, atol=1e-5)
+        assert static.cache.lengths == eager.cache.lengths and marked(static.cache)
+        for runner in (eager, static):
+            runner.release()
+    assert len(seen) > warmed > 1 and all(a == seen[0] for a in seen)  # warm-up (batches 1, 3) and both decodes
+    static.prefill(repetitive_prompts(4), capacity=64)
+    assert addresses(static.cache) != seen[0] and marked(static.cache) and static.cache.rows_held == 4
+
+
+def test_score_during_a_compiled_batch_leaves_its_cache_and_capacity_alone(monkeypatch):
+    """`score` (training targets, tie checks) runs on a fresh cache: on the persistent one it would
+    overwrite the live batch's entries, and a long scored prompt once raised the capacity every
+    compiled graph was warmed at (a new graph, compiled inside a timed step)."""
+    on_fake_cuda(monkeypatch)
+    eager, static = runners(layers=2)
+    static.static.fn = static._static_forward
+    prompts = repetitive_prompts(2)
+    for runner in (eager, static):
+        runner.prefill(prompts, capacity=64)
+    live, before = static.cache, [t.clone() for t in (*static.cache.k, *static.cache.v)]
+    long = [[3 + i % 50 for i in range(600)]] * 3
+    torch.testing.assert_close(static.score(long).logits, eager.score(long).logits, rtol=1e-5, atol=1e-5)
+    assert static.cache is live and static.static_capacity == 512 and live.lengths == eager.cache.lengths
+    assert all(torch.equal(a, b) for a, b in zip(before, (*live.k, *live.v), strict=True))
+    tree = [DraftTree([5, 6], [-1, 0])] * 2
+    torch.testing.assert_close(static.verify(tree).logits, eager.verify(tree).logits, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.slow  # ~2 min: Inductor compiles 4 graphs on 2 cores
 @pytest.mark.skipif(not HAVE_COMPILER, reason="no C/C++ compiler on PATH: Inductor cannot build CPU kernels")
 def test_compiled_greedy_decoding_is_identical_to_eager():
@@ -115,7 +183,7 @@ def test_a_compiled_step_writes_its_cache_entries_without_rewriting_the_cache():
             compiled.warm_up(1, 1, 64)
     finally:
         torch._logging.set_logs()
-    cache = compiled._new_cache(1, 64)
+    cache = compiled._batch_cache(1, 64)
     cache_bytes = sum(t.nbytes for t in (*cache.k, *cache.v))
     assert cache_bytes == layers * 2 * 2 * 512 * 16 * 4  # K and V, 2 kv heads x 512 slots x 16 dims, float32
     assert weights < metrics.num_bytes_accessed < weights + 2 * cache_bytes
@@ -188,6 +256,28 @@ def test_head_warm_up_runs_each_shape_once_and_sizes_every_later_cache(tmp_path)
     assert drafter.warm_up(3, 16, 700) == 0.0 and len(ran) == 2 * len(widths)
     assert drafter.static.capacity == round_capacity(700 + scratch)
     assert drafter.new_cache([SequenceView(0, [1, 2], 2)]).kv.capacity == drafter.static.capacity
+
+
+def test_a_compiled_head_runs_its_warm_up_and_every_batch_on_one_context_cache(tmp_path, monkeypatch):
+    """`StaticHead`'s context cache, as the target's (uncompiled body, the CUDA branch on the CPU):
+    warm-up and each batch's drafting forwards see the same addresses, a reused cache drafts the
+    eager head's trees, and a larger batch reallocates it, marked again."""
+    from tests.test_drafters_head import HEADS, make_head, save_target
+
+    on_fake_cuda(monkeypatch)
+    runner = TargetRunner.load(save_target(tmp_path / "target"), device="cpu")
+    checkpoint = make_head(runner, tmp_path / "head", "jetflow", HEADS["jetflow"])
+    cls = DRAFTERS.get("jetflow-refine")
+    eager, static = cls.build(runner, checkpoint), padded(cls.build(runner, checkpoint), runner.device)
+    seen = recording_addresses(static.static.forward, static.static._body, at=4)
+    static.warm_up(3, 16, 64)
+    warmed = len(seen)
+    for prompts in ([[3, 4, 5, 6, 7, 8, 9], [10, 11, 12], [4, 4, 5]], [[13, 14, 15, 16], [5, 6, 7, 8, 9]]):
+        assert first_proposals(runner, static, prompts, 16) == first_proposals(runner, eager, prompts, 16)
+        assert marked(static.cache.kv)
+    assert len(seen) > warmed > 1 and all(a == seen[0] for a in seen)  # warm-up (batches 1, 3) and both proposals
+    kv = static.new_cache([SequenceView(i, [1, 2], 2) for i in range(4)]).kv
+    assert addresses(kv) != seen[0] and marked(kv) and kv.rows_held == 4
 
 
 @pytest.mark.skipif(not HAVE_COMPILER, reason="no C/C++ compiler on PATH: a compiled runner cannot be built")
