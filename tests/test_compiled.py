@@ -352,6 +352,18 @@ def graphs_after(drafter: Drafter, method: str) -> list[int]:
     return seen
 
 
+@pytest.mark.parametrize(("device", "runs"), [("cpu", 1), ("cuda", 2)])
+def test_warm_up_runs_a_cuda_graph_until_it_is_recorded(monkeypatch, device, runs):
+    """CUDA-graph trees run a function's first call without graphs and record the second: a single
+    warm-up run left every recording to the decode's first timed step (CUDA branch run on a CPU)."""
+    from jetflow_bench.engine import compiled
+
+    monkeypatch.setattr(compiled, "synchronize", lambda device: None)
+    calls = []
+    compiled.timed_warm_up(lambda: calls.append(1), torch.device(device))
+    assert len(calls) == runs
+
+
 def test_free_memory_check_on_cuda_asks_the_driver(monkeypatch):
     """The CUDA branch of the memory check, on a CPU: it once named `torch` without importing it."""
     from jetflow_bench.runtime import available_memory_bytes

@@ -12,14 +12,19 @@ one launch. Both want shapes that do not change from step to step, so a compiled
 * takes that cache as one graph input per layer for keys and one for values (a ``static``
   `KVCache`), so each layer's write is an in-place ``index_put_`` on its own input rather than a
   scatter that rewrites a stacked cache, and on CUDA those inputs are marked static addresses, the
-  only mutated inputs CUDA graphs accept (rows leaving the batch keep the buffers in place; a new
-  batch's cache is a new allocation, which CUDA graphs meet by re-recording each graph once), and
+  only mutated inputs CUDA graphs accept. CUDA graphs replay at the addresses they recorded, so
+  the cache never moves: a compiled runner allocates one (`kv_cache.PersistentCache`, at the
+  largest batch and capacity it has met) and every batch resets and reuses it, rows leaving the
+  batch are compacted in place, and only a batch or capacity beyond it reallocates (a new graph
+  anyway), and
 * leaves the batch dimension dynamic (rows leave the batch as they finish; batch 1 gets its own graph).
 
-Every shape a decode can meet is compiled by `TargetRunner.warm_up` before the clock starts, so
-compile time is reported on its own and never lands in a timed step. Prefill runs eagerly. The
-learned drafters' head forwards follow the same rules (`drafters.head_cache.StaticHead`, compiled
-by `Drafter.warm_up`).
+Every shape a decode can meet is compiled by `TargetRunner.warm_up` before the clock starts, on
+the persistent cache the decode then uses, so compile time (and on CUDA each graph's recording:
+`timed_warm_up` runs a shape until it is recorded) is reported on its own and never lands in a
+timed step. Prefill runs eagerly. The learned drafters' head forwards follow the same rules
+(`drafters.head_cache.StaticHead`, which owns the head's persistent cache, compiled by
+`Drafter.warm_up`).
 """
 
 from __future__ import annotations
@@ -132,9 +137,14 @@ def graph_input(t: torch.Tensor) -> torch.Tensor:
 
 
 def timed_warm_up(run: Callable[[], object], device: torch.device) -> float:
-    """Seconds of one untimed warm-up forward (compilation, or a CUDA-graph recording, included)."""
+    """Seconds of an untimed warm-up forward (compilation, or a CUDA-graph recording, included).
+
+    On CUDA it runs twice: CUDA-graph trees run a graph's first call without graphs and record it
+    at the second, so one run would leave the recording to the decode's first timed step.
+    """
     synchronize(device)
     start = time.perf_counter()
-    run()
+    for _ in range(2 if device.type == "cuda" else 1):
+        run()
     synchronize(device)
     return time.perf_counter() - start
