@@ -15,8 +15,8 @@ after the real ones, where the next forward's entries overwrite them), attention
 the cache's whole capacity, and that capacity is fixed at warm-up, so every drafting forward
 reuses a graph compiled before the clock started. The cache itself is `StaticHead`'s one
 persistent cache, which warm-up runs on and every batch's `ContextCache` resets and reuses, so on
-CUDA the drafting forwards replay the graphs warm-up recorded, at the same addresses. Only the draft layers are compiled: the fusion
-and context keys of committed tokens (`append`), the LM head and the top-K stay eager — one
+CUDA the drafting forwards replay the graphs warm-up recorded, at the same addresses. Only the
+draft layers are compiled: the fusion and context keys of committed tokens (`append`), the LM head and the top-K stay eager — one
 matmul each with a step-dependent row count, nothing to fuse.
 """
 
@@ -104,7 +104,8 @@ class StaticHead:
 
     def warm_up(self, batch: int, widths: Sequence[int], slots: int) -> float:
         """Run every entry bucket in ``widths`` at every batch class a decode of ``batch`` rows meets,
-        on a scratch cache of at least ``slots`` slots per row; returns the seconds spent."""
+        on the persistent cache (at least ``slots`` slots per row) the batches then reuse; returns
+        the seconds spent."""
         dtype = self.head.fc.weight.dtype
         self.capacity = max(round_capacity(slots), self.capacity)
         self.take(batch)  # the largest batch first: the storage every class below shares
