@@ -16,8 +16,8 @@ the cache's whole capacity, and that capacity is fixed at warm-up, so every draf
 reuses a graph compiled before the clock started. The cache itself is `StaticHead`'s one
 persistent cache, which warm-up runs on and every batch's `ContextCache` resets and reuses, so on
 CUDA the drafting forwards replay the graphs warm-up recorded, at the same addresses. Only the
-draft layers are compiled: the fusion and context keys of committed tokens (`append`), the LM head and the top-K stay eager — one
-matmul each with a step-dependent row count, nothing to fuse.
+draft layers are compiled: the fusion and context keys of committed tokens (`append`), the LM
+head and the top-K stay eager — one matmul each with a step-dependent row count, nothing to fuse.
 """
 
 from __future__ import annotations
