@@ -66,6 +66,6 @@ def test_engine_vllm_without_vllm_says_how_to_install(cli, micro_target, tmp_pat
 
     monkeypatch.setattr(vllm_setup, "default_bin", lambda: None)
     code, _, err = cli("sweep", "--engine", "vllm", "--target", str(micro_target), "--drafters", "vllm:none",
-                       "--out", str(tmp_path / "o"))
+                       "--limit", "1", "--max-new-tokens", "2", "--out", str(tmp_path / "o"))  # fails fast, not a full sweep
     assert code == 2
     assert "vLLM is not installed" in err and "jfbench vllm setup" in err and len(err.strip().splitlines()) == 1

@@ -30,6 +30,7 @@ from jetflow_bench.engine.loop import BatchResult
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.integrations import vllm_setup
 from jetflow_bench.integrations.vllm_arms import (
     NONE,
     PREFIX,
@@ -42,7 +43,6 @@ from jetflow_bench.integrations.vllm_arms import (
 from jetflow_bench.integrations.vllm_client import RequestFailed, Sampling, complete_all
 from jetflow_bench.integrations.vllm_metrics import SpecCounters, spec_counters
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, group_peak_rss, http_get
-from jetflow_bench.integrations.vllm_setup import default_bin
 from jetflow_bench.integrations.vllm_steps import batch_result
 from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
 from jetflow_bench.sweep.hf_engine import HFEngine
@@ -71,7 +71,7 @@ class VLLMOptions:
             if vllm_bin is not None or port is not None or args is not None:
                 raise JfbenchError("--vllm-url benchmarks a running server: leave out --vllm-bin, --vllm-port and --vllm-args")
             return cls(url=url, tensor_parallel_size=tp, pipeline_parallel_size=pp)
-        found = vllm_bin or default_bin()
+        found = vllm_bin or vllm_setup.default_bin()  # looked up at call time: tests stand in for it
         resolved = None if found is None else (str(Path(found).expanduser()) if Path(found).expanduser().exists()
                                                else shutil.which(found))
         if resolved is None:
