@@ -99,8 +99,7 @@ class StaticHead:
         return (self.head.run(x, positions, None, SlotKV(kv, slots), attend),)
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor, kv: KVCache) -> torch.Tensor:
-        with torch.inference_mode():
-            return self.forward((x, positions, slots, mask), kv)[0]
+        return self.forward((x, positions, slots, mask), kv)[0]  # `StaticForward` runs under inference mode
 
     def warm_up(self, batch: int, widths: Sequence[int], slots: int) -> float:
         """Run every entry bucket in ``widths`` at every batch class a decode of ``batch`` rows meets,

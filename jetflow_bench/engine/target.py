@@ -299,8 +299,7 @@ class TargetRunner:
         pad = (0, batch.width - n)  # padding nodes: token 0 at the root's position, scratch slots after the tree
         rows = (F.pad(batch.tokens, pad), F.pad(batch.positions, pad, value=0),
                 batch.slots[:, :1] + torch.arange(batch.width, device=self.device), batch.mask.additive())
-        with torch.inference_mode():
-            logits, hidden = self.static(rows, self._require_cache(), tuple(taps))
+        logits, hidden = self.static(rows, self._require_cache(), tuple(taps))  # under inference mode
         return ForwardOutput(logits[:, :n], None if hidden is None else hidden[:, :n], batch)
 
     def commit(self, paths: Sequence[Sequence[int]]) -> None:
@@ -413,18 +412,18 @@ def _check_supported(model: nn.Module, name: str) -> None:
         )
     if any(getattr(layer.self_attn, "sliding_window", None) for layer in layers):
         raise JfbenchError(f"target {name!r} uses sliding-window attention, which jfbench does not support yet")
-    if hasattr(layers[0], "pre_feedforward_layernorm"):  # Gemma 2/3: norms around both sublayers' outputs
+    if any(hasattr(layers[0], n) for n in ("pre_feedforward_layernorm", "post_feedforward_layernorm")):  # Gemma 2/3, OLMo 2
         raise JfbenchError(
-            f"target {name!r} ({type(model).__name__}) normalises its sublayers' outputs (Gemma-style sandwich "
-            "norms), which jfbench's Llama-style layer loop does not apply; it would decode wrongly, so it is refused"
+            f"target {name!r} ({type(model).__name__}) normalises its sublayers' outputs (Gemma's sandwich "
+            "norms, OLMo 2's post-norms), which jfbench's Llama-style layer loop does not apply; it would decode wrongly, so it is refused"
         )
-    # `_decode` reads exactly these; e.g. OLMo 2 (norms after the sublayers) or Cohere (one norm, parallel
-    # attention and MLP) lack one and would otherwise fail in the first forward with a traceback.
+    # `_decode` reads exactly these; e.g. Cohere (one norm, parallel
+    # attention and MLP) lacks one and would otherwise fail in the first forward with a traceback.
     parts = ("input_layernorm", "post_attention_layernorm", "mlp")
     missing = next((p for layer in layers for p in parts if not hasattr(layer, p)), None)
-    if missing is not None or hasattr(layers[0], "post_feedforward_layernorm"):
+    if missing is not None:
         raise JfbenchError(
             f"target {name!r} ({type(model).__name__}) has decoder layers that are not pre-norm Llama-style "
-            f"(input_layernorm -> attention, post_attention_layernorm -> mlp{f'; no {missing}' if missing else ''}): "
+            f"(input_layernorm -> attention, post_attention_layernorm -> mlp; no {missing}): "
             "jfbench's layer loop cannot run them"
         )
