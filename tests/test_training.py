@@ -279,10 +279,14 @@ def test_interrupted_run_resumes_to_the_same_head(random_target, tmp_path):
     options = {"drafter": "jetflow", "steps": 4, **TINY_RUN}
     whole = train_drafter(random_target, tmp_path / "whole", data_dir=DATA, show_progress=False, **options)
     part = train_drafter(random_target, tmp_path / "part", data_dir=DATA, show_progress=False, time_limit_s=0, **options)
-    assert json.loads((part / "config.json").read_text())["training"]["steps_done"] == 1
+    first = json.loads((part / "config.json").read_text())["training"]
+    assert first["steps_done"] == 1 and first["sessions_seconds"] == [first["seconds"]]
     assert (part / ".partial" / "state.pt").is_file()
     train_drafter(random_target, tmp_path / "part", data_dir=DATA, show_progress=False, **options)
     assert not (part / ".partial").exists()
+    record = json.loads((part / "config.json").read_text())["training"]  # the wall-clock of both sessions
+    assert len(record["sessions_seconds"]) == 2 and record["sessions_seconds"][0] == first["seconds"]
+    assert record["seconds"] == pytest.approx(sum(record["sessions_seconds"]), abs=0.011)
     a, b = load_file(str(whole / "model.safetensors")), load_file(str(part / "model.safetensors"))
     for key in a:
         torch.testing.assert_close(a[key], b[key])

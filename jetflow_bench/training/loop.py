@@ -98,7 +98,7 @@ def _save_partial(out: Path, head: DraftHead, optimizer: torch.optim.Optimizer, 
     tmp.rename(out / PARTIAL)
 
 
-HISTORY = ("losses", "train_agreement", "heldout", "step_seconds", "supervised", "head_flops")
+HISTORY = ("losses", "train_agreement", "heldout", "step_seconds", "supervised", "head_flops", "sessions")
 
 
 def _resume(out: Path, head: DraftHead, optimizer: torch.optim.Optimizer) -> tuple[int, dict[str, list]]:
@@ -236,11 +236,14 @@ def train_drafter(
             out_of_time = time_limit_s is not None and time.perf_counter() - started > time_limit_s
             if out_of_time and stop_reason != "plateau":
                 stop_reason = "time limit"
-            if done % checkpoint_every == 0 or stop_reason != "steps":
-                _save_partial(out, head, optimizer, done, history)
+            if done % checkpoint_every == 0 and stop_reason == "steps":
+                _save_partial(out, head, optimizer, done, _with_session(history, started))
             if stop_reason != "steps":
                 break
-    info = _record(config, runner, batcher, history, done, stop_reason, setup_s, time.perf_counter() - started)
+    history = _with_session(history, started)  # one figure for the partial and the record
+    if stop_reason == "time limit":
+        _save_partial(out, head, optimizer, done, history)
+    info = _record(config, runner, batcher, history, done, stop_reason, setup_s)
     if d2t is not None:  # how much of the text the head can propose at all
         info["draft_vocab_coverage"] = round(coverage(batcher.train_samples, d2t), 4)
     save_head(head, out, config.drafter, TargetShape.of(runner), info)
@@ -251,9 +254,15 @@ def train_drafter(
     return out
 
 
+def _with_session(history: dict[str, list], started: float) -> dict[str, list]:
+    """``history`` with this session's wall-clock so far appended to the earlier sessions' (a resumed
+    run's record then counts every session, not only the last)."""
+    return {**history, "sessions": [*history["sessions"], round(time.perf_counter() - started, 2)]}
+
+
 def _record(
     config: TrainConfig, runner: TargetRunner, batcher: SequenceBatcher, history: dict[str, list], done: int,
-    stop_reason: str, setup_s: float, seconds: float,
+    stop_reason: str, setup_s: float,
 ) -> dict[str, Any]:
     """The head's training record (config.json ``training``): recipe, data, curves, cost, convergence."""
     losses, heldout = history["losses"], history["heldout"]
@@ -273,7 +282,8 @@ def _record(
         "converged": plateaued(heldout) if heldout else None,
         "supervised_positions_per_step": mean(history["supervised"]),
         "head_flops_per_step": mean(history["head_flops"]),
-        "step_seconds_mean": mean(history["step_seconds"]), "setup_seconds": round(setup_s, 2), "seconds": seconds,
+        "step_seconds_mean": mean(history["step_seconds"]), "setup_seconds": round(setup_s, 2),
+        "seconds": round(sum(history["sessions"]), 2), "sessions_seconds": history["sessions"],
         "device": runner.device.type, "dtype": str(runner.dtype).removeprefix("torch."),
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__},
     }
