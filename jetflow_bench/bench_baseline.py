@@ -46,7 +46,7 @@ class BaselineComparison:
         return min(self.ratios) >= 1.0 or max(self.ratios) < 1.0
 
 
-def _hf_generate(target: TargetRunner, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+def hf_greedy(target: TargetRunner, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
     """Left-padded batched greedy generate, forced to exactly ``max_new_tokens`` tokens."""
     width = max(len(p) for p in prompts)
     pad = 0
@@ -90,13 +90,13 @@ def compare_with_hf(
         capacity = cache_capacity(max(len(p) for p in batch), max_new_tokens, target.tree_width(1))
         compile_s = target.warm_up(b, 1, capacity)  # compiled: every shape the timed runs meet
         _ours(target, batch, 4)  # warm-up, untimed
-        _hf_generate(target, batch, 4)
+        hf_greedy(target, batch, 4)
         tokens = b * max_new_tokens
         ours_rates, hf_rates, same = [], [], True
         for k in range(pairs):
-            order = (_ours, _hf_generate) if k % 2 == 0 else (_hf_generate, _ours)
+            order = (_ours, hf_greedy) if k % 2 == 0 else (hf_greedy, _ours)
             timed = {fn: _timed(fn, target, batch, max_new_tokens) for fn in order}
-            (t_ours, out_ours), (t_hf, out_hf) = timed[_ours], timed[_hf_generate]
+            (t_ours, out_ours), (t_hf, out_hf) = timed[_ours], timed[hf_greedy]
             ours_rates.append(tokens / t_ours)
             hf_rates.append(tokens / t_hf)
             same &= out_ours == out_hf

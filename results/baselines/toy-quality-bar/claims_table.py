@@ -18,6 +18,12 @@ parquet files. ``table`` then prints
 3. where each arm's acceptance comes from: a_1 and the conditional p_d = a_d / a_(d-1) for d = 2..4,
    pooled over head seeds (step-weighted: a_d = Σ n_steps · a_d / Σ n_steps over the seeds' cells);
 4. divergences from the AR output in every run (unexcused and excused).
+
+``collect`` also writes each run's ``heads.csv`` (every arm's head: steps trained, held-out proxy,
+converged or not, from the head's own record; relative checkpoint paths resolve against
+``--cwd``), and ``table`` marks every arm and ablation row with how many of its heads converged, so
+no cell silently rests on a head that was still learning. Runs collected before this have no
+``heads.csv`` and say "not recorded".
 """
 
 from __future__ import annotations
@@ -35,10 +41,24 @@ from jetflow_bench.metrics import bootstrap_draws, rate, tau
 
 ARMS = ("jetflow", "jetflow-refine", "dflash", "eagle")
 REQUEST_COLUMNS = ["suite", "drafter", "variant", "budget", "request", "steps", "emitted", "lossless", "excused"]
+HEAD_COLUMNS = ["drafter", "variant", "checkpoint", "steps_done", "stop_reason", "heldout_accept_len", "converged"]
 N_BOOT = 2000
 
 
-def collect(runs: Path, out: Path) -> None:
+def head_records(manifest: dict, cwd: Path) -> pd.DataFrame:
+    """One row per arm with a head: how long it trained and whether its held-out proxy had plateaued."""
+    rows = []
+    for spec in manifest["config"]["drafters"]:
+        if not spec.get("checkpoint"):
+            continue
+        path = Path(spec["checkpoint"]) if Path(spec["checkpoint"]).is_absolute() else cwd / spec["checkpoint"]
+        training = json.loads((path / "config.json").read_text()).get("training") or {}
+        rows.append({"drafter": spec["name"], "variant": spec["variant"], "checkpoint": spec["checkpoint"],
+                     **{k: training.get(k) for k in HEAD_COLUMNS[3:]}})
+    return pd.DataFrame(rows, columns=HEAD_COLUMNS)
+
+
+def collect(runs: Path, out: Path, cwd: Path) -> None:
     """Copy the small files of every run under ``runs`` into ``out``, with their requests trimmed."""
     frames = []
     for run in sorted(p for p in runs.iterdir() if (p / "manifest.json").exists()):
@@ -52,6 +72,7 @@ def collect(runs: Path, out: Path) -> None:
         manifest = (run / "manifest.json").read_text()
         data_dir = json.loads(manifest).get("data_dir")
         (dest / "manifest.json").write_text(manifest.replace(data_dir, "<JFBENCH_DATA_DIR>") if data_dir else manifest)
+        head_records(json.loads(manifest), cwd).to_csv(dest / "heads.csv", index=False)
         requests = pd.read_parquet(run / "requests.parquet")
         if run.name.startswith("abl-"):
             layout_effect(requests).to_csv(dest / "layout.csv", index=False)
@@ -108,15 +129,30 @@ def _taus(rows: pd.DataFrame) -> dict[int, float]:
     return dict(zip(per_budget.index, tau(per_budget["emitted"], per_budget["steps"]).tolist(), strict=True))
 
 
-def tau_table(requests: pd.DataFrame, suite: str) -> list[str]:
+def converged_cell(claims: Path, runs: str, drafter: str, variant: str | None = None) -> str:
+    """"k / n" heads of this arm (over the ``runs`` glob's runs, i.e. head seeds) whose held-out proxy
+    had plateaued; "not recorded" for runs collected without ``heads.csv``."""
+    paths = sorted(claims.glob(f"{runs}/heads.csv"))
+    if not paths:
+        return "not recorded"
+    heads = pd.concat(pd.read_csv(p) for p in paths)
+    heads = heads[(heads["drafter"] == drafter.removesuffix("-refine")) if variant is None else
+                  (heads["variant"].str.replace(r",?seed=\d+", "", regex=True).replace("", "default") == variant)]
+    heads = heads.drop_duplicates("checkpoint")
+    return f"{int(heads['converged'].fillna(False).astype(bool).sum())} / {len(heads)}"
+
+
+def tau_table(requests: pd.DataFrame, suite: str, claims: Path) -> list[str]:
     """Claim 1 and EAGLE: τ by budget, and how far it grows from 16 to 256."""
     main = requests[requests["run"].str.startswith("main-") & (requests["suite"] == suite)]
-    lines = [f"| arm ({suite}) | τ@16 | τ@64 | τ@256 | τ(256)/τ(16) [95% CI] |", "| --- | --- | --- | --- | --- |"]
+    lines = [f"| arm ({suite}) | τ@16 | τ@64 | τ@256 | τ(256)/τ(16) [95% CI] | heads converged |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for arm in ARMS:
         tau = _taus(main[main["drafter"] == arm])
         if tau:
             lines.append(f"| {arm} | {' | '.join(f'{tau[b]:.2f}' for b in (16, 64, 256))} | "
-                         f"{_ratio_cell(tau_ratio(requests, suite, (arm, 256), (arm, 16)))} |")
+                         f"{_ratio_cell(tau_ratio(requests, suite, (arm, 256), (arm, 16)))} | "
+                         f"{converged_cell(claims, 'main-*', arm)} |")
     return lines
 
 
@@ -139,7 +175,8 @@ def head_to_head(requests: pd.DataFrame, suite: str, pairs: tuple[tuple[str, str
         ("jetflow", "dflash"), ("jetflow-refine", "jetflow"), ("eagle", "jetflow"))) -> list[str]:
     """τ of one arm over another's at each budget: does the gap widen with the budget?"""
     lines = [f"| τ ratio ({suite}) | B = 16 | B = 64 | B = 256 |", "| --- | --- | --- | --- |"]
-    for top, bottom in pairs:
+    present = set(requests.loc[requests["run"].str.startswith("main-") & (requests["suite"] == suite), "drafter"])
+    for top, bottom in (pair for pair in pairs if set(pair) <= present):
         cells = [_ratio_cell(tau_ratio(requests, suite, (top, b), (bottom, b))) for b in (16, 64, 256)]
         lines.append(f"| {top} / {bottom} | {' | '.join(cells)} |")
     return lines
@@ -164,13 +201,15 @@ def conditional_table(claims: Path, suite: str, depths: int = 4) -> list[str]:
 
 def ablation_lines(claims: Path) -> list[str]:
     """Claims 2-4: every ablation row as `jfbench ablate` computed it."""
-    lines = ["| suite | B | variant | compared with | τ variant | τ compared | Δτ [95% CI, seeds × prompts] | Δτ per seed |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| suite | B | variant | compared with | τ variant | τ compared | Δτ [95% CI, seeds × prompts] | Δτ per seed "
+             "| heads converged (variant; compared) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path in sorted([*claims.glob("abl-*/ablation.csv"), *claims.glob("abl-*/layout.csv")]):
+        run = path.parent.name
         for row in pd.read_csv(path).itertuples():
+            heads = f"{converged_cell(claims, run, row.drafter, row.variant)}; {converged_cell(claims, run, row.drafter, row.compared_with)}"
             lines.append(f"| {row.suite} | {row.budget} | {row.variant} | {row.compared_with} | {row.tau:.2f} | "
                          f"{row.tau_default:.2f} | {row.tau_delta:+.2f} [{row.tau_delta_lo:+.2f}, {row.tau_delta_hi:+.2f}] | "
-                         f"{row.tau_delta_seed_min:+.2f} … {row.tau_delta_seed_max:+.2f} |")
+                         f"{row.tau_delta_seed_min:+.2f} … {row.tau_delta_seed_max:+.2f} | {heads} |")
     return lines
 
 
@@ -186,7 +225,7 @@ def divergence_lines(claims: Path) -> list[str]:
 def table(claims: Path) -> None:
     requests = pd.read_csv(claims / "requests.csv.gz")
     for suite in sorted(requests["suite"].unique()):
-        print("\n".join(tau_table(requests, suite)), end="\n\n")
+        print("\n".join(tau_table(requests, suite, claims)), end="\n\n")
         print("\n".join(head_to_head(requests, suite)), end="\n\n")
         print("\n".join(conditional_table(claims, suite)), end="\n\n")
     print("\n".join(extension_table(requests)), end="\n\n")
@@ -200,10 +239,11 @@ def main() -> None:
     c = sub.add_parser("collect", help="copy the small files of the raw runs")
     c.add_argument("runs", type=Path)
     c.add_argument("out", type=Path)
+    c.add_argument("--cwd", type=Path, default=Path("."), help="where the runs were started (relative head paths)")
     t = sub.add_parser("table", help="print the tables")
     t.add_argument("claims", type=Path)
     args = parser.parse_args()
-    collect(args.runs, args.out) if args.command == "collect" else table(args.claims)
+    collect(args.runs, args.out, args.cwd) if args.command == "collect" else table(args.claims)
 
 
 if __name__ == "__main__":
