@@ -246,6 +246,7 @@ def test_plateau_is_under_two_percent_over_the_last_fifth():
     assert not plateaued(curve([1.0, 1.5, 2.0, 2.5, 3.0]))
     assert plateaued(curve([1.0, 1.5, 2.0, 2.99, 3.0]))  # step 50 vs step 40: +0.3%
     assert not plateaued(curve([1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.5]))  # step 100 vs 80: +17%
+    assert not plateaued(curve([0.0] * 10))  # flat at zero: a head that never learned
 
 
 @needs_data

@@ -150,8 +150,9 @@ def heldout_proxy(
 def plateaued(heldout: list[dict[str, Any]], share: float = PLATEAU_SHARE, tolerance: float = PLATEAU_CHANGE) -> bool:
     """Whether the proxy (``accept_len``) changed by less than ``tolerance`` (relative) over the last
     ``share`` of the steps run: the latest evaluation against the last one at or before
-    (1 - share) x its step. Needs at least `PLATEAU_MIN_EVALS` evaluations."""
-    if len(heldout) < PLATEAU_MIN_EVALS:
+    (1 - share) x its step. Needs at least `PLATEAU_MIN_EVALS` evaluations, and a proxy above zero:
+    a head flat at zero never learned (e.g. reverse KL stuck on a one-hot start), it did not converge."""
+    if len(heldout) < PLATEAU_MIN_EVALS or heldout[-1]["accept_len"] <= 0:
         return False
     now = heldout[-1]
     earlier = [h for h in heldout[:-1] if h["step"] <= (1 - share) * now["step"]]

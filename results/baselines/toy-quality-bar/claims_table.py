@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from jetflow_bench.metrics import bootstrap_draws, rate, tau
+from jetflow_bench.training.loop import plateaued
 
 ARMS = ("jetflow", "jetflow-refine", "dflash", "eagle")
 REQUEST_COLUMNS = ["suite", "drafter", "variant", "budget", "request", "steps", "emitted", "lossless", "excused"]
@@ -54,7 +55,8 @@ def head_records(manifest: dict, cwd: Path) -> pd.DataFrame:
         path = Path(spec["checkpoint"]) if Path(spec["checkpoint"]).is_absolute() else cwd / spec["checkpoint"]
         training = json.loads((path / "config.json").read_text()).get("training") or {}
         rows.append({"drafter": spec["name"], "variant": spec["variant"], "checkpoint": spec["checkpoint"],
-                     **{k: training.get(k) for k in HEAD_COLUMNS[3:]}})
+                     **{k: training.get(k) for k in HEAD_COLUMNS[3:]},
+                     "converged": plateaued(training["heldout"]) if training.get("heldout") else None})  # today's rule
     return pd.DataFrame(rows, columns=HEAD_COLUMNS)
 
 
@@ -158,6 +160,8 @@ def tau_table(requests: pd.DataFrame, suite: str, claims: Path) -> list[str]:
 
 def extension_table(requests: pd.DataFrame) -> list[str]:
     """Budgets 512 / 1024 (the ``ext-s<seed>`` runs) beside the same head's 16 / 64 / 256 on the same prompts."""
+    if not requests["run"].str.startswith("ext-").any():
+        return []
     lines = ["| arm (suite, head seed, prompts) | τ@16 | τ@64 | τ@256 | τ@512 | τ@1024 |", "| --- | --- | --- | --- | --- | --- |"]
     for (run, suite, arm), ext in requests[requests["run"].str.startswith("ext-")].groupby(["run", "suite", "drafter"]):
         if arm == "ar":
@@ -228,7 +232,8 @@ def table(claims: Path) -> None:
         print("\n".join(tau_table(requests, suite, claims)), end="\n\n")
         print("\n".join(head_to_head(requests, suite)), end="\n\n")
         print("\n".join(conditional_table(claims, suite)), end="\n\n")
-    print("\n".join(extension_table(requests)), end="\n\n")
+    if ext := extension_table(requests):
+        print("\n".join(ext), end="\n\n")
     print("\n".join(ablation_lines(claims)), end="\n\n")
     print("\n".join(divergence_lines(claims)))
 
