@@ -152,9 +152,11 @@ def plateaued(heldout: list[dict[str, Any]], share: float = PLATEAU_SHARE, toler
     ``share`` of the steps run: the latest evaluation against the last one at or before
     (1 - share) x its step. Needs at least `PLATEAU_MIN_EVALS` evaluations, and a proxy above zero:
     a head flat at zero never learned (e.g. reverse KL stuck on a one-hot start), it did not converge."""
-    if len(heldout) < PLATEAU_MIN_EVALS or heldout[-1]["accept_len"] <= 0:
+    if len(heldout) < PLATEAU_MIN_EVALS:
         return False
     now = heldout[-1]
+    if now["accept_len"] <= 0:
+        return False
     earlier = [h for h in heldout[:-1] if h["step"] <= (1 - share) * now["step"]]
     if not earlier:
         return False

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from jetflow_bench.metrics import bootstrap_draws, rate, tau
+from jetflow_bench.sweep.ablation import split_seed
 from jetflow_bench.training.loop import plateaued
 
 ARMS = ("jetflow", "jetflow-refine", "dflash", "eagle")
@@ -55,7 +56,7 @@ def head_records(manifest: dict, cwd: Path) -> pd.DataFrame:
         path = Path(spec["checkpoint"]) if Path(spec["checkpoint"]).is_absolute() else cwd / spec["checkpoint"]
         training = json.loads((path / "config.json").read_text()).get("training") or {}
         rows.append({"drafter": spec["name"], "variant": spec["variant"], "checkpoint": spec["checkpoint"],
-                     **{k: training.get(k) for k in HEAD_COLUMNS[3:]},
+                     **{k: training.get(k) for k in HEAD_COLUMNS[3:-1]},
                      "converged": plateaued(training["heldout"]) if training.get("heldout") else None})  # today's rule
     return pd.DataFrame(rows, columns=HEAD_COLUMNS)
 
@@ -139,7 +140,7 @@ def converged_cell(claims: Path, runs: str, drafter: str, variant: str | None = 
         return "not recorded"
     heads = pd.concat(pd.read_csv(p) for p in paths)
     heads = heads[(heads["drafter"] == drafter.removesuffix("-refine")) if variant is None else
-                  (heads["variant"].str.replace(r",?seed=\d+", "", regex=True).replace("", "default") == variant)]
+                  (heads["variant"].map(lambda v: split_seed(v)[0]) == variant)]
     heads = heads.drop_duplicates("checkpoint")
     return f"{int(heads['converged'].fillna(False).astype(bool).sum())} / {len(heads)}"
 
