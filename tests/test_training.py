@@ -160,6 +160,23 @@ def test_regen_data_is_cached_on_disk(random_target, monkeypatch):
     assert all(s.tokens[-1] in target.eos_token_ids and 0 < s.prompt_len < len(s.tokens) for s in raw)
 
 
+@needs_data
+def test_data_seed_fixes_the_prompt_draw_across_init_seeds(random_target, monkeypatch):
+    """--data-seed: seeds 0 and 1 train on one data set (one regeneration) but are different heads."""
+    target = TargetRunner.load(random_target, device="cpu")
+    runs = [TrainConfig(drafter="dflash", seed=s, data_seed=0, **TINY_RUN) for s in (0, 1)]
+    first = training_data.training_sequences(target, runs[0], DATA, show_progress=False)
+    monkeypatch.setattr(training_data, "generate", lambda *a, **k: pytest.fail("the same prompts regenerated twice"))
+    assert training_data.training_sequences(target, runs[1], DATA, show_progress=False) == first
+    assert runs[0].key("t") != runs[1].key("t")
+    unset = TrainConfig(drafter="dflash", seed=1, **TINY_RUN)
+    assert unset.prompt_seed == 1 and "data_seed" not in unset.to_dict()  # old heads keep their cache keys
+    record = runs[1].to_dict()
+    assert TrainConfig.from_recipe(record.pop("drafter"), **record).key("t") == runs[1].key("t")  # a recorded data seed reads back
+    with pytest.raises(JfbenchError, match="--data-seed -1"):
+        TrainConfig(drafter="dflash", data_seed=-1)
+
+
 def _teacher(lengths: list[int], prompts: list[int]) -> TeacherBatch:
     b, t = len(lengths), max(lengths)
     tokens = torch.zeros(b, t, dtype=torch.long)

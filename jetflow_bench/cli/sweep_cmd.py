@@ -181,7 +181,8 @@ def ablate(
     seeds: Annotated[
         str | None,
         typer.Option("--seeds", help="Head seeds, e.g. 0,1,2: every arm again per seed (heads trained on demand); "
-                     "deltas get a bootstrap CI over seeds x prompts and the table shows the seed spread."),
+                     "deltas get a bootstrap CI over seeds x prompts and the table shows the seed spread. Each seed draws "
+                     "its own training prompts; --train-option data_seed=N keeps one data set for every seed."),
     ] = None,
     suites: SuitesOpt = GRID.suites,
     budgets: BudgetsOpt = GRID.budgets,

@@ -80,7 +80,16 @@ def train(
         typer.Option("--decay", min=0.0, help="Loss weight exp(-(k-1)/decay) at drafted depth k (DFlash's gamma); "
                      "0 = every depth weighs the same. The paper's loss-weighting table uses 0, 3, 7, 15."),
     ] = _DEFAULTS.decay,
-    seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds data sampling and initialisation.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, help="Seeds initialisation and batch order, and the training-prompt draw "
+                          "unless --data-seed is given.")
+    ] = 0,
+    data_seed: Annotated[
+        int | None,
+        typer.Option("--data-seed", min=0, help="Seeds the training-prompt draw alone, so heads of several --seeds "
+                     "share one regenerated data set (and its held-out part): cheap extra seeds on a real target, "
+                     "and seed spread that is initialisation only. Default: --seed."),
+    ] = None,
     seeds: Annotated[
         str | None,
         typer.Option("--seeds", help="Train one head per seed, e.g. 0,1,2, into <out>/seed-<N> (replaces --seed)."),
@@ -119,7 +128,7 @@ def train(
         prompts=prompts, max_new_tokens=max_new_tokens, steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
         layers=layers, block_size=block_size, anchors=anchors, decay=decay,
         draft_vocab=draft_vocab, heldout=heldout, eval_every=eval_every, stop_on_plateau=stop_on_plateau,
-        seed=seed, options={**family_flags(ctx.args), **option_pairs(option, "--option")},
+        seed=seed, data_seed=data_seed, options={**family_flags(ctx.args), **option_pairs(option, "--option")},
     )
     if seeds is not None and seed != 0:
         raise JfbenchError("--seed and --seeds both given: use --seeds 0,1,2 alone")
@@ -137,7 +146,7 @@ def train(
         keys = ("steps_done", "stop_reason", "sequences", "training_tokens", "prompt_token_share", "first_loss",
                 "last_loss_mean", "last_top1_agreement", "heldout_accept_len", "converged", "supervised_positions_per_step",
                 "head_flops_per_step", "step_seconds_mean", "draft_vocab_coverage")
-        summary = {k: training.get(k) for k in keys} | {"seed": run.seed}
+        summary = {k: training.get(k) for k in keys} | {"seed": run.seed, "data_seed": run.prompt_seed}
         summary["reused"] = (path / "config.json").stat().st_mtime < started
         typer.echo(str(path))
         typer.echo(json.dumps(summary))

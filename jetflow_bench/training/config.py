@@ -73,7 +73,8 @@ class TrainConfig:
     eval_every: int | None = None  # steps between held-out evaluations; None = steps // 20 (at least 1)
     stop_on_plateau: bool = False  # end once the held-out proxy moved < 2% over the last 20% of the steps
     draft_vocab: int | None = None  # head scores only the N most frequent continuation tokens (EAGLE-3's d2t); None = all
-    seed: int = 0
+    seed: int = 0  # initialisation and batch order; also the prompt draw unless data_seed is set
+    data_seed: int | None = None  # the training-prompt draw alone: heads of several seeds share one data set
     # The family's own fields (its objective's `RecipeOption`s, e.g. eagle's ttt_steps, the block
     # heads' layout): given as a mapping, stored as sorted (name, value) pairs with every declared
     # field present (defaults filled in), so equal recipes compare and hash equal.
@@ -106,11 +107,18 @@ class TrainConfig:
             raise JfbenchError("--heldout must be 0 or more and --eval-every at least 1")
         if self.draft_vocab is not None and self.draft_vocab < 1:
             raise JfbenchError(f"--draft-vocab {self.draft_vocab} must be at least 1 (omit it for the whole vocabulary)")
+        if self.data_seed is not None and self.data_seed < 0:
+            raise JfbenchError(f"--data-seed {self.data_seed} must be 0 or more (omit it to draw prompts with --seed)")
         if not self.decay >= 0:
             raise JfbenchError(f"--decay {self.decay} must be 0 (uniform) or positive")
         if self.seq_len < self.block_size + 2:
             raise JfbenchError(f"--seq-len {self.seq_len} must exceed the block size ({self.block_size}) + 1")
         self.objective.validate(self)
+
+    @property
+    def prompt_seed(self) -> int:
+        """The seed of the training-prompt draw (so of the regenerated data and its held-out part)."""
+        return self.seed if self.data_seed is None else self.data_seed
 
     @property
     def objective(self) -> TrainingObjective:
@@ -168,6 +176,8 @@ class TrainConfig:
     def to_dict(self) -> dict:
         """The recipe record: shared fields and the family's own (`TrainingObjective.record`), flat."""
         shared = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "options"}
+        if self.data_seed is None:  # unset: recorded as before the field existed, so those heads keep their keys
+            del shared["data_seed"]
         return {**shared, "corpus": list(self.corpus), "head": self.mode, **self.objective.record(self)}
 
     def key(self, target_fingerprint: str) -> str:

@@ -144,7 +144,7 @@ def training_sequences(
     recomputed here (deterministic), so caches written before prompt lengths were kept still serve.
     """
     tokenizer = target.tokenizer
-    pairs = training_pairs(config.corpus, config.prompts, config.seed, tokenizer, data_dir)
+    pairs = training_pairs(config.corpus, config.prompts, config.prompt_seed, tokenizer, data_dir)
     limit = config.seq_len - config.block_size - 1  # room for at least one block after the prompt
     prompts = [ids for ids in (_encode(tokenizer, p.prompt) for p in pairs) if 0 < len(ids) <= limit]
     eos = list(target.eos_token_ids[:1])

@@ -130,7 +130,7 @@ def heldout_proxy(
     there (on regenerated data the true path is the target's own). None without held-out data or
     when the family tracks no proxy.
     """
-    generator = torch.Generator().manual_seed(config.seed + 7919)  # the same positions at every evaluation
+    generator = torch.Generator().manual_seed(config.prompt_seed + 7919)  # the same positions at every evaluation (and seed)
     hits, valid = [], []
     with torch.no_grad(), _autocast(target):
         for i in range(0, len(picks), config.batch_size):
