@@ -55,6 +55,19 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+NUMERICS_VARIABLES: tuple[str, ...] = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR")
+
+
+def cpu_numerics() -> dict[str, str | None]:
+    """Which CPU kernels torch runs: the vector ISA its ATen kernels use and the variables that cap
+    oneDNN's and MKL's. The same seed trains to other weights under other kernels (AVX-512 vs AVX2,
+    Intel vs AMD), so a run records them and `check` says when a baseline's differ."""
+    import torch
+
+    return {"aten_capability": torch.backends.cpu.get_cpu_capability(),
+            **{name: os.environ.get(name) for name in NUMERICS_VARIABLES}}
+
+
 def cache_dir() -> Path:
     """Where generated models, heads and data caches live (never inside the git checkout)."""
     root = os.environ.get("JFBENCH_CACHE")

@@ -112,6 +112,23 @@ def test_config_hash_change_warns(reference: Path, tmp_path: Path) -> None:
     assert not result.failed and [f.metric for f in result.findings] == ["config_hash"]
 
 
+def test_other_cpu_kernels_warn_and_unrecorded_ones_are_not_compared(reference: Path, tmp_path: Path) -> None:
+    avx2 = {"aten_capability": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+            "MKL_CBWR": "COMPATIBLE"}
+    manifest = json.loads((reference / "manifest.json").read_text())
+    base = Path(shutil.copytree(reference, tmp_path / "base"))
+    (base / "manifest.json").write_text(json.dumps({**manifest, "cpu_numerics": avx2}))
+    same = Path(shutil.copytree(base, tmp_path / "same"))
+    assert check_run(base, same).findings == []
+    other = Path(shutil.copytree(reference, tmp_path / "other"))
+    (other / "manifest.json").write_text(json.dumps({**manifest, "cpu_numerics": {**avx2, "aten_capability": "AVX512",
+                                                                                 "MKL_CBWR": None}}))
+    [finding] = check_run(base, other).findings
+    assert (finding.level, finding.metric) == ("warn", "cpu_numerics") and not check_run(base, other).failed
+    assert "MKL_CBWR COMPATIBLE → None" in finding.message and "aten_capability AVX2 → AVX512" in finding.message
+    assert check_run(reference, other).findings == []  # the reference predates the record
+
+
 def test_update_baseline_copies_summary_and_manifest(reference: Path, tmp_path: Path, cli) -> None:
     baseline = tmp_path / "baselines" / "ci"
     code, out, err = cli("check", "--update-baseline", "--run", str(reference),

@@ -10,6 +10,7 @@ numbers and only warns on speed-ups.
 - fail: a baseline cell is missing from the run (the gate could no longer watch it), or no cell
   matches at all;
 - warn: the decode speed-up drops by more than `speedup_warn` relative; the configs' hashes differ;
+  the runs ran other CPU kernels (`cpu_numerics`: a seed trains to other weights under them);
 - info: a cell only the run has (not gated until the baseline is updated); τ rose beyond tolerance.
 
 Entry point for CI scripts: `check_run(baseline_dir, run_dir)` → `CheckResult` (`.failed`,
@@ -187,10 +188,23 @@ def compare(base: Run, run: Run, tau_tol: float = 0.05, speedup_warn: float = 0.
         findings.append(Finding("warn", None, "config_hash", f"configs differ ({hashes[0]} vs {hashes[1]}): "
                                                              "cells may not measure the same thing"))
         note = _config_note(base, hashes)
+    findings += _numerics_findings(base, run)
     cells = joined.drop(columns="_merge").assign(status=status)
     order = {"fail": 0, "warn": 1, "info": 2}
     findings.sort(key=lambda f: order[f.level])
     return CheckResult(base.path, run.path, tau_tol, speedup_warn, cells, findings, note)
+
+
+def _numerics_findings(base: Run, run: Run) -> list[Finding]:
+    """A warning when the two runs ran other CPU kernels: trained weights, and so τ, may differ
+    with no code changed. Runs recorded before the field existed are not compared."""
+    numerics = base.manifest.get("cpu_numerics"), run.manifest.get("cpu_numerics")
+    if None in numerics or numerics[0] == numerics[1]:
+        return []
+    changed = ", ".join(f"{k} {numerics[0].get(k)} → {numerics[1].get(k)}"
+                        for k in sorted({*numerics[0], *numerics[1]}) if numerics[0].get(k) != numerics[1].get(k))
+    return [Finding("warn", None, "cpu_numerics", f"other CPU kernels than the baseline's ({changed}): a target or "
+                                                  "head trained here may differ from the baseline's")]
 
 
 def _config_note(base: Run, hashes: tuple[str, str]) -> str:

@@ -30,6 +30,7 @@ from jetflow_bench.arms import arm_label
 from jetflow_bench.budget_policy import AUTO_COLUMN
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.runtime import cpu_numerics
 from jetflow_bench.sweep.engines import ENGINES, Engine
 from jetflow_bench.sweep.grid import (
     AR_ARM,
@@ -97,7 +98,7 @@ def load_workload(name: str, engine: Engine, config: SweepConfig, data_dir: Path
 
 
 def environment(engine: Engine, config: SweepConfig) -> dict[str, Any]:
-    """Versions, device, threads and git commit: what a reader needs to trust (or redo) a number."""
+    """Versions, device, threads, CPU kernels and git commit: what a reader needs to trust (or redo) a number."""
     versions = {"python": sys.version.split()[0]}
     for package in VERSIONED:
         try:
@@ -106,7 +107,8 @@ def environment(engine: Engine, config: SweepConfig) -> dict[str, Any]:
             versions[package] = None
     info = engine.describe()
     return {
-        "versions": versions, "torch_threads": torch.get_num_threads(), "device_info": info,
+        "versions": versions, "torch_threads": torch.get_num_threads(), "cpu_numerics": cpu_numerics(),
+        "device_info": info,
         "device": f"{info.get('device_name', info.get('device'))} ({info.get('device')}, "
                   f"{torch.get_num_threads()} threads)",
         **_git(), "host": socket.gethostname(), "user": getpass.getuser(),

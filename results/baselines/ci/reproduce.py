@@ -8,22 +8,30 @@ What it runs: the `micro` toy target (seed 0) and the quick-recipe eagle / dflas
 sweep of those heads (the jetflow head also as `jetflow-refine`) and `ngram` on GSM8K and HumanEval (first 4 prompts each), budgets 16 and
 64, batch 1, 64 new tokens, greedy, fp32 on the CPU with torch's default threads, --strict.
 τ and per-depth acceptance are deterministic for this setup, so the check gates on them.
+
+The CPU numerics are pinned (`PINNED_NUMERICS`, set before torch loads and inherited by the
+sweep): torch's vector kernels capped at AVX2, oneDNN likewise, and MKL in its SSE2 "compatible"
+branch. Unpinned, the same seed trains the micro target to other weights on an AVX-512 CPU than on
+an AVX2-only one, or on Intel than on AMD, and the gate then fails on τ with no code changed.
 `jfbench check --update-baseline --run OUT` rewrites the reference deliberately.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
-from jetflow_bench.runtime import data_dir
-from jetflow_bench.toy import ensure_toy_target
-from jetflow_bench.training import QUICK_RECIPE, ensure_head
-
 LEARNED = ("eagle", "dflash", "jetflow")
+PINNED_NUMERICS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE"}
 
 
 def main(out: str) -> int:
+    os.environ.update(PINNED_NUMERICS)  # read when torch loads: the imports below come after it
+    from jetflow_bench.runtime import data_dir
+    from jetflow_bench.toy import ensure_toy_target
+    from jetflow_bench.training import QUICK_RECIPE, ensure_head
+
     data = data_dir()
     target = ensure_toy_target("micro", data, show_progress=False)
     paths = {name: ensure_head(target, name, data_dir=data, device="cpu", show_progress=False, **QUICK_RECIPE)
