@@ -6,13 +6,17 @@ with no explanation anywhere; an unknown --columns name ignored or a traceback.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from rich.console import Console
 
 from jetflow_bench.cli.output import print_table, rich_table
 from jetflow_bench.cli.summary_view import COLUMNS, COMPACT, LEGEND
+from jetflow_bench.sweep.tables import timed_apart
 from tests.fixtures_runs import write_fixture_run
 
 
@@ -67,3 +71,29 @@ def test_a_table_wider_than_the_terminal_keeps_its_values_whole(tmp_path: Path) 
         print_table(Console(file=file, width=80, force_terminal=True, no_color=True), rich_table(rows, left=("arm",)))
     text = path.read_text()
     assert "…" not in text and text.count("1.00 [0.95, 1.05]") == 8
+
+
+def test_speedups_paired_across_sweep_sessions_are_flagged(run: Path, tmp_path: Path, cli) -> None:
+    """The bug: an arm added to a finished run was paired with a plain-decoding cell timed in an
+    earlier session, under another load, and nothing said so."""
+    def cell(drafter: str, started: float, baseline: str = "ar", batch_size: int = 1) -> dict:
+        return {"suite": "gsm8k", "drafter": drafter, "variant": "default", "budget": 1 if drafter == "ar" else 16,
+                "batch_size": batch_size, "repeat": 0, "temperature": 0.0, "started": started, "baseline": baseline}
+
+    cells = pd.DataFrame([cell("ar", 100.0), cell("ngram", 110.0), cell("jetflow", 1000.0),
+                          cell("ar", 1010.0, batch_size=4), cell("jetflow", 1020.0, batch_size=4),
+                          cell("eagle", 1030.0, baseline="jetflow")])
+    assert timed_apart(cells, [50.0]).empty  # one session: nothing to flag
+    apart = timed_apart(cells, [50.0, 900.0])
+    assert list(zip(apart["drafter"], apart["batch_size"], strict=True)) == [("jetflow", 1)]  # not ar, ngram, bs 4, eagle
+
+    folder = Path(shutil.copytree(run, tmp_path / "run"))
+    cells.to_parquet(folder / "cells.parquet", index=False)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    sessions = [{"started": "1970-01-01T00:00:50+00:00"}, {"started": "1970-01-01T00:15:00+00:00"}]
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "sessions": sessions}))
+    code, out, err = cli("show", str(folder))
+    assert code == 0, err
+    assert "speed-up: 1 cell(s) are paired with a baseline cell timed in another session" in out
+    code, out, _ = cli("show", str(run))
+    assert code == 0 and "another session" not in out

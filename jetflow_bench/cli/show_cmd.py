@@ -88,7 +88,28 @@ def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) ->
     lines.append(f"target {config.get('target')}")
     if config.get("device", "").startswith("cpu"):
         lines.append("CPU: verification cost grows with B, so τ is the hardware-independent figure")
+    apart = _timed_apart(run, manifest)
+    if apart:
+        lines.append(f"speed-up: {apart} cell(s) are paired with a baseline cell timed in another session of the "
+                     "sweep (the machine's load may have changed between them); --force re-times every cell")
     return "\n".join(lines)
+
+
+def _timed_apart(run: Path, manifest: dict) -> int:
+    """How many cells' speed-ups pair decode times from two sweep sessions; 0 when unknown."""
+    from datetime import datetime
+
+    import pandas as pd
+
+    from jetflow_bench.integrity import READ_ERRORS
+    from jetflow_bench.sweep.tables import timed_apart
+
+    try:
+        starts = [datetime.fromisoformat(s["started"]).timestamp() for s in manifest.get("sessions", [])]
+        cells = pd.read_parquet(run / "cells.parquet")
+    except (*READ_ERRORS, FileNotFoundError, KeyError, TypeError, ValueError):
+        return 0
+    return len(timed_apart(cells, starts))
 
 
 WideOpt = Annotated[bool, typer.Option("--wide", help="Every column of the summary table (see the list above).")]

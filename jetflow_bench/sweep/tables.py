@@ -200,3 +200,20 @@ def _other_baselines(
         indexed.loc[stats.set_index(CELL_KEYS).index, columns] = stats.set_index(CELL_KEYS)[columns]
         summary = indexed.reset_index()
     return summary
+
+
+def timed_apart(cells: pd.DataFrame, session_starts: Sequence[float]) -> pd.DataFrame:
+    """The cells whose speed-up pairs them with a baseline cell timed in another sweep session.
+
+    A resumed or widened sweep keeps its finished cells, so a new arm's decode times can meet a
+    plain-decoding cell timed hours earlier, under another machine load: τ is unaffected, the
+    speed-up is not. ``session_starts`` are the manifest sessions' start times (epoch seconds).
+    """
+    if cells.empty or "started" not in cells or len(session_starts) < 2:
+        return cells.iloc[0:0]
+    session = np.searchsorted(np.sort(np.asarray(session_starts, dtype=float)), cells["started"], side="right") - 1
+    cells = cells.assign(_session=session, _base=cells.get("baseline", pd.Series(AR_ARM, index=cells.index)).fillna(AR_ARM))
+    bases = cells[["drafter", *PAIR_KEYS, "_session"]].rename(columns={"drafter": "_base", "_session": "_base_session"})
+    paired = cells[cells["drafter"] != cells["_base"]].merge(bases, on=["_base", *PAIR_KEYS])
+    return paired[paired["_session"] != paired["_base_session"]].drop(columns=["_session", "_base", "_base_session"])
+
