@@ -55,7 +55,11 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-NUMERICS_VARIABLES: tuple[str, ...] = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR")
+# The variables that choose torch's CPU kernels, set to values that give the same float32 results on
+# every x86-64 CPU with AVX2 (ATen and oneDNN capped at AVX2, MKL in its SSE2 "compatible" branch).
+# They act only if set before torch loads; the CI reference's script sets them.
+PORTABLE_CPU_NUMERICS: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                                         "MKL_CBWR": "COMPATIBLE"}
 
 
 def cpu_numerics() -> dict[str, str | None]:
@@ -65,7 +69,7 @@ def cpu_numerics() -> dict[str, str | None]:
     import torch
 
     return {"aten_capability": torch.backends.cpu.get_cpu_capability(),
-            **{name: os.environ.get(name) for name in NUMERICS_VARIABLES}}
+            **{name: os.environ.get(name) for name in PORTABLE_CPU_NUMERICS}}
 
 
 def cache_dir() -> Path:

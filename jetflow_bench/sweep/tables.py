@@ -216,4 +216,3 @@ def timed_apart(cells: pd.DataFrame, session_starts: Sequence[float]) -> pd.Data
     bases = cells[["drafter", *PAIR_KEYS, "_session"]].rename(columns={"drafter": "_base", "_session": "_base_session"})
     paired = cells[cells["drafter"] != cells["_base"]].merge(bases, on=["_base", *PAIR_KEYS])
     return paired[paired["_session"] != paired["_base_session"]].drop(columns=["_session", "_base", "_base_session"])
-

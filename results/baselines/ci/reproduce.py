@@ -9,8 +9,8 @@ sweep of those heads (the jetflow head also as `jetflow-refine`) and `ngram` on 
 64, batch 1, 64 new tokens, greedy, fp32 on the CPU with torch's default threads, --strict.
 τ and per-depth acceptance are deterministic for this setup, so the check gates on them.
 
-The CPU numerics are pinned (`PINNED_NUMERICS`, set before torch loads and inherited by the
-sweep): torch's vector kernels capped at AVX2, oneDNN likewise, and MKL in its SSE2 "compatible"
+The CPU numerics are pinned (`jetflow_bench.runtime.PORTABLE_CPU_NUMERICS`, set before torch
+loads and inherited by the sweep): torch's vector kernels capped at AVX2, oneDNN likewise, and MKL in its SSE2 "compatible"
 branch. Unpinned, the same seed trains the micro target to other weights on an AVX-512 CPU than on
 an AVX2-only one, or on Intel than on AMD, and the gate then fails on τ with no code changed.
 `jfbench check --update-baseline --run OUT` rewrites the reference deliberately.
@@ -22,13 +22,13 @@ import os
 import subprocess
 import sys
 
+from jetflow_bench.runtime import PORTABLE_CPU_NUMERICS, data_dir  # loads no torch
+
 LEARNED = ("eagle", "dflash", "jetflow")
-PINNED_NUMERICS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE"}
 
 
 def main(out: str) -> int:
-    os.environ.update(PINNED_NUMERICS)  # read when torch loads: the imports below come after it
-    from jetflow_bench.runtime import data_dir
+    os.environ.update(PORTABLE_CPU_NUMERICS)  # read when torch loads: the imports below come after it
     from jetflow_bench.toy import ensure_toy_target
     from jetflow_bench.training import QUICK_RECIPE, ensure_head
 
