@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,6 +61,18 @@ def set_threads(threads: int | None) -> None:
 # They act only if set before torch loads; the CI reference's script sets them.
 PORTABLE_CPU_NUMERICS: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
                                          "MKL_CBWR": "COMPATIBLE"}
+
+
+def pin_portable_cpu_numerics() -> None:
+    """Train and decode under `PORTABLE_CPU_NUMERICS`, so a seed gives the same weights on any x86-64
+    CPU with AVX2 (MKL's compatible branch may be slower). Torch and MKL read the variables once, at their first
+    kernels; once torch has loaded without them this refuses rather than risk the native kernels."""
+    unset = {name: value for name, value in PORTABLE_CPU_NUMERICS.items() if os.environ.get(name) != value}
+    if unset and "torch" in sys.modules:
+        pairs = " ".join(f"{name}={value}" for name, value in PORTABLE_CPU_NUMERICS.items())
+        raise JfbenchError(f"the portable CPU numerics must be set before torch loads, and it has: set {pairs} "
+                           "in the environment before starting Python")
+    os.environ.update(unset)
 
 
 def cpu_numerics() -> dict[str, str | None]:

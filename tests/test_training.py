@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from typer.testing import CliRunner
 from drafters.block_training import DFLASH_TRAINING, JETFLOW_TRAINING
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.runtime import PORTABLE_CPU_NUMERICS, pin_portable_cpu_numerics
 from jetflow_bench.training import TrainConfig, ensure_head, head_path, train_drafter
 from jetflow_bench.training import data as training_data
 from jetflow_bench.training import loop as training_loop
@@ -279,6 +283,34 @@ def test_training_records_heldout_curves_supervision_and_cost(random_target, tmp
     assert record["supervised_positions_per_step"] > 0 and record["head_flops_per_step"] > 0
     assert len(record["train_agreement"]) == 4 and record["step_seconds_mean"] > 0
     assert record["stop_reason"] == "steps" and record["converged"] is False  # two evaluations cannot show a plateau
+    assert record["cpu_numerics"]["aten_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+def test_portable_numerics_refuse_once_torch_has_loaded_without_them(monkeypatch):
+    for name in PORTABLE_CPU_NUMERICS:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(JfbenchError, match="before torch loads.*ATEN_CPU_CAPABILITY=avx2"):
+        pin_portable_cpu_numerics()  # torch is loaded here: pinning now would train under the native kernels
+    for name, value in PORTABLE_CPU_NUMERICS.items():
+        monkeypatch.setenv(name, value)
+    pin_portable_cpu_numerics()  # already in force: nothing to refuse
+
+
+@needs_data
+@pytest.mark.slow  # a fresh Python that loads torch and trains 2 steps (~20 s)
+def test_cli_train_portable_numerics_records_the_pinned_kernels(random_target, tmp_path):
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("the pin caps x86-64 vector kernels at AVX2; this CPU has other ones")
+    env = {k: v for k, v in os.environ.items() if k not in PORTABLE_CPU_NUMERICS}
+    out = tmp_path / "head"
+    args = ["train", "--drafter", "jetflow", "--target", str(random_target), "--out", str(out), "--steps", "2",
+            "--prompts", "8", "--max-new-tokens", "24", "--seq-len", "48", "--batch-size", "2", "--anchors", "2",
+            "--block-size", "6", "--data-dir", str(DATA), "--device", "cpu", "--portable-numerics"]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", "import sys; from jetflow_bench.cli import main; sys.argv[1:] = "
+                           f"{args!r}; main()"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    numerics = json.loads((out / "config.json").read_text())["training"]["cpu_numerics"]
+    assert numerics == {"aten_capability": "AVX2", **PORTABLE_CPU_NUMERICS}  # AVX512 / None here: the flag did not reach the kernels
 
 
 @needs_data

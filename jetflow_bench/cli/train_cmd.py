@@ -15,6 +15,7 @@ from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
 from jetflow_bench.cli.recipe_flags import EXTRA_FLAGS, epilog, family_flags, option_pairs
 from jetflow_bench.errors import JfbenchError, writable_folder
+from jetflow_bench.runtime import pin_portable_cpu_numerics
 from jetflow_bench.training.config import SOURCES, TrainConfig
 
 _DEFAULTS = SimpleNamespace(**{f.name: f.default for f in dataclasses.fields(TrainConfig)})  # no drafter lookup: --help stays light
@@ -98,6 +99,12 @@ def train(
         float | None,
         typer.Option("--time-limit", min=0.1, help="Stop after this many minutes; running the command again resumes."),
     ] = None,
+    portable_numerics: Annotated[
+        bool,
+        typer.Option("--portable-numerics", help="Cap torch's CPU kernels at AVX2 and MKL at its compatible branch, "
+                     "so one seed trains the same head on any x86-64 CPU (without it, an AVX-512 and an AVX2 "
+                     "machine train different ones). May be slower; the record's cpu_numerics says which kernels ran."),
+    ] = False,
     data_dir: DataDirOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -120,6 +127,8 @@ def train(
 
         jfbench train --drafter dflash --decay 0 --target DIR --out heads/dflash-uniform
     """
+    if portable_numerics:
+        pin_portable_cpu_numerics()  # before the imports below load torch
     from jetflow_bench.sweep.grid import parse_ints
     from jetflow_bench.training import train_drafter
 

@@ -287,6 +287,6 @@ def _record(
         "head_flops_per_step": mean(history["head_flops"]),
         "step_seconds_mean": mean(history["step_seconds"]), "setup_seconds": round(setup_s, 2),
         "seconds": round(sum(history["sessions"]), 2), "sessions_seconds": history["sessions"],
-        "device": runner.device.type, "dtype": str(runner.dtype).removeprefix("torch."),
+        "device": runner.device.type, "dtype": str(runner.dtype).removeprefix("torch."), "cpu_numerics": runtime.cpu_numerics(),
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__},
     }

@@ -18,17 +18,16 @@ an AVX2-only one, or on Intel than on AMD, and the gate then fails on τ with no
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
-from jetflow_bench.runtime import PORTABLE_CPU_NUMERICS, data_dir  # loads no torch
+from jetflow_bench.runtime import data_dir, pin_portable_cpu_numerics  # loads no torch
 
 LEARNED = ("eagle", "dflash", "jetflow")
 
 
 def main(out: str) -> int:
-    os.environ.update(PORTABLE_CPU_NUMERICS)  # read when torch loads: the imports below come after it
+    pin_portable_cpu_numerics()  # read when torch loads: the imports below come after it
     from jetflow_bench.toy import ensure_toy_target
     from jetflow_bench.training import QUICK_RECIPE, ensure_head
 
