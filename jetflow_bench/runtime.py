@@ -58,15 +58,17 @@ def set_threads(threads: int | None) -> None:
 
 # The variables that choose torch's CPU kernels, set to values that give the same float32 results on
 # every x86-64 CPU with AVX2 (ATen and oneDNN capped at AVX2, MKL in its SSE2 "compatible" branch).
-# They act only if set before torch loads; the CI reference's script sets them.
+# They act only if set before torch loads: `pin_portable_cpu_numerics` sets them (the CI reference's
+# script and `jfbench train --portable-numerics` call it).
 PORTABLE_CPU_NUMERICS: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
                                          "MKL_CBWR": "COMPATIBLE"}
 
 
 def pin_portable_cpu_numerics() -> None:
     """Train and decode under `PORTABLE_CPU_NUMERICS`, so a seed gives the same weights on any x86-64
-    CPU with AVX2 (MKL's compatible branch may be slower). Torch and MKL read the variables once, at their first
-    kernels; once torch has loaded without them this refuses rather than risk the native kernels."""
+    CPU with AVX2 (MKL's compatible branch may be slower). Torch and MKL read the variables once, at
+    their first kernels; once torch has loaded without them this refuses rather than risk the native
+    kernels."""
     unset = {name: value for name, value in PORTABLE_CPU_NUMERICS.items() if os.environ.get(name) != value}
     if unset and "torch" in sys.modules:
         pairs = " ".join(f"{name}={value}" for name, value in PORTABLE_CPU_NUMERICS.items())

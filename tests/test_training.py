@@ -38,6 +38,13 @@ TINY_RUN = {
 }
 
 
+def tiny_train_args(drafter: str, target: Path, out: Path) -> list[str]:
+    """`jfbench train` arguments for a 2-step head on the random target (the CLI tests add their own)."""
+    return ["train", "--drafter", drafter, "--target", str(target), "--out", str(out), "--steps", "2",
+            "--prompts", "8", "--max-new-tokens", "24", "--seq-len", "48", "--batch-size", "2", "--anchors", "2",
+            "--block-size", "6"]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def random_target(tmp_path_factory) -> Path:
     return save_random_model(tmp_path_factory.mktemp("target") / "qwen3")
@@ -303,9 +310,8 @@ def test_cli_train_portable_numerics_records_the_pinned_kernels(random_target, t
         pytest.skip("the pin caps x86-64 vector kernels at AVX2; this CPU has other ones")
     env = {k: v for k, v in os.environ.items() if k not in PORTABLE_CPU_NUMERICS}
     out = tmp_path / "head"
-    args = ["train", "--drafter", "jetflow", "--target", str(random_target), "--out", str(out), "--steps", "2",
-            "--prompts", "8", "--max-new-tokens", "24", "--seq-len", "48", "--batch-size", "2", "--anchors", "2",
-            "--block-size", "6", "--data-dir", str(DATA), "--device", "cpu", "--portable-numerics"]  # fmt: skip
+    args = [*tiny_train_args("jetflow", random_target, out), "--data-dir", str(DATA), "--device", "cpu",
+            "--portable-numerics"]
     proc = subprocess.run([sys.executable, "-c", "import sys; from jetflow_bench.cli import main; sys.argv[1:] = "
                            f"{args!r}; main()"], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -361,9 +367,7 @@ def test_cli_train_prints_folder_and_summary(random_target, tmp_path):
 
     _register_commands()
     out = tmp_path / "head"
-    args = ["train", "--drafter", "dflash", "--target", str(random_target), "--out", str(out), "--steps", "2",
-            "--prompts", "8", "--max-new-tokens", "24", "--seq-len", "48", "--batch-size", "2", "--anchors", "2",
-            "--block-size", "6", "--decay", "0", "--data-dir", str(DATA), "--device", "cpu"]  # fmt: skip
+    args = [*tiny_train_args("dflash", random_target, out), "--decay", "0", "--data-dir", str(DATA), "--device", "cpu"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
