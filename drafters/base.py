@@ -69,6 +69,12 @@ class Drafter(ABC):
         return cls.node_scores
 
     @classmethod
+    def max_compiled_budget(cls, options: Mapping[str, Any]) -> int | None:
+        """``--compile``: the largest budget an instance built with ``options`` drafts at bucketed
+        shapes, read before any model loads (None: no limit below the target's)."""
+        return None
+
+    @classmethod
     def build(cls, target: TargetRunner, checkpoint: Path | None = None, **options: Any) -> Drafter:
         """Construct for ``target``; learned drafters load ``checkpoint`` here."""
         return cls(**options)

@@ -47,7 +47,7 @@ from drafters.timing import span
 from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import build_trees
 from drafters.tree_tensors import Dists, KnownNodes, TreeBatch
-from jetflow_bench.engine.compiled import TREE_BUCKETS, buckets_up_to
+from jetflow_bench.engine.compiled import TREE_BUCKETS, buckets_up_to, check_compiled_budget
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.masks import tree_allowed
@@ -169,12 +169,7 @@ class JetFlowDrafter(DFlashDrafter):
         block, scratch = super().static_shapes(budget)
         if not self.refine_passes:
             return block, scratch
-        if 2 * budget > TREE_BUCKETS[-1]:
-            raise JfbenchError(
-                f"--compile: {self.name}'s refinement forward at budget {budget} runs up to {2 * budget} head entries, "
-                f"more than the largest compiled bucket {TREE_BUCKETS[-1]}: use budgets <= {TREE_BUCKETS[-1] // 2} "
-                "with --compile, or drop --compile"
-            )
+        check_compiled_budget(self.name, budget, self.max_compiled_budget({"refine_passes": self.refine_passes}))
         refine = buckets_up_to(2 * budget)
         return tuple(sorted({*block, *refine})), max(scratch, refine[-1])
 
@@ -207,6 +202,11 @@ class JetFlowDrafter(DFlashDrafter):
     @classmethod
     def option_defaults(cls) -> dict[str, Any]:
         return {**super().option_defaults(), "refine_passes": cls.default_refine_passes}
+
+    @classmethod
+    def max_compiled_budget(cls, options: Mapping[str, Any]) -> int | None:
+        """A refinement forward runs up to 2 x budget entries (nodes + MASK queries): half the largest bucket."""
+        return TREE_BUCKETS[-1] // 2 if int(options.get("refine_passes", cls.default_refine_passes)) else None
 
 
 class JetFlowRefineDrafter(JetFlowDrafter):

@@ -238,6 +238,31 @@ def test_refinement_wider_than_the_largest_bucket_is_refused_naming_the_budget(t
         refine.static_shapes(600)
 
 
+def test_compiled_budget_limits_are_checked_before_any_model_loads(cli, tmp_path):
+    """The same refusal from the arm's options alone: it once came only at the drafter's warm-up,
+    after the target had loaded and the AR cells had run."""
+    from jetflow_bench.budget_policy import Budget
+    from jetflow_bench.sweep.arms import check_compiled_budgets
+    from jetflow_bench.sweep.grid import DrafterSpec
+
+    plain, refine = DrafterSpec("jetflow"), DrafterSpec("jetflow-refine")
+    check_compiled_budgets([plain, refine, DrafterSpec("eagle")], [Budget.fixed(16), Budget.fixed(512)])
+    check_compiled_budgets([DrafterSpec("jetflow-refine", options=(("refine_passes", 0),))], [Budget.fixed(1024)])
+    check_compiled_budgets([plain], [Budget.fixed(1024)])
+    with pytest.raises(JfbenchError, match=r"jetflow\[refine_passes=2\] drafts at most budget 512.*not budget 1024"):
+        check_compiled_budgets([DrafterSpec("jetflow", options=(("refine_passes", 2),))], [Budget.fixed(1024)])
+    with pytest.raises(JfbenchError, match="not budget 600"):
+        check_compiled_budgets([refine], [Budget.auto((16, 600))])
+
+    head = tmp_path / "head"
+    head.mkdir()
+    # a hub id that cannot load: the refusal must come before any model (or hub) is tried
+    code, out, err = cli("sweep", "--target", "no-org/no-such-model", "--out", str(tmp_path / "run"), "--device", "cpu",
+                         "--compile", "--drafters", f"jetflow-refine={head}", "--budgets", "16,600", "--suites", "gsm8k")
+    assert code == 2 and out == ""
+    assert err.startswith("error: --compile: jetflow-refine") and "budgets <= 512" in err and err.count("\n") == 1
+
+
 def test_head_warm_up_runs_each_shape_once_and_sizes_every_later_cache(tmp_path):
     """Uncompiled bodies, so only the bookkeeping runs: a warm-up that skipped a batch class or
     bucket, ran one twice, or left the context cache smaller than a decode's scratch would compile

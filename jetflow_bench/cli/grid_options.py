@@ -118,7 +118,7 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     import torch
 
     from jetflow_bench.engine.attention import get_attention
-    from jetflow_bench.sweep.arms import check_auto_budgets
+    from jetflow_bench.sweep.arms import check_auto_budgets, check_compiled_budgets
     from jetflow_bench.sweep.engines import ENGINES
     from jetflow_bench.sweep.grid import SweepConfig, parse_budgets, parse_ints, parse_names
 
@@ -138,6 +138,7 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
 
         if engine != "hf":
             raise JfbenchError(f"--compile applies to the hf engine only: drop it for --engine {engine}")
+        check_compiled_budgets(drafters, budgets)
         check_compile(dev, grid.attention)
     set_threads(grid.threads)
     return SweepConfig(

@@ -53,6 +53,15 @@ def tree_bucket(n: int) -> int:
     raise JfbenchError(f"a tree of {n} nodes exceeds the largest compiled bucket {TREE_BUCKETS[-1]}: lower the budget")
 
 
+def check_compiled_budget(arm: str, budget: int, limit: int | None) -> None:
+    """Refuse ``budget`` for an arm that drafts at most ``limit`` nodes at bucketed shapes (None: no limit)."""
+    if limit is not None and budget > limit:
+        raise JfbenchError(
+            f"--compile: {arm} drafts at most budget {limit} at compiled shapes (its head forwards would pass the "
+            f"largest bucket {TREE_BUCKETS[-1]}), not budget {budget}: use budgets <= {limit} with --compile, or drop --compile"
+        )
+
+
 def buckets_up_to(n: int) -> tuple[int, ...]:
     """Every bucket a tree of at most ``n`` nodes can land in (a drafter may propose fewer nodes)."""
     return tuple(w for w in TREE_BUCKETS if w <= tree_bucket(n))

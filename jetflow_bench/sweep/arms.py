@@ -5,7 +5,8 @@ option is checked against the drafter's own list (`option_defaults`), and an opt
 from the drafter's default becomes the arm's variant, so tables name the arm ``eagle[depth=15]``;
 an option set to its default is dropped (``jetflow[refine_passes=0]`` is plain ``jetflow``).
 `sweep_arms` reads a whole ``--drafters`` list (``vllm:*`` arms included) and checks what can be
-checked before any model loads; `check_auto_budgets` refuses arms `--budgets auto` cannot rank.
+checked before any model loads; `check_auto_budgets` refuses arms `--budgets auto` cannot rank, and
+`check_compiled_budgets` budgets that `--compile` cannot draft at.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jetflow_bench.arms import DEFAULT_VARIANT
+from jetflow_bench.budget_policy import Budget
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.registry import did_you_mean
 from jetflow_bench.sweep.grid import DrafterSpec, options_label
@@ -118,3 +120,14 @@ def check_auto_budgets(specs: Iterable[DrafterSpec]) -> None:
 
     for spec in specs:
         require_logp_scores(DRAFTERS.get(spec.name).scores_with(dict(spec.options)), spec.label)
+
+
+def check_compiled_budgets(specs: Iterable[DrafterSpec], budgets: Iterable[Budget]) -> None:
+    """--compile: refuse an arm whose head forwards at the grid's largest budget outgrow the compiled
+    buckets, before any model loads (not at its warm-up, after the target and the AR cells)."""
+    from drafters import DRAFTERS
+    from jetflow_bench.engine.compiled import check_compiled_budget
+
+    most = max(b.nodes for b in budgets)
+    for spec in specs:
+        check_compiled_budget(arm_label(spec), most, DRAFTERS.get(spec.name).max_compiled_budget(dict(spec.options)))
