@@ -76,13 +76,15 @@ def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None
         accept_hist       = JSON list, element k = #{steps: accepted = k}
         rank1_faithful    = #{steps: rank1_len > 0, rank1_gap ≤ FAITHFUL_NATS} / #{steps: rank1_len > 0}
                             (jetflow_bench.faithfulness; NaN without such steps or counters)
+        draft_depth       = mean `depth` over the N_d rows that drafted (the tree's deepest node;
+                            1 = first tokens only; NaN if N_d = 0): where the budget went
         draft_passes, draft_entries, draft_flops, verify_flops = their means per step row
                             (NaN for rows recorded before these counters existed)
     D = `max_depth` if given (so several runs share columns) else the largest `accepted` in
     `steps`; the histogram always runs to max(D, largest accepted) so it never drops a step.
     Columns: keys..., n_steps, drafted, accepted, accepted_raw, tau, accepted_per_step,
     tau_per_draft, alpha, budget_efficiency, draft_passes, draft_entries, draft_flops,
-    verify_flops, a_1..a_D, p_1..p_D, accept_hist, rank1_faithful.
+    verify_flops, a_1..a_D, p_1..p_D, accept_hist, rank1_faithful, draft_depth.
     """
     most = int(steps["accepted"].max()) if len(steps) else 0
     depth = most if max_depth is None else max_depth
@@ -92,11 +94,12 @@ def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None
         ranked=steps.get("rank1_len", 0) > 0, faithful=(steps.get("rank1_len", 0) > 0)
         & (steps.get("rank1_gap", np.nan) <= FAITHFUL_NATS),
     )
+    rows["drafted_depth"] = rows["depth"].where(rows["drafting"], 0)
     sums = _grouped(rows, keys).agg(
         n_steps=("accepted", "size"), drafted=("drafted", "sum"), accepted=("accepted", "sum"),
         accepted_raw=("accepted_raw", "sum"), emitted=("emitted", "sum"), slots=("slots", "sum"),
         drafting=("drafting", "sum"), ranked=("ranked", "sum"), faithful=("faithful", "sum"),
-        **{c: (c, "mean") for c in COST_COLUMNS},
+        drafted_depth=("drafted_depth", "sum"), **{c: (c, "mean") for c in COST_COLUMNS},
     )
     # counts[k] = steps accepting exactly k; at_least[d] = steps accepting ≥ d (reverse cumsum).
     counts = (
@@ -119,6 +122,7 @@ def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None
         out[f"p_{d}"] = rate(at_least[:, d], at_least[:, d - 1])
     out["accept_hist"] = [json.dumps(row) for row in counts.to_numpy().tolist()]
     out["rank1_faithful"] = rate(sums["faithful"], sums["ranked"])
+    out["draft_depth"] = rate(sums["drafted_depth"], sums["drafting"])
     return out.reset_index()
 
 
@@ -343,7 +347,8 @@ def summarize(
     Joins `acceptance_stats`, `time_stats`, `baseline_stats` and `quality_stats` (see each for
     its formulas) on `keys`. Column order: keys..., n_requests, n_steps, drafted, accepted,
     accepted_raw, tau, accepted_per_step, tau_per_draft, alpha, budget_efficiency, draft_passes,
-    draft_entries, draft_flops, verify_flops, a_1..a_D, p_1..p_D, accept_hist, rank1_faithful, new_tokens, tokens_per_s,
+    draft_entries, draft_flops, verify_flops, a_1..a_D, p_1..p_D, accept_hist, rank1_faithful, draft_depth,
+    new_tokens, tokens_per_s,
     seq_tokens_per_s, wall_s, tpot_s, ttft_s, draft_s, verify_s, other_s, other_share,
     speedup_decode_micro(_lo, _hi), speedup_decode_macro(_lo, _hi), speedup_e2e_micro(_lo, _hi),
     speedup_e2e_macro(_lo, _hi), accuracy, baseline_accuracy, lossless_unexcused, lossless_excused.

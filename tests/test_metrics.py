@@ -94,6 +94,15 @@ def test_tau_per_draft_skips_steps_that_proposed_nothing() -> None:
     assert row["tau_per_draft"] == pytest.approx(1 + 5 / 2)  # vLLM's mean acceptance length
 
 
+def test_draft_depth_averages_the_tree_depth_of_steps_that_drafted() -> None:
+    steps = make_steps({0: [1, 0, 2, 0]}, drafted=3, budget=4, suite="s", drafter="ngram", batch_size=1)
+    steps["depth"] = [1, 0, 3, 2]
+    steps.loc[1, "drafted"] = 0  # no draft: its depth 0 must not pull the mean down
+    assert acceptance_stats(steps, KEYS).iloc[0]["draft_depth"] == pytest.approx((1 + 3 + 2) / 3)
+    ar = make_steps({0: [0, 0]}, drafted=0, budget=1, suite="s", drafter="ar", batch_size=1)
+    assert math.isnan(acceptance_stats(ar, KEYS).iloc[0]["draft_depth"])
+
+
 def test_old_step_rows_without_cost_counters_give_nan() -> None:
     steps = make_steps({0: [1]}, drafted=3, budget=4, suite="s", drafter="jetflow", batch_size=1)
     row = acceptance_stats(steps.drop(columns=["draft_passes", "verify_flops", "accepted_raw"]), KEYS).iloc[0]
@@ -205,7 +214,7 @@ def test_summary_rows_are_rederivable_from_raw_rows() -> None:
     assert list(summary.columns) == [
         *KEYS, "n_requests", "n_steps", "drafted", "accepted", "accepted_raw", "tau", "accepted_per_step",
         "tau_per_draft", "alpha", "budget_efficiency", "draft_passes", "draft_entries", "draft_flops",
-        "verify_flops", *depth, "accept_hist", "rank1_faithful", "new_tokens", "tokens_per_s", "seq_tokens_per_s", "wall_s", "tpot_s",
+        "verify_flops", *depth, "accept_hist", "rank1_faithful", "draft_depth", "new_tokens", "tokens_per_s", "seq_tokens_per_s", "wall_s", "tpot_s",
         "ttft_s", "draft_s", "verify_s", "other_s", "other_share", *speedups, "accuracy",
         "baseline_accuracy", "lossless_unexcused", "lossless_excused",
     ]

@@ -118,8 +118,10 @@ def test_summary_rows_derive_from_step_rows(base_run):
     summary = t["summary"].set_index(CELL_KEYS)
     per_depth = [c for c in t["summary"] if c.startswith(("a_", "p_"))]  # as deep as drafts got accepted
     assert "a_1" in per_depth
-    for column in ("n_steps", "drafted", "accepted", "tau", "alpha", "rank1_faithful", *per_depth):
+    for column in ("n_steps", "drafted", "accepted", "tau", "alpha", "rank1_faithful", "draft_depth", *per_depth):
         pd.testing.assert_series_equal(summary[column], derived.loc[summary.index, column], check_dtype=False)
+    drafting = t["summary"][t["summary"]["drafter"] != "ar"]
+    assert drafting["draft_depth"].between(1, drafting["budget"] - 1).all()  # a tree's depth fits its budget
     by_request = t["steps"].groupby([*CELL_KEYS, "request"])["accepted"].agg(["sum", "size"])
     requests = t["requests"].set_index([*CELL_KEYS, "request"])
     assert (requests.loc[by_request.index, "accepted"] == by_request["sum"]).all()

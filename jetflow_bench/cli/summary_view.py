@@ -106,6 +106,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("a_1", "a_1", "share of steps that accepted at least one drafted token", _mean("a_1", 2)),
     *(Column(f"p_{d}", f"p_{d}", f"conditional acceptance at depth {d}: a_{d} / a_{d - 1}", _mean(f"p_{d}", 2))
       for d in range(2, 5)),
+    Column("depth", "depth", "mean depth of the drafted tree's deepest node over steps that drafted (1: first "
+           "tokens only)", _mean("draft_depth", 2)),
     Column("rank1", "rank1<=5nats", "share of steps whose top-ranked draft branch is within 5 nats of the "
            "target's greedy choices along it", _mean("rank1_faithful", 2)),
     Column("ece", "ECE", "calibration error of the drafter's node scores as acceptance probabilities", _mean("ece", 3)),
