@@ -2,7 +2,7 @@
 
     python cost_table.py RUN_FOLDER [--calibration CAL.json]
 
-Reads RUN_FOLDER/summary.csv (temperature 0) and prints a markdown table: per drafter, budget and
+Reads RUN_FOLDER/summary.csv (temperature 0) and prints a markdown table: per arm (drafter and options), budget and
 batch size, τ, the mean drafting / verify / other milliseconds per verify step and sequence (the
 batched steps' seconds over the per-sequence step count `n_steps`, so batch sizes compare per
 sequence), and the decode speed-up over AR with its 95% CI; the AR rows give the plain step. With
@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from jetflow_bench.arms import arm_label
+
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("run", type=Path)
 parser.add_argument("--calibration", type=Path)
@@ -23,14 +25,14 @@ args = parser.parse_args()
 
 summary = pd.read_csv(args.run / "summary.csv")
 cells = summary[summary["temperature"] == 0.0]
-print("| drafter | B | batch | τ | draft ms | verify ms | other ms | step ms | speed-up [95% CI] |")
+print("| arm | B | batch | τ | draft ms | verify ms | other ms | step ms | speed-up [95% CI] |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for row in cells.sort_values(["batch_size", "drafter", "budget"]).itertuples():
+for row in cells.sort_values(["batch_size", "drafter", "variant", "budget"]).itertuples():
     per_step = {k: 1e3 * getattr(row, k) / row.n_steps for k in ("draft_s", "verify_s", "other_s")}
     step = sum(per_step.values())
     speedup = (f"{row.speedup_decode_micro:.2f} [{row.speedup_decode_micro_lo:.2f}, {row.speedup_decode_micro_hi:.2f}]"
                if row.drafter != "ar" else "1")
-    print(f"| {row.drafter} | {row.budget} | {row.batch_size} | {row.tau:.2f} | {per_step['draft_s']:.2f} | {per_step['verify_s']:.2f} "
+    print(f"| {arm_label(row.drafter, row.variant)} | {row.budget} | {row.batch_size} | {row.tau:.2f} | {per_step['draft_s']:.2f} | {per_step['verify_s']:.2f} "
           f"| {per_step['other_s']:.2f} | {step:.2f} | {speedup} |")
 
 if args.calibration:
