@@ -77,7 +77,8 @@ def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None
         rank1_faithful    = #{steps: rank1_len > 0, rank1_gap ≤ FAITHFUL_NATS} / #{steps: rank1_len > 0}
                             (jetflow_bench.faithfulness; NaN without such steps or counters)
         draft_depth       = mean `depth` over the N_d rows that drafted (the tree's deepest node;
-                            1 = first tokens only; NaN if N_d = 0): where the budget went
+                            1 = first tokens only; NaN if N_d = 0 or for rows without the
+                            counter): where the budget went
         draft_passes, draft_entries, draft_flops, verify_flops = their means per step row
                             (NaN for rows recorded before these counters existed)
     D = `max_depth` if given (so several runs share columns) else the largest `accepted` in
@@ -90,16 +91,16 @@ def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None
     depth = most if max_depth is None else max_depth
     rows = steps.assign(
         slots=steps["budget"] - 1, drafting=steps["drafted"] > 0,
-        **{c: steps.get(c, np.nan) for c in ("accepted_raw", *COST_COLUMNS)},
+        **{c: steps.get(c, np.nan) for c in ("accepted_raw", "depth", *COST_COLUMNS)},
         ranked=steps.get("rank1_len", 0) > 0, faithful=(steps.get("rank1_len", 0) > 0)
         & (steps.get("rank1_gap", np.nan) <= FAITHFUL_NATS),
     )
-    rows["drafted_depth"] = rows["depth"].where(rows["drafting"], 0)
+    rows["drafted_depth"] = rows["depth"].where(rows["drafting"])  # NaN on steps that drafted nothing
     sums = _grouped(rows, keys).agg(
         n_steps=("accepted", "size"), drafted=("drafted", "sum"), accepted=("accepted", "sum"),
         accepted_raw=("accepted_raw", "sum"), emitted=("emitted", "sum"), slots=("slots", "sum"),
         drafting=("drafting", "sum"), ranked=("ranked", "sum"), faithful=("faithful", "sum"),
-        drafted_depth=("drafted_depth", "sum"), **{c: (c, "mean") for c in COST_COLUMNS},
+        draft_depth=("drafted_depth", "mean"), **{c: (c, "mean") for c in COST_COLUMNS},
     )
     # counts[k] = steps accepting exactly k; at_least[d] = steps accepting ≥ d (reverse cumsum).
     counts = (
@@ -122,7 +123,7 @@ def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None
         out[f"p_{d}"] = rate(at_least[:, d], at_least[:, d - 1])
     out["accept_hist"] = [json.dumps(row) for row in counts.to_numpy().tolist()]
     out["rank1_faithful"] = rate(sums["faithful"], sums["ranked"])
-    out["draft_depth"] = rate(sums["drafted_depth"], sums["drafting"])
+    out["draft_depth"] = sums["draft_depth"]
     return out.reset_index()
 
 

@@ -101,6 +101,7 @@ def test_draft_depth_averages_the_tree_depth_of_steps_that_drafted() -> None:
     assert acceptance_stats(steps, KEYS).iloc[0]["draft_depth"] == pytest.approx((1 + 3 + 2) / 3)
     ar = make_steps({0: [0, 0]}, drafted=0, budget=1, suite="s", drafter="ar", batch_size=1)
     assert math.isnan(acceptance_stats(ar, KEYS).iloc[0]["draft_depth"])
+    assert math.isnan(acceptance_stats(steps.drop(columns="depth"), KEYS).iloc[0]["draft_depth"])  # rows without it
 
 
 def test_old_step_rows_without_cost_counters_give_nan() -> None:
