@@ -94,8 +94,8 @@ def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None
         **{c: steps.get(c, np.nan) for c in ("accepted_raw", "depth", *COST_COLUMNS)},
         ranked=steps.get("rank1_len", 0) > 0, faithful=(steps.get("rank1_len", 0) > 0)
         & (steps.get("rank1_gap", np.nan) <= FAITHFUL_NATS),
+        drafted_depth=lambda r: r["depth"].where(r["drafting"]),  # NaN on steps that drafted nothing
     )
-    rows["drafted_depth"] = rows["depth"].where(rows["drafting"])  # NaN on steps that drafted nothing
     sums = _grouped(rows, keys).agg(
         n_steps=("accepted", "size"), drafted=("drafted", "sum"), accepted=("accepted", "sum"),
         accepted_raw=("accepted_raw", "sum"), emitted=("emitted", "sum"), slots=("slots", "sum"),

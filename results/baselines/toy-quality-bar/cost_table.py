@@ -2,10 +2,10 @@
 
     python cost_table.py RUN_FOLDER [--calibration CAL.json]
 
-Reads RUN_FOLDER/summary.csv (temperature 0) and prints a markdown table: per arm (drafter and options), budget and
-batch size, τ, the mean drafting / verify / other milliseconds per verify step and sequence (the
-batched steps' seconds over the per-sequence step count `n_steps`, so batch sizes compare per
-sequence), and the decode speed-up over AR with its 95% CI; the AR rows give the plain step. With
+Reads RUN_FOLDER/summary.csv (temperature 0) and prints a markdown table: per arm (drafter and
+options), budget and batch size, τ, the mean drafting / verify / other milliseconds per verify step
+and sequence (the batched steps' seconds over the per-sequence step count `n_steps`, so batch sizes
+compare per sequence), and the decode speed-up over AR with its 95% CI; the AR rows give the plain step. With
 --calibration (a `jfbench bench verify-cost` file), it also prints the batch-1 verify time at
 exactly N tree nodes.
 """
