@@ -286,6 +286,33 @@ def test_a_grown_grid_keeps_the_finished_cells(target, tmp_path):
     assert set(grown["budget"]) == {1, 4, 16} and json.loads((out / "manifest.json").read_text())["n_cells"] == 3
 
 
+def test_cells_timed_in_a_copy_of_the_folder_count_once_copied_back(target, tmp_path):
+    # The several-cores recipe of docs/robustness.md: one sweep writes a folder at a time, so arms run
+    # in copies of it and their cells are copied back. Bugs caught: a resume that re-runs a copied-back
+    # cell, or one that keeps a cell measured under other settings (here: fewer new tokens).
+    out, side, other = tmp_path / "run", tmp_path / "side", tmp_path / "other"
+    grid = ("--budgets", "4,16", "--batch-sizes", "1")
+    assert jfbench(*sweep_args(target, out, "--budgets", "4", "--batch-sizes", "1"))[0] == 0
+    shutil.copytree(out, side)
+    assert jfbench(*sweep_args(target, side, *grid))[0] == 0
+    for part in (side / "cells").glob("*__B16__*"):
+        shutil.copy2(part, out / "cells")
+    code, _, err = jfbench(*sweep_args(target, out, *grid))
+    assert code == 0 and "0 cell(s) run, 3 already done" in err, err
+    copied = pd.read_parquet(out / "requests.parquet").query("budget == 16").reset_index(drop=True)
+    timed = pd.read_parquet(side / "requests.parquet").query("budget == 16").reset_index(drop=True)
+    pd.testing.assert_frame_equal(copied, timed)  # the side folder's measurements, not a re-run
+
+    assert jfbench(*sweep_args(target, other, *grid, "--max-new-tokens", "8"))[0] == 0
+    for part in (other / "cells").glob("*__B16__*"):
+        shutil.copy2(part, out / "cells")
+    code, _, err = jfbench(*sweep_args(target, out, *grid))
+    assert code == 0 and "1 cell(s) run, 2 already done" in err, err
+    record = next((out / "cells").glob("*__B16__*.json")).read_text()
+    assert record != next((other / "cells").glob("*__B16__*.json")).read_text()  # re-timed under its own config
+    assert json.loads(record)["config_hash"] == json.loads(next((side / "cells").glob("*__B16__*.json")).read_text())["config_hash"]
+
+
 def test_temperature_axis_adds_sampled_cells_to_a_greedy_run(target, base_run, tmp_path):
     # Bugs caught: sampled cells paired with the greedy baseline, the temperature missing from rows,
     # a greedy run's finished cells re-run (or changed) when the axis grows, streams tied to batch rows.
