@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from jetflow_bench.cli import app
-from jetflow_bench.cli.output import TableFormat, TableFormatOpt, markdown, print_table, rich_table
+from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit, markdown, print_table, rich_table
 from jetflow_bench.cli.summary_view import LEGEND, SAMPLED, column_help, pick_columns, summary_rows
 from jetflow_bench.errors import JfbenchError
 
@@ -24,6 +24,7 @@ class ShowTable(str, Enum):
     summary = "summary"
     ablation = "ablation"
     cells = "cells"
+    tree = "tree"
 
 
 def compact_ablation(ablation: pd.DataFrame) -> pd.DataFrame:
@@ -51,7 +52,8 @@ def _read(run: Path, name: str) -> pd.DataFrame:
     """``name``.parquet, else (damaged) its .csv twin with a warning; an error naming the file if neither."""
     path = run / f"{name}.parquet"
     if not path.exists():
-        hint = "run `jfbench ablate`" if name == "ablation" else "no cell has finished yet"
+        hints = {"ablation": "run `jfbench ablate`", "nodes": "the run predates per-node rows: re-run it with --force"}
+        hint = hints.get(name, "no cell has finished yet")
         raise JfbenchError(f"{path} does not exist ({hint}): check the run folder")
     import pandas as pd
 
@@ -112,6 +114,53 @@ def _timed_apart(run: Path, manifest: dict) -> int:
     return len(timed_apart(cells, starts))
 
 
+DEEPEST_COLUMN = 12  # deeper nodes share one column, so a 255-token prompt-lookup chain fits a terminal
+
+
+def _tree_rows(shape: pd.DataFrame, what: str) -> list[dict[str, str]]:
+    """One row per arm: mean ``what`` (drafted or accepted) nodes per drafting step at each depth."""
+    from jetflow_bench.arms import arm_label
+    from jetflow_bench.budget_policy import budget_label
+
+    deepest = int(shape.loc[shape[what].ge(0.005), "depth"].max())  # depths no arm reaches once in 200 steps go
+    columns = [f"d{d}" for d in range(1, min(deepest, DEEPEST_COLUMN) + 1)]
+    deeper = f"d>{DEEPEST_COLUMN}" if deepest > DEEPEST_COLUMN else None
+    sampled = shape["temperature"].ne(0).any()
+    rows = []
+    for keys, g in shape.groupby(["suite", "drafter", "variant", "budget", "batch_size", "temperature"], sort=True):
+        suite, drafter, variant, budget, batch, temperature = keys
+        by_depth = g.groupby("depth")[what].sum() / g["repeat"].nunique()  # repeats pooled: their mean
+        steps = g.drop_duplicates("repeat")["steps"].sum()
+        row = {"suite": suite, "arm": arm_label(drafter, variant), "B": budget_label(budget), "batch": str(batch),
+               **({"T": f"{temperature:g}"} if sampled else {}), "steps": str(int(steps))}
+        row |= {c: _f(by_depth.get(d, 0.0), 2) for d, c in enumerate(columns, start=1)}
+        if deeper:
+            row[deeper] = _f(by_depth[by_depth.index > DEEPEST_COLUMN].sum(), 2)
+        rows.append(row)
+    return rows
+
+
+def _show_tree(run: Path, format: TableFormat) -> None:
+    from jetflow_bench.report.tree_shape import NODE_CAP, tree_shape
+
+    shape = tree_shape(_read(run, "nodes"))
+    if shape.empty:
+        raise JfbenchError(f"{run / 'nodes.parquet'} holds no drafted nodes: only drafters that score their nodes "
+                           "(the learned heads) record them")
+    if format in (TableFormat.csv, TableFormat.json):
+        emit(_records(shape), format)
+        return
+    for what in ("drafted", "accepted"):
+        title = f"{run.name}: {what} nodes per step, by tree depth"
+        rows = _tree_rows(shape, what)
+        if format == TableFormat.markdown:
+            print(f"**{title}**\n\n{markdown(rows)}\n")
+        else:
+            print_table(Console(), rich_table(rows, title, left=("suite", "arm")))
+    capped = f" (over a tree's first {NODE_CAP} nodes, the ones recorded)" if shape["budget"].gt(NODE_CAP).any() else ""
+    print(f"d1: first tokens; means over the verify steps that drafted, repeats pooled{capped}")
+
+
 WideOpt = Annotated[bool, typer.Option("--wide", help="Every column of the summary table (see the list above).")]
 ColumnsOpt = Annotated[
     str | None, typer.Option("--columns", help="Comma-separated columns to show after suite and arm, e.g. tau,alpha,tok_s.")
@@ -121,7 +170,8 @@ SHOW_HELP = f"""Print a run's summary (and ablation) as tables, or its rows as c
 table/markdown: one row per arm, repeats pooled. The default columns are suite, arm, budget, batch,
 tau, alpha, decode and diverged (and temperature when the run samples); --wide shows all of them,
 --columns picks some. csv/json: every column of summary.parquet (or --table ablation / cells), one
-row per cell, for scripts.
+row per cell, for scripts. --table tree, in every format: how each arm shaped its trees, as the
+mean drafted and accepted nodes per verify step at each depth (from nodes.parquet).
 
 Columns (--columns takes these names; docs/methodology.md defines each figure):
 
@@ -138,6 +188,8 @@ Examples:
     jfbench show results/qwen8b --format csv > summary.csv
 
     jfbench show results/ablate-head --format json --table ablation | jq '.[0]'
+
+    jfbench show results/qwen8b --table tree
 """
 
 
@@ -145,7 +197,9 @@ Examples:
 def show(
     run: Annotated[Path, typer.Argument(help="A run folder written by `jfbench sweep` or `jfbench ablate`.")],
     format: TableFormatOpt = TableFormat.table,
-    table: Annotated[ShowTable, typer.Option("--table", help="Which table csv/json print (all its columns).")] = ShowTable.summary,
+    table: Annotated[ShowTable, typer.Option(
+        "--table", help="Which table csv/json print (all its columns); tree: nodes per tree depth, in any format.",
+    )] = ShowTable.summary,
     wide: WideOpt = False,
     columns: ColumnsOpt = None,
 ) -> None:
@@ -161,6 +215,9 @@ def show(
         warn(f"{run / MANIFEST} is not valid JSON; going on without the run's provenance")
         manifest = {}
     warn_damaged_cells(run / "cells")
+    if table is ShowTable.tree:
+        _show_tree(run, format)
+        return
     if format in (TableFormat.csv, TableFormat.json):
         frame = _read(run, table.value)
         if format == TableFormat.csv:

@@ -18,6 +18,7 @@ from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import AUTO_COLUMN
 from jetflow_bench.calibration import calibration_by
 from jetflow_bench.metrics import DRAFT_COST_COLUMNS, baseline_stats, rate, summarize, tau
+from jetflow_bench.report.tree_shape import NODE_CAP
 from jetflow_bench.sweep.grid import CELL_KEYS, PAIR_KEYS, Cell
 from jetflow_bench.sweep.lossless import Verdict
 from jetflow_bench.sweep.runner import CellRun
@@ -38,10 +39,10 @@ CELL_COLUMNS = [
 ]
 CELL_EXTRAS = ["drafted_mean", "drafted_max", "budget_fill", "peak_mem_bytes", "engine", "baseline", "config_hash"]
 # One row per verified drafted node (root excluded) of drafters whose node scores are log-probs: the
-# acceptance calibration's raw data. At most NODE_CAP nodes per tree and step, the first in build
-# order, so the table at a budget <= NODE_CAP holds every node the drafter would have built there.
+# acceptance calibration's and the tree shape's raw data. At most NODE_CAP nodes per tree and step,
+# the first in build order, so the table at a budget <= NODE_CAP holds every node the drafter would
+# have built there.
 NODE_COLUMNS = [*CELL_KEYS, "request", "step", "node", "parent", "score", "accepted"]
-NODE_CAP = 256
 
 
 def prompt_hash(text: str) -> str:
