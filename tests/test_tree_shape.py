@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.report.tree_shape import node_depths, tree_shape
+from jetflow_bench.report.tree_shape import by_depth, node_depths, tree_shape
 from tests.conftest import benchmark_data_dir
 from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
 from tests.random_models import save_random_model
@@ -49,6 +49,18 @@ def test_shape_is_per_drafting_step_and_pools_nothing_across_cells():
     assert shape.loc[("jetflow", 2), ["drafted", "accepted"]].tolist() == [0.5, 0.5]
     assert shape.loc[("eagle", 1), ["drafted", "accepted", "steps"]].tolist() == [1.0, 1.0, 1]
     assert len(shape) == 3
+
+
+def test_by_depth_pools_repeats_and_folds_deep_nodes_into_one_column():
+    frame = pd.concat([
+        nodes([(0, 1, 0, True), (0, 2, 1, True), (1, 1, 0, False)], repeat=0),  # 2 steps: d1 1.0, d2 0.5
+        nodes([(0, 1, 0, True), (0, 2, 0, True), (0, 3, 0, False), (0, 4, 0, False)], repeat=1),  # 1 step: d1 4.0
+        nodes([(0, n, n - 1, False) for n in range(1, 16)], drafter="ngram"),  # a 15-token chain
+    ])
+    wide = by_depth(tree_shape(frame), "drafted").set_index("drafter")
+    assert wide.loc["jetflow", ["steps", "d1", "d2"]].tolist() == [3, 2.5, 0.25]  # the repeats' mean
+    assert wide.loc["ngram", "d12"] == 1 and wide.loc["ngram", "d>12"] == 3 and wide.loc["jetflow", "d>12"] == 0
+    assert [c for c in wide.columns if c.startswith("d")][-2:] == ["d12", "d>12"]
 
 
 @pytest.mark.parametrize(
@@ -88,6 +100,16 @@ def test_show_tree_agrees_with_the_step_counters(learned_heads, micro_target, tm
     code, text, _ = cli("show", str(out), "--table", "tree", "--format", "markdown")
     assert code == 0 and text.count("| gsm8k | jetflow | 8 | 1 |") == 2  # drafted and accepted, repeats pooled
     assert "**run: accepted nodes per step, by tree depth**" in text and "repeats pooled" in text
+
+    html = tmp_path / "report.html"
+    code, _, err = cli("report", str(out), "--out", str(html))
+    assert code == 0 and "How the trees were shaped" in html.read_text(), err
+    nodes_file = out / "nodes.parquet"
+    nodes_file.write_bytes(nodes_file.read_bytes()[:200])  # a half-copied file: readers warn and go on
+    code, _, err = cli("report", str(out), "--out", str(html))
+    assert code == 0 and "nodes.parquet is unreadable" in err and "How the trees were shaped" not in html.read_text()
+    code, text, err = cli("show", str(out), "--table", "tree")
+    assert code == 2 and text == "" and err.count("\n") == 1 and "re-run the sweep (the same command)" in err
 
 
 def test_show_tree_without_drafted_nodes_is_one_line(tmp_path: Path, cli):

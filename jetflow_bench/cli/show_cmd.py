@@ -114,30 +114,18 @@ def _timed_apart(run: Path, manifest: dict) -> int:
     return len(timed_apart(cells, starts))
 
 
-DEEPEST_COLUMN = 12  # deeper nodes share one column, so a 255-token prompt-lookup chain fits a terminal
-
-
 def _tree_rows(shape: pd.DataFrame, what: str) -> list[dict[str, str]]:
     """One row per arm: mean ``what`` (drafted or accepted) nodes per drafting step at each depth."""
     from jetflow_bench.arms import arm_label
     from jetflow_bench.budget_policy import budget_label
+    from jetflow_bench.report.tree_shape import ARM, by_depth
 
-    deepest = int(shape.loc[shape[what].ge(0.005), "depth"].max())  # depths no arm reaches once in 200 steps go
-    columns = [f"d{d}" for d in range(1, min(deepest, DEEPEST_COLUMN) + 1)]
-    deeper = f"d>{DEEPEST_COLUMN}" if deepest > DEEPEST_COLUMN else None
-    sampled = shape["temperature"].ne(0).any()
-    rows = []
-    for keys, g in shape.groupby(["suite", "drafter", "variant", "budget", "batch_size", "temperature"], sort=True):
-        suite, drafter, variant, budget, batch, temperature = keys
-        by_depth = g.groupby("depth")[what].sum() / g["repeat"].nunique()  # repeats pooled: their mean
-        steps = g.drop_duplicates("repeat")["steps"].sum()
-        row = {"suite": suite, "arm": arm_label(drafter, variant), "B": budget_label(budget), "batch": str(batch),
-               **({"T": f"{temperature:g}"} if sampled else {}), "steps": str(int(steps))}
-        row |= {c: _f(by_depth.get(d, 0.0), 2) for d, c in enumerate(columns, start=1)}
-        if deeper:
-            row[deeper] = _f(by_depth[by_depth.index > DEEPEST_COLUMN].sum(), 2)
-        rows.append(row)
-    return rows
+    wide = by_depth(shape, what)
+    sampled = wide["temperature"].ne(0).any()
+    depths = [c for c in wide.columns if c not in (*ARM, "steps")]
+    return [{"suite": r["suite"], "arm": arm_label(r["drafter"], r["variant"]), "B": budget_label(r["budget"]),
+             "batch": str(r["batch_size"]), **({"T": f"{r['temperature']:g}"} if sampled else {}),
+             "steps": str(int(r["steps"])), **{c: _f(r[c], 2) for c in depths}} for r in wide.to_dict("records")]
 
 
 def _show_tree(run: Path, format: TableFormat) -> None:

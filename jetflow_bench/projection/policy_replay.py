@@ -42,7 +42,7 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.project import _cells, _specs, head_info
 from jetflow_bench.projection.shapes import head_shape
-from jetflow_bench.report.loading import Run
+from jetflow_bench.report.loading import REBUILD, Run
 
 ARM = ["suite", "drafter", "variant"]
 
@@ -115,13 +115,13 @@ def replay_run(
 ) -> tuple[pd.DataFrame, list[str]]:
     """The policy replay table: per suite × drafter × variant × batch size, one row per static
     candidate and one for `auto`, with `best_static` and `auto_vs_best_static` (speed-up ratio)."""
-    path = run.path / "nodes.parquet"
-    if not path.is_file():
+    nodes = run.nodes
+    if nodes is None:
         raise JfbenchError(
-            f"run {str(run.path)!r} has no nodes.parquet (per-node scores and acceptance): re-run the sweep with "
-            "this jfbench and a drafter whose node scores are log-probs (eagle, dflash, jetflow)"
+            f"run {str(run.path)!r} has no readable nodes.parquet (per-node scores and acceptance): re-run the sweep "
+            "with this jfbench and a drafter whose node scores are log-probs (eagle, dflash, jetflow); a damaged "
+            f"file: {REBUILD}"
         )
-    nodes = pd.read_parquet(path)
     cells = _cells(run)
     cells = cells[cells["budget"] != AUTO_COLUMN]
     specs, rows, notes = _specs(run), [], []

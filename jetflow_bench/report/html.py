@@ -26,6 +26,7 @@ from jetflow_bench.report.tables import (
     headline,
     manifest_items,
     quality_table,
+    shape_table,
     summary_table,
 )
 
@@ -49,6 +50,7 @@ class RunSection:
     skipped: list[Skipped]  # figures with nothing to show in this run, each with its reason
     summary: Table
     depth: Table  # a_1, conditional p_2..p_4, rank-1 faithfulness per drafting cell
+    shape: Table  # drafted nodes per step at each tree depth, per arm (empty without node rows)
     quality: Table
     divergent: Table  # cells with unexcused divergences (empty table when none)
     divergences: Table | None  # the divergent requests with their positions, when requests.parquet has them
@@ -79,6 +81,7 @@ def _section(run: Run, first: Run | None) -> RunSection:
         skipped=skipped,
         summary=summary_table(run),
         depth=depth_table(run),
+        shape=shape_table(run),
         quality=quality_table(run),
         divergent=frame_table(divergent_cells(run)),
         divergences=None if divergences is None or divergences.empty else frame_table(divergences.head(50)),

@@ -114,6 +114,19 @@ class Run:
         bad = requests[~requests["lossless"].astype(bool) & ~requests["excused"].astype(bool)]
         return bad[columns].reset_index(drop=True)
 
+    @cached_property
+    def nodes(self) -> pd.DataFrame | None:
+        """The verified trees' node rows (sweep.tables.NODE_COLUMNS); None when the run has none or
+        the file is damaged (warned about once: the figures and tables built on it are left out)."""
+        path = self.path / "nodes.parquet"
+        if not path.is_file():
+            return None
+        try:
+            return with_cell_keys(pd.read_parquet(path))
+        except READ_ERRORS as err:
+            warn(f"{path} is unreadable ({reason(err)}); going on without the node rows")
+            return None
+
     def cells(self, drafters: bool = True) -> pd.DataFrame:
         """Summary rows of the default variant; `drafters=False` keeps only the AR baseline."""
         rows = self.summary[self.summary["variant"] == DEFAULT_VARIANT]

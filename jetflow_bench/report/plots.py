@@ -361,11 +361,9 @@ def projected_speedup(run: Run) -> ReportFigure | None:
 def reliability_diagram(run: Run) -> ReportFigure | None:
     """Predicted (exp of the node's cumulative draft log-prob) vs observed acceptance per score bin,
     one panel per drafter (default variant; all suites, budgets, batch sizes and repeats pooled)."""
-    path = run.path / "nodes.parquet"
-    if not path.is_file():
+    if run.nodes is None:
         return None
-    nodes = pd.read_parquet(path, columns=["drafter", "variant", "score", "accepted"])
-    nodes = nodes[nodes["variant"] == "default"]
+    nodes = run.nodes[run.nodes["variant"] == "default"]
     if nodes.empty:
         return None
     drafters = drafter_order(nodes["drafter"].unique())

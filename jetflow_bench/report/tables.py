@@ -15,8 +15,11 @@ import pandas as pd
 
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import budget_label
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.integrity import warn
 from jetflow_bench.report.loading import CELL_KEYS, SAMPLED_LOSSLESS, SPEEDUP, Run, align
 from jetflow_bench.report.palette import drafter_color, drafter_order
+from jetflow_bench.report.tree_shape import by_depth, tree_shape
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,19 @@ def depth_table(run: Run, depths: int = 4) -> Table:
     wanted = ["a_1", *(f"p_{d}" for d in range(2, depths + 1)), "rank1_faithful"]
     frame = summary[[*CELL_KEYS, *(c for c in wanted if c in summary)]]
     return frame_table(frame.sort_values(list(CELL_KEYS)))
+
+
+def shape_table(run: Run) -> Table:
+    """Drafted nodes per step at each tree depth, one row per arm (`jetflow_bench.report.tree_shape`);
+    empty when the run has no readable node rows (`Run.nodes` warns about a damaged file)."""
+    if run.nodes is None:
+        return Table([])
+    try:
+        shape = tree_shape(run.nodes)
+    except JfbenchError as err:
+        warn(f"{err}; the report shows no tree shapes")
+        return Table([])
+    return frame_table(by_depth(shape, "drafted")) if len(shape) else Table([])
 
 
 def divergent_cells(run: Run) -> pd.DataFrame:

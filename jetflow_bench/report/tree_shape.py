@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.report.loading import CELL_KEYS
+from jetflow_bench.report.loading import CELL_KEYS, REBUILD
 
 NODE_CAP = 256  # nodes.parquet keeps at most this many nodes of a tree, root included (sweep.tables)
 CELL = [*CELL_KEYS]  # pandas reads a tuple of keys as one key
@@ -43,7 +43,7 @@ def node_depths(nodes: pd.DataFrame) -> np.ndarray:
 
 
 def _damaged(problem: str) -> JfbenchError:
-    return JfbenchError(f"nodes.parquet is damaged ({problem}): re-run the sweep with --force")
+    return JfbenchError(f"nodes.parquet is damaged ({problem}): {REBUILD}")
 
 
 def tree_shape(nodes: pd.DataFrame) -> pd.DataFrame:
@@ -56,3 +56,25 @@ def tree_shape(nodes: pd.DataFrame) -> pd.DataFrame:
     shape = counts.join(steps, on=CELL).reset_index()
     shape[["drafted", "accepted"]] = shape[["drafted", "accepted"]].div(shape["steps"], axis=0)
     return shape
+
+
+ARM = ["suite", "drafter", "variant", "budget", "batch_size", "temperature"]
+DEEPEST_COLUMN = 12  # deeper nodes share one column, so a 255-token prompt-lookup chain fits a table
+
+
+def by_depth(shape: pd.DataFrame, what: str) -> pd.DataFrame:
+    """One row per arm (repeats pooled: their mean), ``steps`` then the mean ``what`` ("drafted" or
+    "accepted") nodes per step at depths 1..12 as columns d1..d12, and d>12 for any deeper ones.
+    Depths that no arm reaches once in 200 steps are left out."""
+    repeats = shape.groupby(ARM)["repeat"].nunique()
+    steps = shape.drop_duplicates([*ARM, "repeat"]).groupby(ARM)["steps"].sum()
+    table = shape.pivot_table(index=ARM, columns="depth", values=what, aggfunc="sum", fill_value=0.0)
+    table = table.div(repeats, axis=0)
+    reached = table.columns[table.ge(0.005).any()]
+    deepest = int(reached.max()) if len(reached) else 1
+    wide = pd.DataFrame({"steps": steps})
+    for depth in range(1, min(deepest, DEEPEST_COLUMN) + 1):
+        wide[f"d{depth}"] = table.get(depth, 0.0)
+    if deepest > DEEPEST_COLUMN:
+        wide[f"d>{DEEPEST_COLUMN}"] = table.loc[:, table.columns > DEEPEST_COLUMN].sum(axis=1)
+    return wide.reset_index()
