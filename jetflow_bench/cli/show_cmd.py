@@ -133,8 +133,8 @@ def _show_tree(run: Path, format: TableFormat) -> None:
 
     shape = tree_shape(_read(run, "nodes"))
     if shape.empty:
-        raise JfbenchError(f"{run / 'nodes.parquet'} holds no drafted nodes: only drafters that score their nodes "
-                           "(the learned heads) record them")
+        raise JfbenchError(f"{run / 'nodes.parquet'} holds no drafted nodes: they are recorded for drafters that "
+                           "score nodes by log-prob (eagle, dflash, jetflow) on the hf engine")
     if format in (TableFormat.csv, TableFormat.json):
         emit(_records(shape), format)
         return
