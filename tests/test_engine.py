@@ -4,12 +4,14 @@ import math
 import random
 
 import pytest
+import torch
 
 from drafters import DRAFTERS
 from drafters.oracle import OracleDrafter
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
 from tests.random_models import random_model
 
@@ -29,7 +31,7 @@ def repetitive_prompts(n: int, seed: int = 0) -> list[list[int]]:
     return prompts
 
 
-@pytest.mark.parametrize("budget", [1, 16, 64])
+@pytest.mark.parametrize("budget", [1, 3, 16, 64])  # 3: a CPU verifies its trees padded to 4 rows
 @pytest.mark.parametrize("batch_size", [1, 4])
 def test_ngram_is_lossless(runner, budget, batch_size):
     prompts = repetitive_prompts(8)
@@ -59,6 +61,22 @@ def test_oracle_reaches_the_budget_limited_maximum(runner, budget):
     for r in result.requests:  # 1 token from prefill, then `budget` tokens per verify step
         assert r.steps == math.ceil((len(r.output_tokens) - 1) / budget)
     assert all(s.accepted == s.drafted for s in result.steps)
+
+
+def test_cpu_verifies_two_or_three_nodes_as_four_rows(runner):
+    # Bugs caught: padding rows that change the real rows' logits (a padding node seen as an ancestor),
+    # a cache too small for the padded rows, and padding where it does not pay (plain decoding, batches).
+    assert [runner.tree_width(b) for b in (1, 2, 3, 4, 16)] == [1, 4, 4, 4, 16]
+    assert runner.verify_rows(2, batch=2) == 2 and runner.verify_rows(1, batch=1) == 1
+    prompt = [5, 6, 7, 8, 9]
+    runner.prefill([prompt], capacity=len(prompt) + runner.tree_width(3))
+    try:
+        tree = DraftTree([9, 11, 12], [-1, 0, 1])
+        padded, exact = runner.prepare([tree]), runner.prepare([tree], min_rows=1)
+        assert padded.valid[0].tolist() == [True, True, True, False] and exact.tokens.shape[1] == 3
+        torch.testing.assert_close(runner.forward(padded).logits[0, :3], runner.forward(exact).logits[0])
+    finally:
+        runner.release()
 
 
 def test_counts_obey_the_stop_rule_on_the_final_step(runner):

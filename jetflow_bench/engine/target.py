@@ -37,6 +37,11 @@ from jetflow_bench.kernels.mask import TreeMask
 from jetflow_bench.runtime import resolve_device, resolve_dtype
 from jetflow_bench.targets import resolve_target
 
+# CPU BLAS (MKL in torch's wheels) multiplies 2 or 3 rows as that many matrix-vector products,
+# which on the CPUs measured costs more than a 4-row product (the 49k-row LM head of SmolLM2: 51 and
+# 72 ms against 37 ms). So an eager batch-1 verify of 2-3 nodes runs padded to this many rows.
+CPU_MIN_ROWS = 4
+
 # The tap that reads the token embeddings (the input of layer 0); tap i >= 0 is layer i's output.
 # EAGLE-3 heads name layer inputs, so their aux layer 0 is this tap.
 EMBEDDING_TAP = -1
@@ -189,9 +194,15 @@ class TargetRunner:
         """ONE forward over every row's tree (tree-causal mask, positions = length + depth)."""
         return self.forward(self.prepare(trees), taps)
 
-    def prepare(self, trees: Sequence[DraftTree]) -> PreparedTrees:
-        """Pad the trees and build masks, slots and positions (engine work, not model work)."""
-        return self._prepare(trees, static=self.static is not None)
+    def prepare(self, trees: Sequence[DraftTree], min_rows: int | None = None) -> PreparedTrees:
+        """Pad the trees and build masks, slots and positions (engine work, not model work).
+
+        ``min_rows``: eager only, pad to at least this many nodes (None: `verify_rows`' choice)."""
+        if self.static is not None:
+            return self._prepare(trees, static=True)
+        if min_rows is None:
+            min_rows = self.verify_rows(max(len(t) for t in trees), len(trees))
+        return self._prepare(trees, static=False, min_width=min_rows)
 
     def check_layer_loop(self, tolerance: float = 0.1) -> None:
         """Refuse a model whose own forward the engine's layer loop does not reproduce.
@@ -216,7 +227,13 @@ class TargetRunner:
 
     def tree_width(self, budget: int) -> int:
         """Cache slots a tree of ``budget`` nodes occupies while verified (its bucket when compiled)."""
-        return budget if self.static is None else tree_bucket(budget)
+        return self.verify_rows(budget, batch=1) if self.static is None else tree_bucket(budget)
+
+    def verify_rows(self, nodes: int, batch: int) -> int:
+        """Rows an eager verify of ``nodes``-node trees runs: at least `CPU_MIN_ROWS` on a CPU at
+        batch 1 once a tree has drafted anything (plain decoding keeps its one row)."""
+        small = self.device.type == "cpu" and batch == 1 and 1 < nodes < CPU_MIN_ROWS
+        return CPU_MIN_ROWS if small else nodes
 
     def warm_up(self, batch: int, budget: int, capacity: int, taps: Sequence[int] = ()) -> float:
         """Compiled: run every shape a decode of ``batch`` rows at ``budget`` can meet, on the
@@ -263,11 +280,11 @@ class TargetRunner:
         cache.commit([range(len(p)) for p in prompts])
         return out
 
-    def _prepare(self, trees: Sequence[DraftTree], static: bool) -> PreparedTrees:
+    def _prepare(self, trees: Sequence[DraftTree], static: bool, min_width: int = 1) -> PreparedTrees:
         cache = self._require_cache()
         if len(trees) != cache.batch:
             raise ValueError(f"{len(trees)} trees for a batch of {cache.batch} rows")
-        tokens, parents, depths, valid = (t.to(self.device) for t in pad_trees(trees))
+        tokens, parents, depths, valid = (t.to(self.device) for t in pad_trees(trees, min_width=min_width))
         n = tokens.shape[1]
         width = tree_bucket(n) if static else n
         lengths = torch.tensor(cache.lengths, device=self.device)  # (B,)

@@ -106,13 +106,15 @@ class DraftTree:
         return path[::-1]
 
 
-def pad_trees(trees: Sequence[DraftTree], pad_token: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stack ragged trees into padded tensors.
+def pad_trees(
+    trees: Sequence[DraftTree], pad_token: int = 0, min_width: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stack ragged trees into padded tensors, at least ``min_width`` nodes wide.
 
     Returns tokens, parents, depths (each (B, N_max) long) and valid (B, N_max) bool. Padding nodes
     get parent -1 and depth 0, and are masked out of everything by ``valid``.
     """
-    n_max = max(len(t) for t in trees)
+    n_max = max(min_width, *(len(t) for t in trees))
     # One tensor construction per field from padded Python lists (per-row tensors cost more).
     tokens = torch.tensor([t.tokens + [pad_token] * (n_max - len(t)) for t in trees], dtype=torch.long)
     parents = torch.tensor([t.parents + [-1] * (n_max - len(t)) for t in trees], dtype=torch.long)
