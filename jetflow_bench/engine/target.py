@@ -38,8 +38,9 @@ from jetflow_bench.runtime import resolve_device, resolve_dtype
 from jetflow_bench.targets import resolve_target
 
 # CPU BLAS (MKL in torch's wheels) multiplies 2 or 3 rows as that many matrix-vector products,
-# which on the CPUs measured costs more than a 4-row product (the 49k-row LM head of SmolLM2: 51 and
-# 72 ms against 37 ms). So an eager batch-1 verify of 2-3 nodes runs padded to this many rows.
+# which on the CPUs measured costs more than a 4-row product (results/baselines/smollm2/
+# row_padding.py times a verify both ways). So an eager batch-1 verify of 2-3 nodes runs padded to
+# this many rows.
 CPU_MIN_ROWS = 4
 
 # The tap that reads the token embeddings (the input of layer 0); tap i >= 0 is layer i's output.
