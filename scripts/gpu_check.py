@@ -4,8 +4,10 @@ Parts, each with its own time limit and log, in this order (about 7.5 minutes of
 
   preflight     Python packages, the checkout, CUDA, the deep target, its heads and the prompts
   kernels       Triton / flex tree-attention tests on CUDA, then `bench kernels` (bf16) against SDPA
-  compile-8b    eager vs compiled AR step and verify (N = 1/16/64/256, bf16) on a Qwen3-8B-shaped
-                model built from its config with random weights (timing needs shapes, not weights)
+  compile-8b    a Qwen3-8B-shaped model built from its config with random weights (timing needs
+                shapes, not weights), bf16: first its verify-cost calibration (N = 1/4/16/64/256, batch
+                1/4/8, the file `jfbench project RUN --target-config qwen3-8b --calibration` reads),
+                then eager vs compiled AR step and verify (N = 1/16/64/256)
   compile-deep  `jfbench bench compile` on the deep target (forwards at batch 1 and 8, AR decodes)
   baseline      `jfbench bench baseline` vs transformers generate, eager and --compile
   sweep         ngram, jetflow, dflash, eagle on deep, B = 16/64/256, batch 1 and 8, --strict
@@ -16,6 +18,9 @@ The machine reaches no registry: nothing is installed, the checkout runs through
 missing piece stops the run in the preflight; a part over its limit is killed and marked FAIL.
 ``--dry-run`` (on a CPU) runs every part up to its first CUDA call: CLI parts must stop with the
 "asked for a GPU" error, the 8B part builds its config and stops before allocating weights.
+``--rehearse`` (on a CPU) runs every part to its end on the CPU in float32, with the 8B config shrunk
+to two small layers, short decodes and few prompts: it catches what fails past the first CUDA call,
+which a dry run cannot see, before a lent GPU's minutes are spent on it. Its numbers mean nothing.
 """
 
 from __future__ import annotations
@@ -34,13 +39,16 @@ JFBENCH = [sys.executable, "-c", "import sys; sys.argv[0] = 'jfbench'; from jetf
 PACKAGES = ("torch", "transformers", "triton", "typer", "rich", "pandas", "pyarrow", "scipy", "matplotlib")
 HEADS = ("jetflow", "dflash", "eagle")
 NO_GPU = "asked for a GPU but none is available"  # jetflow_bench.runtime.resolve_device's error
-DRY_RUN_SLACK = 10  # a dry run's limits are this many times the GPU's: a loaded 2-core CPU imports slowly
+DRY_RUN_SLACK = 10  # a dry run's or rehearsal's limits are this many times the GPU's: a loaded 2-core CPU is slow
 LIMITS = {"preflight": 20, "kernels": 60, "compile-8b": 150, "compile-deep": 45, "baseline": 45, "sweep": 100,
           "projection": 40}
 # Qwen3-8B's published config.json (the fields that set the shapes and the attention)
 QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
                 rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=False)
+# the rehearsal's stand-in: the same config with two small layers (the code path, not the cost)
+QWEN3_8B_SHRUNK = {**QWEN3_8B, "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
 
 
 class Check:
@@ -54,12 +62,14 @@ class Check:
                     "OMP_WAIT_POLICY": "PASSIVE",
                     "TORCH_LOGS": "perf_hints"}  # the logs then say when and why CUDA graphs were skipped
         self.env.pop("TRITON_INTERPRET", None)  # compiled kernels, not the interpreter
+        if args.rehearse:
+            self.env.update(TRITON_INTERPRET="1", JFBENCH_TEST_DEVICE="cpu")  # a CPU runs Triton interpreted
 
     def run(self, part: str, commands: list[list[str]]) -> None:
         """Run a part's commands in order under its time limit. In a dry run a command passes when it
         succeeds (it needed no GPU) and the part ends at the first one that stops at the GPU check."""
         began, log = time.perf_counter(), self.out / f"{part}.log"
-        limit = LIMITS[part] * (DRY_RUN_SLACK if self.args.dry_run else 1)
+        limit = LIMITS[part] * (DRY_RUN_SLACK if self.args.dry_run or self.args.rehearse else 1)
         status = "ok"
         with log.open("w") as sink:
             for command in commands:
@@ -102,7 +112,7 @@ def preflight(args: argparse.Namespace) -> list[str]:
     problems += [f"--heads {heads}: no {name}/config.json" for name in HEADS if not (heads / name / "config.json").is_file()]
     if not data.is_dir():
         problems.append(f"--data-dir {data} is not a folder (it needs the GSM8K prompts)")
-    if not args.dry_run:
+    if not (args.dry_run or args.rehearse):
         import torch
 
         if not torch.cuda.is_available():
@@ -114,22 +124,31 @@ def preflight(args: argparse.Namespace) -> list[str]:
 
 EIGHT_B = """
 import json, sys, torch
+from pathlib import Path
 from transformers import Qwen3Config, Qwen3ForCausalLM
 from jetflow_bench.bench_compile import DecodeArm, compare_decodes, compare_forwards
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.projection.measure import measure
+from jetflow_bench.projection.shapes import shape_from_config
+from jetflow_bench.projection.verify_cost import write_calibration
 config = Qwen3Config(**json.loads(sys.argv[1]))
 print('config ok: layers', config.num_hidden_layers, 'hidden', config.hidden_size, 'vocab', config.vocab_size)
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import resolve_device
+device = 'cpu' if sys.argv[2] == 'rehearse' else 'cuda'
 try:
-    resolve_device('cuda')  # the first CUDA call: on a CPU (the dry run) the 'asked for a GPU' error
+    resolve_device(device)  # the first CUDA call: on a CPU (the dry run) the 'asked for a GPU' error
 except JfbenchError as err:
     print(f'error: {err}')
     sys.exit(2)
-with torch.device('cuda'):
+with torch.device(device):
     model = Qwen3ForCausalLM(config).to(torch.bfloat16)
 eager = TargetRunner(model, None, 'qwen3-8b-random')
+shape = shape_from_config(config.to_dict(), 'qwen3-8b')
+# context 171: the SmolLM2 runs' committed tokens per sequence (mean prompt + half the new tokens)
+write_calibration(Path(sys.argv[3]), measure(eager, shape, [1, 4, 16, 64, 256], [1, 4, 8], 171, 10))
+print('calibration written:', sys.argv[3], flush=True)
 compiled = TargetRunner(model, None, 'qwen3-8b-random', compile=True)
 forwards, fc = compare_forwards(eager, compiled, [1, 16, 64, 256], [1], context=1024, repeats=10)
 prompts = torch.randint(0, config.vocab_size, (1, 512)).tolist()
@@ -149,6 +168,8 @@ def main() -> int:
                         help="benchmark data folder (GSM8K prompts)")
     parser.add_argument("--out", default=os.environ.get("GPU_CHECK_OUT", "results/gpu-check"))
     parser.add_argument("--dry-run", action="store_true", help="on a CPU: every part up to its first CUDA call")
+    parser.add_argument("--rehearse", action="store_true",
+                        help="on a CPU: every part to its end on the CPU, shrunk (catches what a dry run cannot)")
     args = parser.parse_args()
     for name in ("deep", "heads", "data_dir"):
         setattr(args, name, str(Path(getattr(args, name)).resolve()))
@@ -160,24 +181,28 @@ def main() -> int:
     print(f"[{time.perf_counter() - check.start:6.1f} s] preflight: {check.status['preflight'][0]}", flush=True)
     if problems:
         return finish(check)
-    cuda = ["--device", "cuda", "--dtype", "bfloat16"]
+    cuda = ["--device", "cpu", "--dtype", "float32"] if args.rehearse else ["--device", "cuda", "--dtype", "bfloat16"]
+    tokens, prompts = ("16", "2") if args.rehearse else ("128", "8")  # new tokens per decode, sweep prompts
+    prefix = "64" if args.rehearse else "1024"
     check.run("kernels", [
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "tests/test_kernels.py",
-         "tests/test_kernels_mask.py", *(["--collect-only"] if args.dry_run else [])],
+         "tests/test_kernels_mask.py", *(["--collect-only"] if args.dry_run or args.rehearse else [])],
         [*JFBENCH, "bench", "kernels", *cuda, "--backends", "sdpa,triton,flex", "--tree-sizes", "16,64,256",
-         "--prefix-lens", "1024", "--batch-sizes", "1,8", "--format", "json"],
+         "--prefix-lens", prefix, "--batch-sizes", "1,8", "--format", "json"],
     ])
-    check.run("compile-8b", [check.python(EIGHT_B, json.dumps(QWEN3_8B), "dry" if args.dry_run else "run")])
+    mode = "dry" if args.dry_run else "rehearse" if args.rehearse else "run"
+    eight_b = QWEN3_8B_SHRUNK if args.rehearse else QWEN3_8B
+    check.run("compile-8b", [check.python(EIGHT_B, json.dumps(eight_b), mode, str(out / "verify-cost-qwen3-8b.json"))])
     check.run("compile-deep", [[*JFBENCH, "bench", "compile", "--target", deep, *cuda, "--sizes", "16,64,256",
-                                "--batch-sizes", "1,8", "--max-new-tokens", "128", "--format", "json"]])
+                                "--batch-sizes", "1,8", "--max-new-tokens", tokens, "--format", "json"]])
     baseline = [*JFBENCH, "bench", "baseline", "--target", deep, *cuda, "--batch-sizes", "1,8", "--pairs", "3",
-                "--max-new-tokens", "128", "--format", "json"]
+                "--max-new-tokens", tokens, "--format", "json"]
     check.run("baseline", [baseline, [*baseline, "--compile"]])
     drafters = ",".join(["ngram", *(f"{name}={heads}/{name}" for name in HEADS)])
     check.run("sweep", [[*JFBENCH, "sweep", "--target", deep, "--drafters", drafters, "--suites", "gsm8k",
-                         "--budgets", "16,64,256", "--batch-sizes", "1,8", "--limit", "8", "--max-new-tokens", "128",
+                         "--budgets", "16,64,256", "--batch-sizes", "1,8", "--limit", prompts, "--max-new-tokens", tokens,
                          "--repeats", "1", *cuda, "--strict", "--force", "--no-progress", "--out", str(out / "sweep")]])
-    hardware = "h200" if "H200" in gpu_name(args.dry_run) else "h100-sxm"
+    hardware = "h200" if "H200" in gpu_name(args.dry_run or args.rehearse) else "h100-sxm"
     check.run("projection", [
         [*JFBENCH, "bench", "verify-cost", "--target", deep, *cuda, "--sizes", "1,16,64,256", "--batch-sizes", "1,8",
          "--repeats", "10", "--out", str(out / "verify-cost.json")],
@@ -190,8 +215,8 @@ def main() -> int:
     return finish(check)
 
 
-def gpu_name(dry_run: bool) -> str:
-    if dry_run:
+def gpu_name(on_cpu: bool) -> str:
+    if on_cpu:
         return ""
     import torch
 
@@ -201,7 +226,7 @@ def gpu_name(dry_run: bool) -> str:
 def finish(check: Check) -> int:
     lines = ["| part | status | seconds |", "|---|---|---|"]
     lines += [f"| {part} | {status} | {seconds:.1f} |" for part, (status, seconds) in check.status.items()]
-    lines.append(f"\n{time.perf_counter() - check.start:.0f} s in all; mode: {'dry run' if check.args.dry_run else 'GPU'}")
+    lines.append(f"\n{time.perf_counter() - check.start:.0f} s in all; mode: {'dry run' if check.args.dry_run else 'CPU rehearsal' if check.args.rehearse else 'GPU'}")
     (check.out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0 if all(s.startswith(("ok", "dry-run ok")) for s, _ in check.status.values()) else 1

@@ -260,17 +260,19 @@ def test_report_gains_the_projected_figure_only_after_project(tmp_path: Path):
 
 @pytest.mark.slow
 def test_verify_cost_writes_a_calibration_that_project_accepts_for_its_target(tmp_path: Path, cli):
-    # Bug caught: the file's target identity not matching what `project --target-config FOLDER`
-    # resolves for the same model (every calibrated projection would then be refused).
+    # Bugs caught: the file's target identity not matching what `project --target-config FOLDER`
+    # resolves for the same model (every calibrated projection would then be refused); a second batch
+    # size's prefill while the first batch is still live (it raised, so only --batch-sizes 1 worked).
     from tests.random_models import save_random_model
 
     model = save_random_model(tmp_path / "tiny")
     out = tmp_path / "cal.json"
-    code, _, err = cli("bench", "verify-cost", "--target", str(model), "--sizes", "4", "--batch-sizes", "1",
+    code, _, err = cli("bench", "verify-cost", "--target", str(model), "--sizes", "4", "--batch-sizes", "1,2",
                        "--context", "16", "--repeats", "3", "--device", "cpu", "--out", str(out))
     assert code == 0, err
     cal = load_calibration(out)
-    assert [p["tokens"] for p in cal.points] == [1, 4] and all(p["verify_s"] > 0 for p in cal.points)
+    assert [(p["batch"], p["tokens"]) for p in cal.points] == [(1, 1), (1, 4), (2, 1), (2, 4)]
+    assert all(p["verify_s"] > 0 for p in cal.points)
     built, name = build_cost_model(None, str(model), None, out, None)
     assert name == "cpu-here" and built.ar_s(1) > 0
 

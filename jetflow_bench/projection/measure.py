@@ -70,21 +70,10 @@ def measure(
     for b in batch_sizes:
         prompts = torch.randint(0, vocab, (b, context), generator=generator).tolist()
         runner.prefill(prompts, capacity=context + max(sizes))
-        forwards, steps = [], []
-        for n in sizes:
-            trees = [complete_tree(p[-1], n, vocab, generator) for p in prompts]
-            prepared = runner.prepare(trees)
-
-            def step(trees: list[DraftTree] = trees) -> None:
-                batch = runner.prepare(trees)
-                argmax = torch.zeros_like(batch.tokens)  # acceptance cost does not depend on the values
-                accept_tree(batch.tokens, batch.parents, batch.depths, batch.valid, batch.ancestors, argmax)
-
-            forwards.append(lambda prepared=prepared: runner.forward(prepared))
-            steps.append(step)
-        interleaved(forwards + steps, runner.device, 1)  # warm-up, untimed
-        verify = interleaved(forwards, runner.device, repeats)
-        bookkeeping = interleaved(steps, runner.device, repeats)
+        try:  # each batch size is its own live batch: released before the next one's prefill
+            verify, bookkeeping = _time_batch(runner, prompts, sizes, vocab, generator, repeats)
+        finally:
+            runner.release()
         for n, v, k in zip(sizes, verify, bookkeeping, strict=True):
             points.append({"tokens": n, "batch": b, "verify_s": statistics.median(v), "verify_min_s": min(v),
                            "bookkeeping_s": statistics.median(k)})
@@ -99,3 +88,24 @@ def measure(
         "context": context, "points": points, "profile": profile.to_dict(),
         "meta": {"repeats": repeats, "tree": f"complete {FANOUT}-ary", "torch": torch.__version__},
     }
+
+
+def _time_batch(
+    runner: TargetRunner, prompts: list[list[int]], sizes: Sequence[int], vocab: int, generator: torch.Generator,
+    repeats: int,
+) -> tuple[list[list[float]], list[list[float]]]:
+    """Seconds of the forward and of the per-step work around it, for each tree size, on the live batch."""
+    forwards, steps = [], []
+    for n in sizes:
+        trees = [complete_tree(p[-1], n, vocab, generator) for p in prompts]
+        prepared = runner.prepare(trees)
+
+        def step(trees: list[DraftTree] = trees) -> None:
+            batch = runner.prepare(trees)
+            argmax = torch.zeros_like(batch.tokens)  # acceptance cost does not depend on the values
+            accept_tree(batch.tokens, batch.parents, batch.depths, batch.valid, batch.ancestors, argmax)
+
+        forwards.append(lambda prepared=prepared: runner.forward(prepared))
+        steps.append(step)
+    interleaved(forwards + steps, runner.device, 1)  # warm-up, untimed
+    return interleaved(forwards, runner.device, repeats), interleaved(steps, runner.device, repeats)
