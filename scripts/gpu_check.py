@@ -4,10 +4,11 @@ Parts, each with its own time limit and log, in this order (about 7.5 minutes of
 
   preflight     Python packages, the checkout, CUDA, the deep target, its heads and the prompts
   kernels       Triton / flex tree-attention tests on CUDA, then `bench kernels` (bf16) against SDPA
-  compile-8b    a Qwen3-8B-shaped model built from its config with random weights (timing needs
-                shapes, not weights), bf16: first its verify-cost calibration (N = 1/4/16/64/256, batch
-                1/4/8, the file `jfbench project RUN --target-config qwen3-8b --calibration` reads),
-                then eager vs compiled AR step and verify (N = 1/16/64/256)
+  calibrate     verify-cost calibrations (N = 1/4/16/64/256, batch 1/4/8, bf16) of models built from
+                their configs with random weights (timing needs shapes, not weights): Qwen3-8B, and
+                each --shapes folder's config.json (e.g. SmolLM2-135M, to price the real-target runs).
+                `jfbench project RUN --target-config qwen3-8b --calibration verify-cost-qwen3-8b.json`
+  compile-8b    eager vs compiled AR step and verify (N = 1/16/64/256, bf16) on the Qwen3-8B shape
   compile-deep  `jfbench bench compile` on the deep target (forwards at batch 1 and 8, AR decodes)
   baseline      `jfbench bench baseline` vs transformers generate, eager and --compile
   sweep         ngram, jetflow, dflash, eagle on deep, B = 16/64/256, batch 1 and 8, --strict
@@ -40,7 +41,7 @@ PACKAGES = ("torch", "transformers", "triton", "typer", "rich", "pandas", "pyarr
 HEADS = ("jetflow", "dflash", "eagle")
 NO_GPU = "asked for a GPU but none is available"  # jetflow_bench.runtime.resolve_device's error
 DRY_RUN_SLACK = 10  # a dry run's or rehearsal's limits are this many times the GPU's: a loaded 2-core CPU is slow
-LIMITS = {"preflight": 20, "kernels": 60, "compile-8b": 150, "compile-deep": 45, "baseline": 45, "sweep": 100,
+LIMITS = {"preflight": 20, "kernels": 60, "calibrate": 60, "compile-8b": 150, "compile-deep": 45, "baseline": 45, "sweep": 100,
           "projection": 40}
 # Qwen3-8B's published config.json (the fields that set the shapes and the attention)
 QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
@@ -122,16 +123,45 @@ def preflight(args: argparse.Namespace) -> list[str]:
     return problems
 
 
-EIGHT_B = """
+CALIBRATE = """
 import json, sys, torch
 from pathlib import Path
+from transformers import AutoConfig, AutoModelForCausalLM
+from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.projection.measure import measure
+from jetflow_bench.projection.shapes import shape_from_config
+from jetflow_bench.projection.verify_cost import write_calibration
+from jetflow_bench.runtime import resolve_device
+shapes, mode, out = json.loads(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+device = 'cpu' if mode == 'rehearse' else 'cuda'
+try:
+    resolve_device(device)  # the first CUDA call: on a CPU (the dry run) the 'asked for a GPU' error
+except JfbenchError as err:
+    print(f'error: {err}')
+    sys.exit(2)
+# context 171: the SmolLM2 runs' committed tokens per sequence (mean prompt + half the new tokens)
+sizes, batches, repeats = ([1, 4], [1, 2], 3) if mode == 'rehearse' else ([1, 4, 16, 64, 256], [1, 4, 8], 10)
+for name, fields in shapes.items():
+    config = AutoConfig.for_model(**fields)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16 if device == 'cuda' else torch.float32)
+    runner = TargetRunner(model, None, name)
+    write_calibration(out / f'verify-cost-{name}.json', measure(runner, shape_from_config(config.to_dict(), name),
+                                                                sizes, batches, 171, repeats))
+    print(f'{name}: calibration written', flush=True)
+    del model, runner
+    if device == 'cuda':
+        torch.cuda.empty_cache()  # the 8B model's memory back before the next shape and part
+"""
+
+
+EIGHT_B = """
+import json, sys, torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 from jetflow_bench.bench_compile import DecodeArm, compare_decodes, compare_forwards
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.projection.measure import measure
-from jetflow_bench.projection.shapes import shape_from_config
-from jetflow_bench.projection.verify_cost import write_calibration
 config = Qwen3Config(**json.loads(sys.argv[1]))
 print('config ok: layers', config.num_hidden_layers, 'hidden', config.hidden_size, 'vocab', config.vocab_size)
 from jetflow_bench.errors import JfbenchError
@@ -145,10 +175,6 @@ except JfbenchError as err:
 with torch.device(device):
     model = Qwen3ForCausalLM(config).to(torch.bfloat16)
 eager = TargetRunner(model, None, 'qwen3-8b-random')
-shape = shape_from_config(config.to_dict(), 'qwen3-8b')
-# context 171: the SmolLM2 runs' committed tokens per sequence (mean prompt + half the new tokens)
-write_calibration(Path(sys.argv[3]), measure(eager, shape, [1, 4, 16, 64, 256], [1, 4, 8], 171, 10))
-print('calibration written:', sys.argv[3], flush=True)
 compiled = TargetRunner(model, None, 'qwen3-8b-random', compile=True)
 forwards, fc = compare_forwards(eager, compiled, [1, 16, 64, 256], [1], context=1024, repeats=10)
 prompts = torch.randint(0, config.vocab_size, (1, 512)).tolist()
@@ -166,12 +192,14 @@ def main() -> int:
                         help="folder with the deep target's jetflow/, dflash/ and eagle/ heads")
     parser.add_argument("--data-dir", default=os.environ.get("JFBENCH_DATA_DIR", "gpu-carry/data"),
                         help="benchmark data folder (GSM8K prompts)")
+    parser.add_argument("--shapes", default=os.environ.get("GPU_CHECK_SHAPES", "gpu-carry/shapes"),
+                        help="folder of folders holding a config.json each: their shapes are calibrated too (optional)")
     parser.add_argument("--out", default=os.environ.get("GPU_CHECK_OUT", "results/gpu-check"))
     parser.add_argument("--dry-run", action="store_true", help="on a CPU: every part up to its first CUDA call")
     parser.add_argument("--rehearse", action="store_true",
                         help="on a CPU: every part to its end on the CPU, shrunk (catches what a dry run cannot)")
     args = parser.parse_args()
-    for name in ("deep", "heads", "data_dir"):
+    for name in ("deep", "heads", "data_dir", "shapes"):
         setattr(args, name, str(Path(getattr(args, name)).resolve()))
     check = Check(args)
     out, deep, heads = check.out, args.deep, args.heads
@@ -192,7 +220,9 @@ def main() -> int:
     ])
     mode = "dry" if args.dry_run else "rehearse" if args.rehearse else "run"
     eight_b = QWEN3_8B_SHRUNK if args.rehearse else QWEN3_8B
-    check.run("compile-8b", [check.python(EIGHT_B, json.dumps(eight_b), mode, str(out / "verify-cost-qwen3-8b.json"))])
+    shapes = {"qwen3-8b": {"model_type": "qwen3", **eight_b}, **shape_configs(args.shapes)}
+    check.run("calibrate", [check.python(CALIBRATE, json.dumps(shapes), mode, str(out))])
+    check.run("compile-8b", [check.python(EIGHT_B, json.dumps(eight_b), mode)])
     check.run("compile-deep", [[*JFBENCH, "bench", "compile", "--target", deep, *cuda, "--sizes", "16,64,256",
                                 "--batch-sizes", "1,8", "--max-new-tokens", tokens, "--format", "json"]])
     baseline = [*JFBENCH, "bench", "baseline", "--target", deep, *cuda, "--batch-sizes", "1,8", "--pairs", "3",
@@ -213,6 +243,12 @@ def main() -> int:
         [*JFBENCH, "show", str(out / "sweep"), "--format", "markdown"],  # the measured speed-ups
     ])
     return finish(check)
+
+
+def shape_configs(folder: str) -> dict[str, dict]:
+    """{name: config.json fields} for each model folder under `folder` (none when it does not exist)."""
+    files = sorted(Path(folder).glob("*/config.json"))
+    return {file.parent.name: json.loads(file.read_text()) for file in files}
 
 
 def gpu_name(on_cpu: bool) -> str:

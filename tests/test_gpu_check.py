@@ -27,7 +27,7 @@ def test_dry_run_reaches_the_gpu_in_every_part(tmp_path):
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1800)
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert done.returncode == 0, summary
-    for part in ("compile-8b", "compile-deep", "baseline", "sweep", "projection"):
+    for part in ("calibrate", "compile-8b", "compile-deep", "baseline", "sweep", "projection"):
         assert f"| {part} | dry-run ok (stopped at the first CUDA call)" in summary
     assert "| kernels | dry-run ok" in summary
     missing = subprocess.run([*args[:-2], "--heads", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out2")],
