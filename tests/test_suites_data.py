@@ -85,6 +85,13 @@ def test_limit_takes_first_records_and_seed_a_stable_sorted_sample() -> None:
         suite.load(DATA, limit=0)
 
 
+def test_a_data_dir_given_as_text_loads(tmp_path: Path) -> None:
+    # Bug caught: the typer on a GPU machine handed JFBENCH_DATA_DIR over as a str, and the sweep died
+    # on `str / str` before its first cell.
+    write_lines(tmp_path / "gsm8k" / "test.jsonl", [GOOD_GSM8K])
+    assert len(get_suite("gsm8k").load(str(tmp_path))) == 1
+
+
 def test_malformed_json_line_names_file_and_line(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "gsm8k" / "test.jsonl", [GOOD_GSM8K, '{"question": "broken', GOOD_GSM8K])
     with pytest.raises(JfbenchError) as err:

@@ -92,11 +92,12 @@ def fit_profile(points: list[dict[str, float]], flops: list[float], units: int, 
     if len(set(work.tolist())) < 2:
         raise JfbenchError("verify-cost needs at least two distinct tree sizes or batch sizes to fit the device")
     slope, intercept = np.polyfit(work, seconds, 1)
-    if slope <= 0:  # time did not grow with work (noise): treat the forward as pure overhead
-        slope = float(np.finfo(float).tiny)
+    # Time that does not grow with work (an overhead-bound GPU forward) has no slope to read a rate
+    # from: the highest rate the device reached is then the defensible lower bound, not infinity.
+    peak = 1.0 / slope if slope > 0 else float(np.max(work / seconds))
     return HardwareProfile(
         name=CPU_HERE, description=f"{device} (fitted by bench verify-cost)", memory_bandwidth=bandwidth,
-        peak_flops=1.0 / slope, compute_efficiency=1.0, bandwidth_efficiency=1.0,
+        peak_flops=peak, compute_efficiency=1.0, bandwidth_efficiency=1.0,
         layer_overhead_s=max(0.0, float(intercept)) / units,
         bookkeeping_s=float(np.median([p["bookkeeping_s"] for p in points])),
     )
