@@ -134,7 +134,8 @@ def test_fit_profile_of_a_flat_forward_keeps_the_highest_rate_reached():
     # Bug caught: an overhead-bound GPU forward (time flat or falling in N, as on an H200) fitted to
     # a peak of 1 / float tiny = 4.5e307 FLOP/s, printed as such and pricing every head's work at zero.
     flops = [1e9, 4e9, 1.6e10]
-    points = [{"tokens": n, "batch": 1, "verify_s": s, "bookkeeping_s": 1e-4} for n, s in zip((4, 16, 64), (0.012, 0.0119, 0.0118))]
+    times = zip((4, 16, 64), (0.012, 0.0119, 0.0118), strict=True)
+    points = [{"tokens": n, "batch": 1, "verify_s": s, "bookkeeping_s": 1e-4} for n, s in times]
     profile = fit_profile(points, flops, units=4, bandwidth=5e12, device="cuda:0")
     assert profile.peak_flops == pytest.approx(1.6e10 / 0.0118)
     assert profile.layer_overhead_s > 0
