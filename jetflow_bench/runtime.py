@@ -98,7 +98,7 @@ def cache_dir() -> Path:
 def data_dir(explicit: Path | None = None) -> Path | None:
     """The benchmark data folder: ``--data-dir``, else ``JFBENCH_DATA_DIR``, else None."""
     if explicit is not None:
-        return Path(explicit)  # some typer versions hand an env-sourced Path option over as a str
+        return Path(explicit)  # library callers may pass a str
     env = os.environ.get("JFBENCH_DATA_DIR")
     return Path(env) if env else None
 

@@ -75,7 +75,7 @@ class Check:
         if part not in self.args.parts:
             return
         began, log = time.perf_counter(), self.out / f"{part}.log"
-        limit = LIMITS[part] * (DRY_RUN_SLACK if self.args.dry_run or self.args.rehearse else 1)
+        limit = LIMITS[part] * (DRY_RUN_SLACK if self.args.on_cpu else 1)
         status = "ok"
         with log.open("w") as sink:
             for command in commands:
@@ -118,7 +118,7 @@ def preflight(args: argparse.Namespace) -> list[str]:
     problems += [f"--heads {heads}: no {name}/config.json" for name in HEADS if not (heads / name / "config.json").is_file()]
     if not data.is_dir():
         problems.append(f"--data-dir {data} is not a folder (it needs the GSM8K prompts)")
-    if not (args.dry_run or args.rehearse):
+    if not args.on_cpu:
         import torch
 
         if not torch.cuda.is_available():
@@ -128,23 +128,29 @@ def preflight(args: argparse.Namespace) -> list[str]:
     return problems
 
 
-CALIBRATE = """
-import json, sys, torch
-from pathlib import Path
-from transformers import AutoConfig, AutoModelForCausalLM
-from jetflow_bench.engine.target import TargetRunner
+# The in-process snippets' device: argv[2] is the mode; a dry run stops at its first CUDA call
+DEVICE = """
+import sys
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.projection.measure import measure
-from jetflow_bench.projection.shapes import shape_from_config
-from jetflow_bench.projection.verify_cost import write_calibration
 from jetflow_bench.runtime import resolve_device
-shapes, mode, out = json.loads(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
-device = 'cpu' if mode == 'rehearse' else 'cuda'
+device = 'cpu' if sys.argv[2] == 'rehearse' else 'cuda'
 try:
     resolve_device(device)  # the first CUDA call: on a CPU (the dry run) the 'asked for a GPU' error
 except JfbenchError as err:
     print(f'error: {err}')
     sys.exit(2)
+"""
+
+
+CALIBRATE = DEVICE + """
+import json, torch
+from pathlib import Path
+from transformers import AutoConfig, AutoModelForCausalLM
+from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.projection.measure import measure
+from jetflow_bench.projection.shapes import shape_from_config
+from jetflow_bench.projection.verify_cost import write_calibration
+shapes, mode, out = json.loads(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 # context 171: the SmolLM2 runs' committed tokens per sequence (mean prompt + half the new tokens)
 sizes, batches, repeats = ([1, 4], [1, 2], 3) if mode == 'rehearse' else ([1, 4, 16, 64, 256], [1, 4, 8], 10)
 for name, fields in shapes.items():
@@ -169,14 +175,7 @@ from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 config = Qwen3Config(**json.loads(sys.argv[1]))
 print('config ok: layers', config.num_hidden_layers, 'hidden', config.hidden_size, 'vocab', config.vocab_size)
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.runtime import resolve_device
-device = 'cpu' if sys.argv[2] == 'rehearse' else 'cuda'
-try:
-    resolve_device(device)  # the first CUDA call: on a CPU (the dry run) the 'asked for a GPU' error
-except JfbenchError as err:
-    print(f'error: {err}')
-    sys.exit(2)
+""" + DEVICE + """
 with torch.device(device):
     model = Qwen3ForCausalLM(config).to(torch.bfloat16)
 eager = TargetRunner(model, None, 'qwen3-8b-random')
@@ -206,6 +205,7 @@ def main() -> int:
     parser.add_argument("--parts", default=",".join(PARTS),
                         help=f"comma-separated parts to run (default all: {','.join(PARTS)}); a rerun of those that failed")
     args = parser.parse_args()
+    args.on_cpu = args.dry_run or args.rehearse
     args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     unknown = sorted(set(args.parts) - set(PARTS))
     if unknown:
@@ -227,7 +227,7 @@ def main() -> int:
     tie = [] if args.rehearse else ["--tie-eps", "0.125"]
     check.run("kernels", [
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "tests/test_kernels.py",
-         "tests/test_kernels_mask.py", *(["--collect-only"] if args.dry_run or args.rehearse else [])],
+         "tests/test_kernels_mask.py", *(["--collect-only"] if args.on_cpu else [])],
         [*JFBENCH, "bench", "kernels", *cuda, "--backends", "sdpa,triton,flex", "--tree-sizes", "16,64,256",
          "--prefix-lens", prefix, "--batch-sizes", "1,8", "--format", "json"],
     ])
@@ -245,7 +245,7 @@ def main() -> int:
     check.run("sweep", [[*JFBENCH, "sweep", "--target", deep, "--drafters", drafters, "--suites", "gsm8k",
                          "--budgets", "16,64,256", "--batch-sizes", "1,8", "--limit", prompts, "--max-new-tokens", tokens,
                          "--repeats", "1", *cuda, *tie, "--strict", "--force", "--no-progress", "--out", str(out / "sweep")]])
-    hardware = "h200" if "H200" in gpu_name(args.dry_run or args.rehearse) else "h100-sxm"
+    hardware = "h200" if "H200" in gpu_name(args.on_cpu) else "h100-sxm"
     check.run("projection", [
         [*JFBENCH, "bench", "verify-cost", "--target", deep, *cuda, "--sizes", "1,16,64,256", "--batch-sizes", "1,8",
          "--repeats", "10", "--out", str(out / "verify-cost.json")],

@@ -87,9 +87,14 @@ def test_limit_takes_first_records_and_seed_a_stable_sorted_sample() -> None:
 
 def test_a_data_dir_given_as_text_loads(tmp_path: Path) -> None:
     # Bug caught: the typer on a GPU machine handed JFBENCH_DATA_DIR over as a str, and the sweep died
-    # on `str / str` before its first cell.
+    # on `str / str` before its first cell. The option itself converts it (so `eval`'s `.is_dir()` and
+    # the corpus finder get a Path too), and the suites accept a str from library callers.
+    from jetflow_bench.cli.options import _as_path
+
     write_lines(tmp_path / "gsm8k" / "test.jsonl", [GOOD_GSM8K])
     assert len(get_suite("gsm8k").load(str(tmp_path))) == 1
+    assert _as_path(str(tmp_path)) == tmp_path and isinstance(_as_path(str(tmp_path)), Path)
+    assert _as_path(None) is None
 
 
 def test_malformed_json_line_names_file_and_line(tmp_path: Path) -> None:

@@ -15,11 +15,18 @@ DtypeOpt = Annotated[
     str | None,
     typer.Option("--dtype", help="float32, bfloat16 or float16. Default: float32 on CPU, bfloat16 on GPU."),
 ]
+def _as_path(value: str | Path | None) -> Path | None:
+    """Some typer versions hand a Path option read from its environment variable over as a str (seen
+    on the H200 machine: `jfbench sweep` died on `str / str`); every command gets a Path."""
+    return None if value is None else Path(value)
+
+
 DataDirOpt = Annotated[
     Path | None,
     typer.Option(
         "--data-dir",
         envvar="JFBENCH_DATA_DIR",
+        callback=_as_path,
         help="Folder with the benchmark data files (layout: docs/methodology.md, Data). Env: JFBENCH_DATA_DIR.",
     ),
 ]
