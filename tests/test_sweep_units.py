@@ -159,6 +159,19 @@ def test_tie_gap_and_judge_excuse_only_near_ties():
     assert (shorter.excused, shorter.first_divergence) == (False, 1)
 
 
+@pytest.mark.parametrize(("dtype", "given", "expected"), [
+    (None, None, 1e-4),  # fp32 on a CPU: the long-standing default, so fp32 config hashes do not move
+    ("bfloat16", None, 0.125),  # one bf16 ulp at logits of 16-32: rounding is not flagged as a bug
+    ("float16", None, 2.0**-6),
+    ("bfloat16", 0.0, 0.0),  # an explicit --tie-eps always wins, zero included
+])
+def test_tie_eps_default_follows_the_dtype(dtype, given, expected):
+    from jetflow_bench.cli.grid_options import GridFlags, grid_config
+
+    config = grid_config("micro", [], GridFlags(dtype=dtype, tie_eps=given))
+    assert config.tie_eps == expected
+
+
 # ------------------------------------------------------------------ store
 def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
     first = RunLock(tmp_path)

@@ -50,7 +50,8 @@ EngineOpt = Annotated[
     str, typer.Option("--engine", help="Decoding engine: hf (this package's) or vllm (vllm:* arms; see `sweep --help`).")
 ]
 TieEpsOpt = Annotated[
-    float, typer.Option("--tie-eps", min=0.0, help="Excuse a divergence when the top-2 logits differ by < this.")
+    float | None, typer.Option("--tie-eps", min=0.0, help="Excuse a divergence when the top-2 logits differ by < this. "
+                                                         "Default: by dtype, 1e-4 (fp32), 0.125 (bf16), 1/64 (fp16).")
 ]
 StrictOpt = Annotated[
     bool, typer.Option("--strict", help="Exit 1 (after writing results) on any unexcused divergence.")
@@ -91,7 +92,7 @@ class GridFlags:
     threads: int | None = None
     seed: int = 0
     engine: str = "hf"
-    tie_eps: float = 1e-4
+    tie_eps: float | None = None
     profile: bool = False
     strict: bool = False
     force: bool = False
@@ -121,6 +122,7 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     from jetflow_bench.sweep.arms import check_auto_budgets, check_compiled_budgets
     from jetflow_bench.sweep.engines import ENGINES
     from jetflow_bench.sweep.grid import SweepConfig, parse_budgets, parse_ints, parse_names
+    from jetflow_bench.sweep.lossless import default_tie_eps
 
     temperatures = grid_temperatures(grid)
     budgets = parse_budgets(grid.budgets, grid.auto_budgets)
@@ -141,13 +143,15 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
         check_compiled_budgets(drafters, budgets)
         check_compile(dev, grid.attention)
     set_threads(grid.threads)
+    dtype = str(resolve_dtype(grid.dtype, dev)).removeprefix("torch.")
+    tie_eps = default_tie_eps(dtype) if grid.tie_eps is None else grid.tie_eps
     return SweepConfig(
         target=resolve_target(target), drafters=tuple(drafters), suites=suites, budgets=budgets,
         batch_sizes=sizes, repeats=grid.repeats, device=str(dev),
-        dtype=str(resolve_dtype(grid.dtype, dev)).removeprefix("torch."), threads=torch.get_num_threads(),
+        dtype=dtype, threads=torch.get_num_threads(),
         limit=grid.limit, max_new_tokens=grid.max_new_tokens, temperatures=temperatures,
         top_p=grid.top_p, top_k=grid.top_k,
-        sample_seed=grid.sample_seed, seed=grid.seed, engine=engine, tie_eps=grid.tie_eps, attention=grid.attention,
+        sample_seed=grid.sample_seed, seed=grid.seed, engine=engine, tie_eps=tie_eps, attention=grid.attention,
         profile=grid.profile, compile=grid.compile, extra=extra,
     )
 
