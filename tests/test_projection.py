@@ -170,6 +170,15 @@ def test_calibration_for_another_target_is_refused(tmp_path: Path):
         build_cost_model("h100-sxm", "llama3-8b", None, path, None)
 
 
+def test_a_gpu_calibration_names_its_device_not_cpu_here(tmp_path: Path):
+    # Bug caught: every calibrated projection was labelled cpu-here, an H200's tables included.
+    path = _calibration(tmp_path)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "device": "cuda:0 (NVIDIA H200)"}))
+    _, name = build_cost_model(None, "qwen3-8b", None, path, None)
+    assert name == "calibrated cuda:0 (NVIDIA H200)"
+
+
 def test_calibrated_model_uses_the_measured_table(tmp_path: Path):
     model, name = build_cost_model(None, "qwen3-8b", None, _calibration(tmp_path), None)
     assert name == "cpu-here" and model.dtype_bytes == DTYPE_BYTES["float32"]

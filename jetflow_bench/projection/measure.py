@@ -81,7 +81,11 @@ def measure(
         if progress is not None:
             progress()
     bandwidth = copy_bandwidth(runner.device, repeats)
-    device = f"{runner.device} ({torch.get_num_threads()} threads)" if runner.device.type == "cpu" else str(runner.device)
+    device = str(runner.device)
+    if runner.device.type == "cpu":
+        device += f" ({torch.get_num_threads()} threads)"
+    elif runner.device.type == "cuda":  # the model, so a projection's hardware column says which GPU priced it
+        device += f" ({torch.cuda.get_device_name(runner.device)})"
     profile = fit_profile(points, flops, shape.overhead_units(), bandwidth, device)
     return {
         "target": runner.name, "identity": shape.identity(), "device": device, "dtype": str(runner.dtype),

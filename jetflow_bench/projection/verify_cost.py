@@ -68,6 +68,11 @@ class Calibration:
     def bookkeeping_s(self, tokens: float, batch: int) -> float:
         return self._lookup(tokens, batch, "bookkeeping_s")
 
+    @property
+    def hardware(self) -> str:
+        """The name a projection's tables give this device: `cpu-here` on a CPU, else the device measured."""
+        return CPU_HERE if self.device.startswith("cpu") else f"calibrated {self.device}"
+
     def check_target(self, shape: ModelShape) -> None:
         """The file must describe the target being projected."""
         if self.identity != shape.identity():
