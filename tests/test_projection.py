@@ -175,8 +175,8 @@ def test_a_gpu_calibration_names_its_device_not_cpu_here(tmp_path: Path):
     path = _calibration(tmp_path)
     data = json.loads(path.read_text())
     path.write_text(json.dumps({**data, "device": "cuda:0 (NVIDIA H200)"}))
-    _, name = build_cost_model(None, "qwen3-8b", None, path, None)
-    assert name == "calibrated cuda:0 (NVIDIA H200)"
+    model, name = build_cost_model(None, "qwen3-8b", None, path, None)
+    assert name == model.hardware.name == "calibrated cuda:0 (NVIDIA H200)"  # the table's column and its header
 
 
 def test_calibrated_model_uses_the_measured_table(tmp_path: Path):
@@ -354,3 +354,11 @@ def test_nominal_counters_follow_each_drafters_own_defaults():
     assert nominal_counters("dflash", budget, None, {}) is None  # the block size is unknown
     assert nominal_counters("ngram", budget, None, {}) == (0.0, 0.0)
     assert nominal_counters("oracle", budget, block, {}) is None  # declares none
+
+
+def test_a_flat_calibration_shows_no_compute_bound_not_a_308_digit_rate():
+    # Bug caught: a GPU calibration fitted before the slope floor stored 1/tiny FLOP/s, printed in full.
+    from jetflow_bench.projection.display import _flops
+
+    assert _flops(4.5e307) == "unbounded (no slope in the calibration)"
+    assert _flops(9.9e14) == "990.0 TFLOP/s" and _flops(6e10) == "60.0 GFLOP/s"

@@ -41,6 +41,8 @@ def projection_table(table: pd.DataFrame, hardware: str) -> Table:
 
 
 def _flops(rate: float) -> str:
+    if rate > 1e18:  # a calibration whose verify time did not grow with FLOPs (files from before fit_profile's floor)
+        return "unbounded (no slope in the calibration)"
     return f"{rate / 1e12:,.1f} TFLOP/s" if rate >= 1e12 else f"{rate / 1e9:,.1f} GFLOP/s"
 
 

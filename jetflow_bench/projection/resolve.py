@@ -32,7 +32,7 @@ def build_cost_model(
         measured_dtype = cal.dtype.removeprefix("torch.")
         if dtype not in (None, measured_dtype):
             raise JfbenchError(f"calibration {str(calibration)!r} was measured in {measured_dtype}, not {dtype}: drop --dtype")
-        return CostModel(shape, cal.profile, DTYPE_BYTES[measured_dtype], context or cal.context, cal), cal.hardware
+        return CostModel(shape, cal.profile, DTYPE_BYTES[measured_dtype], context or cal.context, cal), cal.profile.name
     name = hardware or DEFAULT_HARDWARE
     profile = resolve_hardware(name)
     if profile is None:

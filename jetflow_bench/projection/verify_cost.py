@@ -68,11 +68,6 @@ class Calibration:
     def bookkeeping_s(self, tokens: float, batch: int) -> float:
         return self._lookup(tokens, batch, "bookkeeping_s")
 
-    @property
-    def hardware(self) -> str:
-        """The name a projection's tables give this device: `cpu-here` on a CPU, else the device measured."""
-        return CPU_HERE if self.device.startswith("cpu") else f"calibrated {self.device}"
-
     def check_target(self, shape: ModelShape) -> None:
         """The file must describe the target being projected."""
         if self.identity != shape.identity():
@@ -81,6 +76,11 @@ class Calibration:
                 f"(shapes differ: {self.identity} vs {shape.identity()}): calibrate this target with "
                 "`jfbench bench verify-cost --target ...` or drop --calibration"
             )
+
+
+def calibrated_name(device: str) -> str:
+    """What a projection's tables call a calibrated device: `cpu-here` on a CPU, else the device measured."""
+    return CPU_HERE if device.startswith("cpu") else f"calibrated {device}"
 
 
 def fit_profile(points: list[dict[str, float]], flops: list[float], units: int, bandwidth: float,
@@ -101,7 +101,7 @@ def fit_profile(points: list[dict[str, float]], flops: list[float], units: int, 
     # from: the highest rate the device reached is then the defensible lower bound, not infinity.
     peak = 1.0 / slope if slope > 0 else float(np.max(work / seconds))
     return HardwareProfile(
-        name=CPU_HERE, description=f"{device} (fitted by bench verify-cost)", memory_bandwidth=bandwidth,
+        name=calibrated_name(device), description=f"{device} (fitted by bench verify-cost)", memory_bandwidth=bandwidth,
         peak_flops=peak, compute_efficiency=1.0, bandwidth_efficiency=1.0,
         layer_overhead_s=max(0.0, float(intercept)) / units,
         bookkeeping_s=float(np.median([p["bookkeeping_s"] for p in points])),
@@ -129,7 +129,7 @@ def load_calibration(path: str | Path) -> Calibration:
             path=str(file), target=str(data["target"]), identity={k: int(v) for k, v in data["identity"].items()},
             device=str(data["device"]), dtype=str(data["dtype"]), context=int(data["context"]),
             points=[{k: float(v) for k, v in p.items()} for p in data["points"]],
-            profile=profile_from_dict(data["profile"], CPU_HERE, str(file)), meta=data.get("meta", {}),
+            profile=profile_from_dict(data["profile"], calibrated_name(str(data["device"])), str(file)), meta=data.get("meta", {}),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise JfbenchError(f"calibration file {str(file)!r} is damaged (field {err}): re-run `jfbench bench verify-cost`") from err
