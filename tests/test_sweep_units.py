@@ -172,6 +172,14 @@ def test_tie_eps_default_follows_the_dtype(dtype, given, expected):
     assert config.tie_eps == expected
 
 
+def test_every_accepted_dtype_has_a_tie_eps_default():
+    # Bug caught: a dtype added to --dtype without a tolerance would fail in grid_config, after parsing.
+    from jetflow_bench.runtime import DTYPES
+    from jetflow_bench.sweep.grid import DEFAULT_TIE_EPS
+
+    assert set(DEFAULT_TIE_EPS) == set(DTYPES)
+
+
 # ------------------------------------------------------------------ store
 def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
     first = RunLock(tmp_path)

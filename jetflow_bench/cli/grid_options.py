@@ -121,8 +121,7 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     from jetflow_bench.engine.attention import get_attention
     from jetflow_bench.sweep.arms import check_auto_budgets, check_compiled_budgets
     from jetflow_bench.sweep.engines import ENGINES
-    from jetflow_bench.sweep.grid import SweepConfig, parse_budgets, parse_ints, parse_names
-    from jetflow_bench.sweep.lossless import default_tie_eps
+    from jetflow_bench.sweep.grid import DEFAULT_TIE_EPS, SweepConfig, parse_budgets, parse_ints, parse_names
 
     temperatures = grid_temperatures(grid)
     budgets = parse_budgets(grid.budgets, grid.auto_budgets)
@@ -144,7 +143,7 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
         check_compile(dev, grid.attention)
     set_threads(grid.threads)
     dtype = str(resolve_dtype(grid.dtype, dev)).removeprefix("torch.")
-    tie_eps = default_tie_eps(dtype) if grid.tie_eps is None else grid.tie_eps
+    tie_eps = DEFAULT_TIE_EPS[dtype] if grid.tie_eps is None else grid.tie_eps
     return SweepConfig(
         target=resolve_target(target), drafters=tuple(drafters), suites=suites, budgets=budgets,
         batch_sizes=sizes, repeats=grid.repeats, device=str(dev),

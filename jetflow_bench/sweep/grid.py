@@ -65,6 +65,13 @@ class DrafterSpec:
 AR_SPEC = DrafterSpec(AR_ARM)
 
 
+# The near-tie tolerance per compute dtype when --tie-eps is not given: fp32 keeps its long-standing
+# 1e-4; a half-precision run gets one ulp of a logit of magnitude 16-32 in its dtype, since that is
+# what two equal sums reduced in different orders differ by there (at 1e-4 a bf16 run flags rounding
+# as a bug). Keys: every dtype `runtime.resolve_dtype` accepts.
+DEFAULT_TIE_EPS = {"float32": 1e-4, "bfloat16": 0.125, "float16": 2.0**-6}
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     """Everything that determines a sweep's numbers, resolved (no "auto" values left)."""
@@ -86,7 +93,7 @@ class SweepConfig:
     sample_seed: int = 0  # which `limit` prompts a suite samples
     seed: int = 0  # torch seed set before every cell; with the request id, seeds its sampling stream
     engine: str = "hf"
-    tie_eps: float = 1e-4  # logit gap (fp32) under which a divergence is an excused near-tie
+    tie_eps: float = DEFAULT_TIE_EPS["float32"]  # logit gap under which a divergence is an excused near-tie
     warmup_tokens: int = 8  # new tokens of the untimed warm-up generate before each cell
     n_boot: int = 1000  # bootstrap resamples for speed-up CIs
     attention: str = "sdpa"  # attention backend of the target and heads (jetflow_bench.engine.attention)

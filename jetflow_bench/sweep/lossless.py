@@ -26,16 +26,6 @@ import torch
 
 NextTokenLogits = Callable[[list[int]], torch.Tensor]  # context ids -> (V,) float32 logits
 
-# The default near-tie tolerance per compute dtype: fp32 keeps its long-standing 1e-4; a half-precision
-# run gets one ulp of a logit of magnitude 16-32 in its dtype, since that is what two equal sums
-# reduced in different orders differ by there (a bf16 run counted at 1e-4 flags rounding as a bug).
-DEFAULT_TIE_EPS = {"float32": 1e-4, "float64": 1e-4, "bfloat16": 0.125, "float16": 2.0**-6}
-
-
-def default_tie_eps(dtype: str) -> float:
-    """The near-tie tolerance a run in ``dtype`` (e.g. "bfloat16") gets when --tie-eps is not given."""
-    return DEFAULT_TIE_EPS.get(dtype, DEFAULT_TIE_EPS["float32"])
-
 
 @dataclass(frozen=True)
 class Verdict:
