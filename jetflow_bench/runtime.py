@@ -57,16 +57,18 @@ def set_threads(threads: int | None) -> None:
 
 
 # The variables that choose torch's CPU kernels, set to values that give the same float32 results on
-# every x86-64 CPU with AVX2 (ATen and oneDNN capped at AVX2, MKL in its SSE2 "compatible" branch).
-# They act only if set before torch loads: `pin_portable_cpu_numerics` sets them (the CI reference's
-# script and `jfbench train --portable-numerics` call it).
+# x86-64 CPUs of one vendor with AVX2 (ATen and oneDNN capped at AVX2, MKL in its SSE2 "compatible"
+# branch): AVX2 and AVX-512 AMD CPUs agree under them, but an Intel Xeon still trained the CI
+# reference's micro target and heads to other weights (cause not isolated). They act only if set
+# before torch loads: `pin_portable_cpu_numerics` sets them (the CI reference's script and
+# `jfbench train --portable-numerics` call it).
 PORTABLE_CPU_NUMERICS: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
                                          "MKL_CBWR": "COMPATIBLE"}
 
 
 def pin_portable_cpu_numerics() -> None:
     """Train and decode under `PORTABLE_CPU_NUMERICS`, so a seed gives the same weights on any x86-64
-    CPU with AVX2 (MKL's compatible branch may be slower). Torch and MKL read the variables once, at
+    CPU of the same vendor with AVX2 (MKL's compatible branch may be slower). Torch and MKL read the variables once, at
     their first kernels; once torch has loaded without them this refuses rather than risk the native
     kernels."""
     unset = {name: value for name, value in PORTABLE_CPU_NUMERICS.items() if os.environ.get(name) != value}
@@ -78,13 +80,23 @@ def pin_portable_cpu_numerics() -> None:
 
 
 def cpu_numerics() -> dict[str, str | None]:
-    """Which CPU kernels torch runs: the vector ISA its ATen kernels use and the variables that cap
-    oneDNN's and MKL's. The same seed trains to other weights under other kernels (AVX-512 vs AVX2,
-    Intel vs AMD), so a run records them and `check` says when a baseline's differ."""
+    """Which CPU kernels torch runs: the CPU's vendor, the vector ISA its ATen kernels use and the
+    variables that cap oneDNN's and MKL's. The same seed trains to other weights under other kernels
+    (AVX-512 vs AVX2 unpinned, Intel vs AMD even pinned), so a run records them and `check` relaxes
+    its gate when a baseline's differ."""
     import torch
 
-    return {"aten_capability": torch.backends.cpu.get_cpu_capability(),
+    return {"cpu_vendor": cpu_vendor(), "aten_capability": torch.backends.cpu.get_cpu_capability(),
             **{name: os.environ.get(name) for name in PORTABLE_CPU_NUMERICS}}
+
+
+def cpu_vendor() -> str | None:
+    """The CPU's vendor id (GenuineIntel, AuthenticAMD) from /proc/cpuinfo; None where unknown."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("vendor_id")), None)
 
 
 def cache_dir() -> Path:

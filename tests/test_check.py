@@ -127,6 +127,32 @@ def test_other_cpu_kernels_warn_and_unrecorded_ones_are_not_compared(reference: 
     assert (finding.level, finding.metric) == ("warn", "cpu_numerics") and not check_run(base, other).failed
     assert "MKL_CBWR COMPATIBLE → None" in finding.message and "aten_capability AVX2 → AVX512" in finding.message
     assert check_run(reference, other).findings == []  # the reference predates the record
+    vendor = Path(shutil.copytree(reference, tmp_path / "vendor"))
+    (vendor / "manifest.json").write_text(json.dumps({**manifest, "cpu_numerics": {**avx2, "cpu_vendor": "x"}}))
+    assert check_run(base, vendor).findings == []  # a field only one side records is not compared
+
+
+def with_numerics(run: Path, vendor: str) -> Path:
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "cpu_numerics": {"cpu_vendor": vendor}}))
+    return run
+
+
+@pytest.mark.parametrize(("tau_factor", "a_1_drop", "failed"), [(0.9, 0.12, False), (0.8, 0.0, True)])
+def test_other_cpu_vendor_gates_tau_on_the_wider_tolerance_and_a_d_only_warns(
+        reference: Path, tmp_path: Path, tau_factor: float, a_1_drop: float, failed: bool) -> None:
+    base = with_numerics(Path(shutil.copytree(reference, tmp_path / "base")), "AuthenticAMD")
+    changes = {"tau": jetflow_16(reference, "tau") * tau_factor, "a_1": jetflow_16(reference, "a_1") - a_1_drop}
+    run = tampered(base, tmp_path, **changes)
+    strict = check_run(base, run)
+    assert strict.failed and strict.numerics_tau_tol is None  # same vendor: the 5 % gate
+    result = check_run(base, with_numerics(run, "GenuineIntel"))
+    assert result.failed is failed and result.numerics_tau_tol == 0.15
+    levels = {f.metric: f.level for f in result.findings}
+    assert levels["tau"] == ("fail" if failed else "warn") and levels["cpu_numerics"] == "warn"
+    assert levels.get("a_1", "warn") == "warn"
+    assert "AuthenticAMD → GenuineIntel" in result.markdown() and "under other CPU numerics" in result.headline()
+    assert check_run(base, run, numerics_tau_tol=0.01).failed  # its tolerance is an option
 
 
 def test_update_baseline_copies_summary_and_manifest(reference: Path, tmp_path: Path, cli) -> None:

@@ -106,6 +106,7 @@ def test_grid_tables_are_complete_and_lossless(base_run):
     manifest = json.loads((base_run / "manifest.json").read_text())
     assert manifest["config"]["budgets"] == [4, 16] and manifest["torch_threads"] == 1
     assert manifest["cpu_numerics"]["aten_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert "cpu_vendor" in manifest["cpu_numerics"]  # without it, check could not tell Intel from AMD
     assert manifest["versions"]["torch"] and manifest["device"] and manifest["seeds"] == {"seed": 0, "sample_seed": None}
     assert len(manifest["config_hash"]) == 12 and manifest["finished"] and manifest["git_commit"] is not None
     assert set(t["summary"]["config_hash"]) == set(t["requests"]["config_hash"])

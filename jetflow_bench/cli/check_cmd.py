@@ -64,7 +64,8 @@ def _json(result: CheckResult) -> str:
                  {k: v.item() if hasattr(v, "item") else v for k, v in f.cell.items()}} for f in result.findings]
     return json.dumps({"passed": not result.failed, "baseline": str(result.baseline), "run": str(result.run),
                        "config_note": result.config_note,
-                       "tau_tol": result.tau_tol, "speedup_warn": result.speedup_warn, "findings": findings,
+                       "tau_tol": result.tau_tol, "numerics_tau_tol": result.numerics_tau_tol,
+                       "speedup_warn": result.speedup_warn, "findings": findings,
                        "cells": cells})
 
 
@@ -88,6 +89,12 @@ def check(
         float, typer.Option("--tau-tol", min=0.0, help="Fail when τ drops by more than this fraction, or a_1..a_3 "
                                                         "by more than this many share points.")
     ] = 0.05,
+    numerics_tau_tol: Annotated[
+        float, typer.Option("--numerics-tau-tol", min=0.0, help=(
+            "When the run ran other CPU numerics than the baseline (its manifest's cpu_numerics: another CPU "
+            "vendor or vector ISA), fail only when τ drops by more than this fraction; a_1..a_3 drops then "
+            "only warn. The same seeds train other weights there."))
+    ] = 0.15,
     speedup_warn: Annotated[
         float, typer.Option("--speedup-warn", min=0.0, help="Warn (never fail) when the decode speed-up drops by "
                                                             "more than this fraction.")
@@ -114,7 +121,9 @@ def check(
         jfbench check --update-baseline results/ci-run
 
     A run made with another config than the baseline's is compared all the same, and a line
-    says so first; `python results/baselines/ci/reproduce.py` makes a comparable run.
+    says so first; `python results/baselines/ci/reproduce.py` makes a comparable run. A run on
+    another kind of CPU (another vendor or vector ISA) trains other weights from the same seeds:
+    its τ is gated with --numerics-tau-tol and its a_1..a_3 only warn.
     """
     from jetflow_bench.report.check import MARK, check_run, update_baseline
 
@@ -128,7 +137,7 @@ def check(
             print(path)
         Console(stderr=True).print(f"baseline {baseline} now holds run {run}; commit it to make it the reference")
         return
-    result = check_run(baseline, run, tau_tol, speedup_warn)
+    result = check_run(baseline, run, tau_tol, speedup_warn, numerics_tau_tol)
     if result.config_note:
         print(f"note: {result.config_note}", file=sys.stderr)
     if markdown is not None:

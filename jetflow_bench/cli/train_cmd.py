@@ -102,8 +102,9 @@ def train(
     portable_numerics: Annotated[
         bool,
         typer.Option("--portable-numerics", help="Cap torch's CPU kernels at AVX2 and MKL at its compatible branch, "
-                     "so one seed trains the same head on any x86-64 CPU (without it, an AVX-512 and an AVX2 "
-                     "machine train different ones). May be slower; the record's cpu_numerics says which kernels ran."),
+                     "so one seed trains the same head on x86-64 CPUs of one vendor (without it, an AVX-512 and an "
+                     "AVX2 machine train different ones; with it, Intel and AMD still can). May be slower; the "
+                     "record's cpu_numerics says which kernels ran."),
     ] = False,
     data_dir: DataDirOpt = None,
     device: DeviceOpt = None,

@@ -10,7 +10,11 @@ numbers and only warns on speed-ups.
 - fail: a baseline cell is missing from the run (the gate could no longer watch it), or no cell
   matches at all;
 - warn: the decode speed-up drops by more than `speedup_warn` relative; the configs' hashes differ;
-  the runs ran other CPU kernels (`cpu_numerics`: a seed trains to other weights under them);
+- other CPU numerics: when the two runs ran other CPU kernels (`cpu_numerics`: another vendor, or
+  another vector ISA), the same seeds train other weights, so τ fails only past the wider
+  `numerics_tau_tol` and smaller τ drops and a_1..a_3 drops only warn. Measured: the AMD-recorded
+  reference, re-run on an Intel Xeon under the same pinned kernels with no code changed, moved τ by
+  −3 % to +8 % and a_1 by as much as −0.13;
 - info: a cell only the run has (not gated until the baseline is updated); τ rose beyond tolerance.
 
 Entry point for CI scripts: `check_run(baseline_dir, run_dir)` → `CheckResult` (`.failed`,
@@ -58,6 +62,7 @@ class CheckResult:
     cells: pd.DataFrame  # per cell: CELL_KEYS, tau/a_1..a_3/speed-up on both sides, status
     findings: list[Finding] = field(default_factory=list)
     config_note: str | None = None  # set when the two configs differ: what to read first
+    numerics_tau_tol: float | None = None  # the τ tolerance in force when the CPU numerics differ
 
     @property
     def failed(self) -> bool:
@@ -69,9 +74,10 @@ class CheckResult:
     def headline(self) -> str:
         matched = int((self.cells["status"] != "missing").sum()) if len(self.cells) else 0
         verdict = "FAILED" if self.failed else "passed"
+        tolerance = (f"τ tolerance {self.numerics_tau_tol:g} under other CPU numerics"
+                     if self.numerics_tau_tol is not None else f"τ tolerance {self.tau_tol:g}")
         return (f"regression check {verdict}: {matched} cells compared, {self.count('fail')} failures, "
-                f"{self.count('warn')} warnings (τ tolerance {self.tau_tol:g}, speed-up warn band "
-                f"{self.speedup_warn:g})")
+                f"{self.count('warn')} warnings ({tolerance}, speed-up warn band {self.speedup_warn:g})")
 
     def markdown(self) -> str:
         """A Markdown summary for a CI job page: verdict, findings, then the per-cell table."""
@@ -117,17 +123,22 @@ def _drop(base: float, run: float, relative: bool) -> float:
     return (base - run) / base if relative and base else base - run
 
 
-def _compare_cell(row: pd.Series, tau_tol: float, speedup_warn: float) -> list[Finding]:
-    """Findings for one cell present on both sides (columns suffixed _base / _run)."""
+def _compare_cell(row: pd.Series, tau_tol: float, speedup_warn: float, numerics_tau_tol: float | None
+                  ) -> list[Finding]:
+    """Findings for one cell present on both sides (columns suffixed _base / _run). `numerics_tau_tol`
+    is set when the runs ran other CPU numerics: τ then fails only past it, and a_d drops warn."""
     cell = {k: row[k] for k in CELL_KEYS}
+    foreign = numerics_tau_tol is not None
     found: list[Finding] = []
     tau_base, tau_run = float(row["tau_base"]), float(row["tau_run"])
     tau_drop = _drop(tau_base, tau_run, relative=True)
     if math.isnan(tau_run) and not math.isnan(tau_base):
         found.append(Finding("fail", cell, "tau", f"τ missing in the run (baseline {tau_base:.3f})"))
     elif tau_drop > tau_tol:
-        found.append(Finding("fail", cell, "tau", f"τ {tau_base:.3f} → {tau_run:.3f} ({-tau_drop:+.1%}, "
-                                                  f"tolerance −{tau_tol:.0%})"))
+        fails = not foreign or tau_drop > numerics_tau_tol
+        tolerance = f"−{numerics_tau_tol:.0%} under other CPU numerics" if foreign else f"−{tau_tol:.0%}"
+        found.append(Finding("fail" if fails else "warn", cell, "tau",
+                             f"τ {tau_base:.3f} → {tau_run:.3f} ({-tau_drop:+.1%}, tolerance {tolerance})"))
     elif tau_drop < -tau_tol:
         found.append(Finding("info", cell, "tau", f"τ improved {tau_base:.3f} → {tau_run:.3f}: consider "
                                                   "--update-baseline"))
@@ -135,8 +146,9 @@ def _compare_cell(row: pd.Series, tau_tol: float, speedup_warn: float) -> list[F
         if f"{depth}_base" in row and f"{depth}_run" in row:
             base, run = float(row[f"{depth}_base"]), float(row[f"{depth}_run"])
             if _drop(base, run, relative=False) > tau_tol:
-                found.append(Finding("fail", cell, depth, f"{depth} {base:.3f} → {run:.3f} (tolerance "
-                                                          f"−{tau_tol:g} absolute)"))
+                found.append(Finding("warn" if foreign else "fail", cell, depth,
+                                     f"{depth} {base:.3f} → {run:.3f} (tolerance −{tau_tol:g} absolute"
+                                     f"{'; other CPU numerics: warn only' if foreign else ''})"))
     if row["drafter"] != AR_ARM and f"{SPEEDUP}_base" in row and f"{SPEEDUP}_run" in row:
         base, run = float(row[f"{SPEEDUP}_base"]), float(row[f"{SPEEDUP}_run"])
         drop = _drop(base, run, relative=True)
@@ -155,11 +167,15 @@ def _gated_columns(summary: pd.DataFrame) -> pd.DataFrame:
     return summary[[*CELL_KEYS, "tau", *extra]].assign(**depths)
 
 
-def compare(base: Run, run: Run, tau_tol: float = 0.05, speedup_warn: float = 0.2) -> CheckResult:
+def compare(base: Run, run: Run, tau_tol: float = 0.05, speedup_warn: float = 0.2,
+            numerics_tau_tol: float = 0.15) -> CheckResult:
     """Compare two loaded runs; see the module docstring for what fails and what warns."""
-    if tau_tol < 0 or speedup_warn < 0:
-        raise JfbenchError(f"tolerances must be ≥ 0 (got --tau-tol {tau_tol}, --speedup-warn {speedup_warn})")
+    if min(tau_tol, speedup_warn, numerics_tau_tol) < 0:
+        raise JfbenchError(f"tolerances must be ≥ 0 (got --tau-tol {tau_tol}, --speedup-warn {speedup_warn}, "
+                           f"--numerics-tau-tol {numerics_tau_tol})")
     joined = align(_gated_columns(base.summary), _gated_columns(run.summary))
+    numerics_change = _numerics_change(base, run)
+    foreign_tol = max(tau_tol, numerics_tau_tol) if numerics_change else None
     findings: list[Finding] = []
     status = []
     for _, row in joined.iterrows():
@@ -169,7 +185,7 @@ def compare(base: Run, run: Run, tau_tol: float = 0.05, speedup_warn: float = 0.
         elif row["_merge"] == "right_only":
             found = [Finding("info", cell, "cell", "new in the run, not in the baseline (not gated)")]
         else:
-            found = _compare_cell(row, tau_tol, speedup_warn)
+            found = _compare_cell(row, tau_tol, speedup_warn, foreign_tol)
         findings += found
         levels = {f.level for f in found}
         status.append("missing" if row["_merge"] == "left_only" else "new" if row["_merge"] == "right_only"
@@ -188,23 +204,27 @@ def compare(base: Run, run: Run, tau_tol: float = 0.05, speedup_warn: float = 0.
         findings.append(Finding("warn", None, "config_hash", f"configs differ ({hashes[0]} vs {hashes[1]}): "
                                                              "cells may not measure the same thing"))
         note = _config_note(base, hashes)
-    findings += _numerics_findings(base, run)
+    if numerics_change:
+        findings.append(Finding("warn", None, "cpu_numerics", (
+            f"other CPU numerics than the baseline's ({numerics_change}): the same seeds train other weights, "
+            f"so τ fails only past −{foreign_tol:.0%} and a_1..a_3 drops only warn; for the strict gate on this "
+            f"kind of CPU, record a reference on one (`jfbench check --update-baseline --run RUN --baseline "
+            f"{base.path}`)")))
     cells = joined.drop(columns="_merge").assign(status=status)
     order = {"fail": 0, "warn": 1, "info": 2}
     findings.sort(key=lambda f: order[f.level])
-    return CheckResult(base.path, run.path, tau_tol, speedup_warn, cells, findings, note)
+    return CheckResult(base.path, run.path, tau_tol, speedup_warn, cells, findings, note, foreign_tol)
 
 
-def _numerics_findings(base: Run, run: Run) -> list[Finding]:
-    """A warning when the two runs ran other CPU kernels: trained weights, and so τ, may differ
-    with no code changed. Runs recorded before the field existed are not compared."""
+def _numerics_change(base: Run, run: Run) -> str | None:
+    """What differs between the two runs' CPU kernels ("cpu_vendor AuthenticAMD → GenuineIntel"), or
+    None. Only what both manifests record is compared: older runs lack some fields, or all."""
     numerics = base.manifest.get("cpu_numerics"), run.manifest.get("cpu_numerics")
-    if None in numerics or numerics[0] == numerics[1]:
-        return []
-    changed = ", ".join(f"{k} {numerics[0].get(k)} → {numerics[1].get(k)}"
-                        for k in sorted({*numerics[0], *numerics[1]}) if numerics[0].get(k) != numerics[1].get(k))
-    return [Finding("warn", None, "cpu_numerics", f"other CPU kernels than the baseline's ({changed}): a target or "
-                                                  "head trained here may differ from the baseline's")]
+    if None in numerics:
+        return None
+    changed = [f"{k} {numerics[0][k]} → {numerics[1][k]}"
+               for k in sorted(numerics[0].keys() & numerics[1].keys()) if numerics[0][k] != numerics[1][k]]
+    return ", ".join(changed) or None
 
 
 def _config_note(base: Run, hashes: tuple[str, str]) -> str:
@@ -230,6 +250,7 @@ def check_run(
     run_dir: str | Path,
     tau_tol: float = 0.05,
     speedup_warn: float = 0.2,
+    numerics_tau_tol: float = 0.15,
 ) -> CheckResult:
     """Check the run folder `run_dir` against the reference in `baseline_dir`.
 
@@ -237,7 +258,7 @@ def check_run(
     `result.failed`, and publish `result.markdown()` as the job summary. Raises JfbenchError when
     either folder is not a run (the message names the folder and the fix).
     """
-    return compare(_load_baseline(Path(baseline_dir)), load_run(run_dir), tau_tol, speedup_warn)
+    return compare(_load_baseline(Path(baseline_dir)), load_run(run_dir), tau_tol, speedup_warn, numerics_tau_tol)
 
 
 def update_baseline(run_dir: str | Path, baseline_dir: str | Path = DEFAULT_BASELINE) -> list[Path]:
