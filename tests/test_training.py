@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from drafters.block_training import DFLASH_TRAINING, JETFLOW_TRAINING
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.runtime import PORTABLE_CPU_NUMERICS, pin_portable_cpu_numerics
+from jetflow_bench.runtime import PORTABLE_CPU_NUMERICS, cpu_vendor, pin_portable_cpu_numerics
 from jetflow_bench.training import TrainConfig, ensure_head, head_path, train_drafter
 from jetflow_bench.training import data as training_data
 from jetflow_bench.training import loop as training_loop
@@ -316,7 +316,7 @@ def test_cli_train_portable_numerics_records_the_pinned_kernels(random_target, t
                            f"{args!r}; main()"], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     numerics = json.loads((out / "config.json").read_text())["training"]["cpu_numerics"]
-    assert numerics == {"aten_capability": "AVX2", **PORTABLE_CPU_NUMERICS}  # AVX512 / None here: the flag did not reach the kernels
+    assert numerics == {"cpu_vendor": cpu_vendor(), "aten_capability": "AVX2", **PORTABLE_CPU_NUMERICS}  # AVX512 / None here: the flag did not reach the kernels
 
 
 @needs_data
