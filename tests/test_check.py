@@ -153,6 +153,9 @@ def test_other_cpu_vendor_gates_tau_on_the_wider_tolerance_and_a_d_only_warns(
     assert levels.get("a_1", "warn") == "warn"
     assert "AuthenticAMD → GenuineIntel" in result.markdown() and "under other CPU numerics" in result.headline()
     assert check_run(base, run, numerics_tau_tol=0.01).failed  # its tolerance is an option
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "config_hash": "other weights"}))
+    assert "other CPU numerics" in check_run(base, run).config_note  # not "rerun reproduce.py": it was
 
 
 def test_update_baseline_copies_summary_and_manifest(reference: Path, tmp_path: Path, cli) -> None:

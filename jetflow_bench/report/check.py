@@ -203,7 +203,7 @@ def compare(base: Run, run: Run, tau_tol: float = 0.05, speedup_warn: float = 0.
     if None not in hashes and hashes[0] != hashes[1]:
         findings.append(Finding("warn", None, "config_hash", f"configs differ ({hashes[0]} vs {hashes[1]}): "
                                                              "cells may not measure the same thing"))
-        note = _config_note(base, hashes)
+        note = _config_note(base, hashes, numerics_change)
     if numerics_change:
         findings.append(Finding("warn", None, "cpu_numerics", (
             f"other CPU numerics than the baseline's ({numerics_change}): the same seeds train other weights, "
@@ -227,8 +227,14 @@ def _numerics_change(base: Run, run: Run) -> str | None:
     return ", ".join(changed) or None
 
 
-def _config_note(base: Run, hashes: tuple[str, str]) -> str:
-    """Why every finding may be the config's doing, and how to make a run comparable with ``base``."""
+def _config_note(base: Run, hashes: tuple[str, str], numerics_change: str | None) -> str:
+    """Why every finding may be the config's doing, and how to make a run comparable with ``base``.
+    Under other CPU numerics the usual cause is a target or head trained to other weights (the hash
+    sees weights by content), which no command line can change."""
+    if numerics_change:
+        return (f"the run's config ({hashes[1]}) is not the baseline's ({hashes[0]}), and it ran under other CPU "
+                f"numerics ({numerics_change}): a target or head trained here has other weights than the "
+                "baseline's, so differences below may come from that, not a regression")
     script = base.path / "reproduce.py"
     how = (f"make the run with `python {script}`" if script.is_file()
            else "make the run with the baseline's own command (its manifest.json)")
