@@ -68,9 +68,9 @@ PORTABLE_CPU_NUMERICS: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_
 
 def pin_portable_cpu_numerics() -> None:
     """Train and decode under `PORTABLE_CPU_NUMERICS`, so a seed gives the same weights on any x86-64
-    CPU of the same vendor with AVX2 (MKL's compatible branch may be slower). Torch and MKL read the variables once, at
-    their first kernels; once torch has loaded without them this refuses rather than risk the native
-    kernels."""
+    CPU of the same vendor with AVX2 (MKL's compatible branch may be slower). Torch and MKL read the
+    variables once, at their first kernels; once torch has loaded without them this refuses rather
+    than risk the native kernels."""
     unset = {name: value for name, value in PORTABLE_CPU_NUMERICS.items() if os.environ.get(name) != value}
     if unset and "torch" in sys.modules:
         pairs = " ".join(f"{name}={value}" for name, value in PORTABLE_CPU_NUMERICS.items())
@@ -91,12 +91,17 @@ def cpu_numerics() -> dict[str, str | None]:
 
 
 def cpu_vendor() -> str | None:
-    """The CPU's vendor id (GenuineIntel, AuthenticAMD) from /proc/cpuinfo; None where unknown."""
+    """The CPU's vendor id (GenuineIntel, AuthenticAMD); None where unknown."""
+    return cpuinfo_field("vendor_id")
+
+
+def cpuinfo_field(name: str) -> str | None:
+    """The first value of `name` in /proc/cpuinfo ("model name", "vendor_id"); None where absent."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         return None
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("vendor_id")), None)
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith(name)), None)
 
 
 def cache_dir() -> Path:

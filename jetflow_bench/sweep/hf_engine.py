@@ -21,7 +21,7 @@ from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.prompts import encode
-from jetflow_bench.runtime import available_memory_bytes, synchronize
+from jetflow_bench.runtime import available_memory_bytes, cpuinfo_field, synchronize
 from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
 
 
@@ -107,12 +107,9 @@ class HFEngine:
 
 
 def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    name = cpuinfo_field("model name")
+    if name is not None:
+        return name
     import platform
 
     return platform.processor() or platform.machine()
