@@ -290,7 +290,8 @@ def test_a_grown_grid_keeps_the_finished_cells(target, tmp_path):
 def test_cells_timed_in_a_copy_of_the_folder_count_once_copied_back(target, tmp_path):
     # The several-cores recipe of docs/robustness.md: one sweep writes a folder at a time, so arms run
     # in copies of it and their cells are copied back. Bugs caught: a resume that re-runs a copied-back
-    # cell, or one that keeps a cell measured under other settings (here: fewer new tokens).
+    # cell, one that keeps a cell measured under other settings (here: fewer new tokens), or a manifest
+    # that does not say which command timed a copied-back cell.
     out, side, other = tmp_path / "run", tmp_path / "side", tmp_path / "other"
     grid = ("--budgets", "4,16", "--batch-sizes", "1")
     assert jfbench(*sweep_args(target, out, "--budgets", "4", "--batch-sizes", "1"))[0] == 0
@@ -303,6 +304,12 @@ def test_cells_timed_in_a_copy_of_the_folder_count_once_copied_back(target, tmp_
     copied = pd.read_parquet(out / "requests.parquet").query("budget == 16").reset_index(drop=True)
     timed = pd.read_parquet(side / "requests.parquet").query("budget == 16").reset_index(drop=True)
     pd.testing.assert_frame_equal(copied, timed)  # the side folder's measurements, not a re-run
+    manifest = json.loads((out / "manifest.json").read_text())  # where the copied-back cell came from
+    side_session = json.loads((side / "manifest.json").read_text())["sessions"][-1]
+    adopted = manifest["adopted_cells"]
+    assert set(adopted) == {p.stem for p in (side / "cells").glob("*__B16__*.json")} and "note: 1 finished cell(s)" in err
+    assert all(a["session"] == side_session["session"] and "4,16" in a["command"] for a in adopted.values())
+    assert side_session["session"] not in {s["session"] for s in manifest["sessions"]}
 
     assert jfbench(*sweep_args(target, other, *grid, "--max-new-tokens", "8"))[0] == 0
     for part in (other / "cells").glob("*__B16__*"):
@@ -312,6 +319,7 @@ def test_cells_timed_in_a_copy_of_the_folder_count_once_copied_back(target, tmp_
     record = next((out / "cells").glob("*__B16__*.json")).read_text()
     assert record != next((other / "cells").glob("*__B16__*.json")).read_text()  # re-timed under its own config
     assert json.loads(record)["config_hash"] == json.loads(next((side / "cells").glob("*__B16__*.json")).read_text())["config_hash"]
+    assert "adopted_cells" not in json.loads((out / "manifest.json").read_text())  # re-timed here: its own session
 
 
 def test_temperature_axis_adds_sampled_cells_to_a_greedy_run(target, base_run, tmp_path):

@@ -191,7 +191,7 @@ def delta_table(base: Run, other: Run) -> tuple[Table, int, int]:
 
 def manifest_items(run: Run) -> list[tuple[str, str]]:
     """(key, text) pairs of the manifest, the provenance fields first; nested values as JSON."""
-    first = ("command", "config_hash", "device", "git_commit", "versions", "seeds", "started", "finished")
+    first = ("command", "adopted_cells", "config_hash", "device", "git_commit", "versions", "seeds", "started", "finished")
     keys = [k for k in first if k in run.manifest] + [k for k in run.manifest if k not in first]
     return [
         (key, json.dumps(run.manifest[key], indent=1, sort_keys=True) if isinstance(run.manifest[key], dict | list)

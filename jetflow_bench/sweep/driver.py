@@ -163,8 +163,9 @@ def run_sweep(
         finished = store.finished(hashes, {c.cell_id: c.label() for c in grid})
         manifest = _manifest(previous, config, chash, shash, kind, command, engine, workloads, data_dir, len(grid))
         manifest["sessions"][-1]["cells_done_before"] = len(finished)
+        _record_adopted(manifest, store, finished)
         todo = [c for c in grid if c.cell_id not in finished]
-        sweep = _CellLoop(engine, store, config, manifest["run_id"], workloads)
+        sweep = _CellLoop(engine, store, config, manifest, workloads)
         for cell in todo:  # a missing or mismatched head fails now, not after the AR cells ran
             sweep.drafter(cell)
         if any(w.suite.executes_code and w.suite.scored for w in workloads.values()):
@@ -238,19 +239,44 @@ def _manifest(
         "data_dir": str(data_dir) if data_dir else None, "suites": suites, "n_cells": n_cells, "finished": None,
     })
     manifest["sessions"].append({
-        "pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": started, "finished": None,
+        "session": uuid.uuid4().hex[:8], "pid": os.getpid(), "host": socket.gethostname(), "command": command,
+        "started": started, "finished": None,
         "git_commit": env["git_commit"], "git_dirty": env["git_dirty"], "versions": env["versions"],
     })
     return manifest
+
+
+def _record_adopted(manifest: dict[str, Any], store: RunStore, finished: set[str]) -> None:
+    """Name in the manifest the finished cells no session of this folder recorded, with their commands.
+
+    Arms timed in parallel run in copies of the folder and their cells are copied back
+    (docs/robustness.md); without this the manifest would show only the commands of its own
+    sessions. Cells recorded before records named their session cannot be told apart and are not listed.
+    """
+    own = {s.get("session") for s in manifest["sessions"]}
+    adopted = {}
+    for cell_id in sorted(finished):
+        record = store.cell_record(cell_id)
+        if record.get("session") is not None and record["session"] not in own:
+            adopted[cell_id] = {k: record.get(k) for k in ("run_id", "session", "command")}
+    new = adopted.keys() - manifest.pop("adopted_cells", {}).keys()  # a resumed manifest keeps its earlier list
+    if adopted:
+        manifest["adopted_cells"] = adopted
+    if new:
+        print(f"note: {len(new)} finished cell(s) were recorded by a sweep in another folder and copied in; "
+              "the manifest's adopted_cells keeps each one's command", file=sys.stderr)
 
 
 class _CellLoop:
     """Runs single cells with shared state: engine, drafters (built once), prompts, the store."""
 
     def __init__(
-        self, engine: Engine, store: RunStore, config: SweepConfig, run_id: str, workloads: dict[str, Workload]
+        self, engine: Engine, store: RunStore, config: SweepConfig, manifest: dict[str, Any],
+        workloads: dict[str, Workload],
     ) -> None:
-        self.engine, self.store, self.config, self.run_id, self.workloads = engine, store, config, run_id, workloads
+        self.engine, self.store, self.config, self.workloads = engine, store, config, workloads
+        self.run_id = manifest["run_id"]
+        self.session = {"session": manifest["sessions"][-1]["session"], "command": manifest["command"]}  # in each record
         self.drafters: dict[DrafterSpec, Drafter] = {}
 
     def drafter(self, cell: Cell) -> Drafter | None:
@@ -280,7 +306,7 @@ class _CellLoop:
         labels = {i: (work.requests[i].record_id, work.requests[i].prompt, texts[i]) for i in ids}
         engine, baseline = self.engine.label(self.drafter(cell)), self.engine.baseline_arm(self.drafter(cell))
         steps, requests, row = cell_frames(self.run_id, cell, chash, engine, run, labels, verdicts, correct, baseline)
-        self.store.write_cell(cell.cell_id, steps, requests, row, node_frame(cell, run))
+        self.store.write_cell(cell.cell_id, steps, requests, {**row, **self.session}, node_frame(cell, run))
         bad = [v for v in verdicts.values() if not v.lossless and not v.excused]
         if bad:
             progress.note(f"warning: {cell.label()}: {len(bad)} request(s) diverge from the AR baseline "

@@ -244,6 +244,10 @@ class RunStore:
     def cell_requests(self, cell_id: str) -> pd.DataFrame:
         return self._part(cell_id)[1]
 
+    def cell_record(self, cell_id: str) -> dict[str, Any]:
+        """A finished cell's ``.json`` record (its summary row, plus the session and command that ran it)."""
+        return self._part(cell_id)[2] or {}
+
     def _part(self, cell_id: str) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None]:
         if cell_id not in self._parts:
             record = read_json(self.cells_dir / f"{cell_id}.json")
