@@ -156,6 +156,8 @@ def test_other_cpu_vendor_gates_tau_on_the_wider_tolerance_and_a_d_only_warns(
     manifest = json.loads((run / "manifest.json").read_text())
     (run / "manifest.json").write_text(json.dumps({**manifest, "config_hash": "other weights"}))
     assert "other CPU numerics" in check_run(base, run).config_note  # not "rerun reproduce.py": it was
+    (base / "reproduce.py").write_text("")  # same numerics, other weights: a stale cached target, say so
+    assert "empty JFBENCH_CACHE" in check_run(base, with_numerics(run, "AuthenticAMD")).config_note
 
 
 def test_update_baseline_copies_summary_and_manifest(reference: Path, tmp_path: Path, cli) -> None:

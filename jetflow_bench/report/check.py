@@ -236,7 +236,8 @@ def _config_note(base: Run, hashes: tuple[str, str], numerics_change: str | None
                 f"numerics ({numerics_change}): a target or head trained here has other weights than the "
                 "baseline's, so differences below may come from that, not a regression")
     script = base.path / "reproduce.py"
-    how = (f"make the run with `python {script}`" if script.is_file()
+    how = (f"make the run with `python {script}` on an empty JFBENCH_CACHE (a target or head already cached, "
+           "e.g. trained in-process by the tests under other kernels, is reused as it is)" if script.is_file()
            else "make the run with the baseline's own command (its manifest.json)")
     return (f"the run's config ({hashes[1]}) is not the baseline's ({hashes[0]}): differences below may come "
             f"from the config, not a regression; {how}")
