@@ -90,6 +90,15 @@ def cpu_numerics() -> dict[str, str | None]:
             **{name: os.environ.get(name) for name in PORTABLE_CPU_NUMERICS}}
 
 
+def numerics_difference(before: dict | None, after: dict | None) -> str | None:
+    """What differs between two `cpu_numerics` records ("cpu_vendor AuthenticAMD → GenuineIntel"), or
+    None. Only what both record is compared: older records lack some fields, or all."""
+    if before is None or after is None:
+        return None
+    changed = [f"{k} {before[k]} → {after[k]}" for k in sorted(before.keys() & after.keys()) if before[k] != after[k]]
+    return ", ".join(changed) or None
+
+
 def cpu_vendor() -> str | None:
     """The CPU's vendor id (GenuineIntel, AuthenticAMD); None where unknown."""
     return cpuinfo_field("vendor_id")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.report.check import check_run, update_baseline
 from jetflow_bench.report.loading import with_cell_keys
+from jetflow_bench.runtime import cpu_numerics
 from tests.fixtures_runs import write_fixture_run
 
 JETFLOW_16 = {"suite": "gsm8k", "drafter": "jetflow", "variant": "default", "budget": 16, "batch_size": 1,
@@ -193,3 +195,17 @@ def test_absent_depth_columns_count_as_zero_acceptance(reference: Path, tmp_path
         run / "summary.parquet", index=False)
     failed = {(f.metric, f.cell["drafter"]) for f in check_run(reference, run).findings if f.level == "fail"}
     assert ("a_3", "jetflow") in failed and all(metric == "a_3" for metric, _ in failed)
+
+
+def test_the_gate_refuses_a_cached_target_or_head_trained_under_other_cpu_numerics() -> None:
+    # Bug caught: reproduce.py reusing a micro target the tests trained in-process under unpinned
+    # kernels (same cache name, other weights), after which `check` failed on tau with no regression.
+    spec = importlib.util.spec_from_file_location("ci_reproduce", Path(__file__).resolve().parents[1] / "results/baselines/ci/reproduce.py")
+    reproduce = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reproduce)
+    here = cpu_numerics()
+    other = {**here, "aten_capability": "AVX512" if here["aten_capability"] != "AVX512" else "AVX2"}
+    message = reproduce.trained_elsewhere({Path("cache/micro"): {"cpu_numerics": here}, Path("cache/eagle"): {"cpu_numerics": other}})
+    assert message.startswith("error: the cached cache/eagle") and "aten_capability" in message and "JFBENCH_CACHE" in message
+    assert "\n" not in message
+    assert reproduce.trained_elsewhere({Path("cache/micro"): {"cpu_numerics": here}, Path("old"): {}, Path("none"): None}) is None

@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.runtime import cpu_numerics
 from jetflow_bench.toy import PRESETS, ensure_toy_target, toy_target_path
 from jetflow_bench.toy import corpus as corpus_mod
 from jetflow_bench.toy.corpus import CorpusFile, _exchanges, find_corpus_files, load_documents
@@ -81,6 +82,7 @@ def test_trained_folder_loads_like_a_real_model_and_generates(small_data: Path, 
     summary = json.loads((folder / "jfbench_toy.json").read_text())
     assert summary["corpus"]["gsm8k"]["heldout_docs"] >= 1
     assert 1.0 < summary["heldout"]["perplexity"] < float("inf")
+    assert summary["cpu_numerics"] == cpu_numerics()  # the CI gate refuses a cached target trained under other kernels
     assert tokenizer.decode(tokenizer("x = 12 + 3\n\tdef f(): ü").input_ids) == "x = 12 + 3\n\tdef f(): ü"
 
 

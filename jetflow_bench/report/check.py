@@ -35,6 +35,7 @@ from jetflow_bench.arms import AR_ARM
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.report import DEFAULT_BASELINE
 from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run, align, load_run
+from jetflow_bench.runtime import numerics_difference
 
 GATED_DEPTHS = ("a_1", "a_2", "a_3")
 Level = Literal["fail", "warn", "info"]
@@ -217,14 +218,8 @@ def compare(base: Run, run: Run, tau_tol: float = 0.05, speedup_warn: float = 0.
 
 
 def _numerics_change(base: Run, run: Run) -> str | None:
-    """What differs between the two runs' CPU kernels ("cpu_vendor AuthenticAMD → GenuineIntel"), or
-    None. Only what both manifests record is compared: older runs lack some fields, or all."""
-    numerics = base.manifest.get("cpu_numerics"), run.manifest.get("cpu_numerics")
-    if None in numerics:
-        return None
-    changed = [f"{k} {numerics[0][k]} → {numerics[1][k]}"
-               for k in sorted(numerics[0].keys() & numerics[1].keys()) if numerics[0][k] != numerics[1][k]]
-    return ", ".join(changed) or None
+    """What differs between the two runs' CPU kernels, or None (`runtime.numerics_difference`)."""
+    return numerics_difference(base.manifest.get("cpu_numerics"), run.manifest.get("cpu_numerics"))
 
 
 def _config_note(base: Run, hashes: tuple[str, str], numerics_change: str | None) -> str:

@@ -20,6 +20,7 @@ import torch
 import transformers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3ForCausalLM
 
+from jetflow_bench.runtime import cpu_numerics
 from jetflow_bench.toy.corpus import CorpusFile, Document, load_documents
 from jetflow_bench.toy.data import (
     WindowSampler,
@@ -121,6 +122,7 @@ def build_toy_target(
         "format_version": FORMAT_VERSION,
         "training": dataclasses.asdict(preset),
         "threads": torch.get_num_threads(),
+        "cpu_numerics": cpu_numerics(),  # the same seed trains to other weights under other kernels
         "parameters": n_params,
         "vocab_size": len(tokenizer),
         "corpus": {

@@ -16,27 +16,57 @@ an AVX2-only one, and the gate then fails on τ with no code changed. Pinned, AM
 bit, but an Intel Xeon still trains other weights: the reference was recorded on an AMD EPYC, and
 `jfbench check` gates a run under other CPU numerics (its manifest's `cpu_numerics`) on the wider
 `--numerics-tau-tol`. `jfbench check --update-baseline --run OUT` rewrites the reference deliberately.
+The cache reuses a target or head by name, whoever trained it (the tests train the same micro target
+in-process, unpinned), so a cached one whose record names other CPU numerics is refused.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 from jetflow_bench.runtime import data_dir, pin_portable_cpu_numerics  # loads no torch
 
 LEARNED = ("eagle", "dflash", "jetflow")
 
 
+def head_record(path: Path) -> dict | None:
+    """A trained head's training record (its config.json's "training"), or None."""
+    try:
+        return json.loads((path / "config.json").read_text()).get("training")
+    except (OSError, ValueError):
+        return None
+
+
+def trained_elsewhere(records: dict[Path, dict | None]) -> str | None:
+    """An error line if a cached target or head (path -> its training record) was trained under other
+    CPU numerics than this gate pins: the cache reuses it by name (e.g. a micro target the tests
+    trained in-process), and the gate would then compare other weights. Records without numerics pass."""
+    from jetflow_bench.runtime import cpu_numerics, numerics_difference
+
+    here = cpu_numerics()
+    for path, record in records.items():
+        change = numerics_difference((record or {}).get("cpu_numerics"), here)
+        if change:
+            return (f"error: the cached {path} was trained under other CPU numerics ({change}) than this gate pins, so "
+                    "its weights are not the reference's: set JFBENCH_CACHE to an empty folder (or remove it) and rerun")
+    return None
+
+
 def main(out: str) -> int:
     pin_portable_cpu_numerics()  # read when torch loads: the imports below come after it
-    from jetflow_bench.toy import ensure_toy_target
+    from jetflow_bench.toy import ensure_toy_target, read_summary
     from jetflow_bench.training import QUICK_RECIPE, ensure_head
 
     data = data_dir()
     target = ensure_toy_target("micro", data, show_progress=False)
     paths = {name: ensure_head(target, name, data_dir=data, device="cpu", show_progress=False, **QUICK_RECIPE)
              for name in LEARNED}
+    stale = trained_elsewhere({target: read_summary(target), **{p: head_record(p) for p in paths.values()}})
+    if stale:
+        sys.exit(stale)
     heads = [f"{name}={path}" for name, path in paths.items()] + [f"jetflow-refine={paths['jetflow']}"]
     command = [
         "jfbench", "sweep", "--target", str(target), "--drafters", ",".join(["ngram", *heads]),
