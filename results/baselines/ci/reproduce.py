@@ -22,7 +22,6 @@ in-process, unpinned), so a cached one whose record names other CPU numerics is 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -30,14 +29,6 @@ from pathlib import Path
 from jetflow_bench.runtime import data_dir, pin_portable_cpu_numerics  # loads no torch
 
 LEARNED = ("eagle", "dflash", "jetflow")
-
-
-def head_record(path: Path) -> dict | None:
-    """A trained head's training record (its config.json's "training"), or None."""
-    try:
-        return json.loads((path / "config.json").read_text()).get("training")
-    except (OSError, ValueError):
-        return None
 
 
 def trained_elsewhere(records: dict[Path, dict | None]) -> str | None:
@@ -57,14 +48,18 @@ def trained_elsewhere(records: dict[Path, dict | None]) -> str | None:
 
 def main(out: str) -> int:
     pin_portable_cpu_numerics()  # read when torch loads: the imports below come after it
+    from jetflow_bench.heads.checkpoint import read_config
     from jetflow_bench.toy import ensure_toy_target, read_summary
     from jetflow_bench.training import QUICK_RECIPE, ensure_head
 
     data = data_dir()
     target = ensure_toy_target("micro", data, show_progress=False)
+    stale = trained_elsewhere({target: read_summary(target)})  # before heads are trained on it
+    if stale:
+        sys.exit(stale)
     paths = {name: ensure_head(target, name, data_dir=data, device="cpu", show_progress=False, **QUICK_RECIPE)
              for name in LEARNED}
-    stale = trained_elsewhere({target: read_summary(target), **{p: head_record(p) for p in paths.values()}})
+    stale = trained_elsewhere({p: read_config(p)[1].training for p in paths.values()})
     if stale:
         sys.exit(stale)
     heads = [f"{name}={path}" for name, path in paths.items()] + [f"jetflow-refine={paths['jetflow']}"]
