@@ -87,6 +87,12 @@ def test_speedups_paired_across_sweep_sessions_are_flagged(run: Path, tmp_path: 
     apart = timed_apart(cells, [50.0, 900.0])
     assert list(zip(apart["drafter"], apart["batch_size"], strict=True)) == [("jetflow", 1)]  # not ar, ngram, bs 4, eagle
 
+    spans = cells.assign(finished=cells["started"] + 5.0)
+    spans.loc[1, "finished"] = 950.0  # ngram, resumed in session 2
+    spans.loc[3, ["started", "finished"]] = [890.0, 1015.0]  # so was bs 4's baseline
+    apart = timed_apart(spans, [50.0, 900.0])
+    assert sorted(zip(apart["drafter"], apart["batch_size"], strict=True)) == [("jetflow", 1), ("jetflow", 4), ("ngram", 1)]
+
     folder = Path(shutil.copytree(run, tmp_path / "run"))
     cells.to_parquet(folder / "cells.parquet", index=False)
     manifest = json.loads((folder / "manifest.json").read_text())

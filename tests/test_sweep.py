@@ -148,7 +148,9 @@ def test_show_formats(base_run):
     assert code == 2 and "holds no jfbench run" in err
 
 
-def test_resume_after_crashes_between_and_inside_cells(target, tmp_path, monkeypatch):
+def test_resume_after_crashes_between_and_inside_cells(target, base_run, tmp_path, monkeypatch):
+    """A crash between cells keeps the finished ones; a crash inside a cell keeps its decoded batches
+    (the journal), and the resume decodes only the rest, to the same rows an unbroken run gives."""
     out = tmp_path / "run"
     real_run_cell, calls = driver.run_cell, []
 
@@ -175,15 +177,27 @@ def test_resume_after_crashes_between_and_inside_cells(target, tmp_path, monkeyp
     with pytest.raises(RuntimeError, match="inside the cell"):
         jfbench(*sweep_args(target, out))
     assert len(list((out / "cells").glob("*.json"))) == 2  # the half-run cell left nothing that counts
+    (half,) = (out / "partial").iterdir()
+    assert [p.name for p in half.iterdir()] == ["batch-0000.json"]  # ... but its first batch is kept
 
     calls.clear()
     monkeypatch.setattr(driver, "run_cell", counting(crash_at=None))
     code, _, err = jfbench(*sweep_args(target, out))
     assert code == 0, err
     assert len(calls) == 4 and "4 cell(s) run, 2 already done" in err  # finished cells not recomputed
-    t = _tables(out)
+    assert err.count("1 prompt batch(es) decoded by an earlier session were reused") == 1, err
+    assert not (out / "partial").exists()  # the journal goes once its cell is stored
+    sessions = json.loads((out / "manifest.json").read_text())["sessions"]
+    assert len(sessions) == 3
+    record = json.loads((out / "cells" / f"{half.name}.json").read_text())
+    assert record["resumed"] == {sessions[1]["session"]: 1} and record["session"] == sessions[2]["session"]
+    t, base = _tables(out), _tables(base_run)
     assert len(t["summary"]) == 6 and not t["requests"].duplicated([*CELL_KEYS, "request"]).any()
-    assert len(json.loads((out / "manifest.json").read_text())["sessions"]) == 3
+    for name, columns in (("requests", ["output_ids", "steps", "accepted"]), ("steps", ["batch_step", "drafted", "accepted"])):
+        keys = [*CELL_KEYS, "request", *(["step"] if name == "steps" else [])]
+        mine, theirs = (frame[name].sort_values(keys).reset_index(drop=True) for frame in (t, base))
+        assert mine[keys + columns].astype(str).equals(theirs[keys + columns].astype(str)), name  # same rows as unbroken
+    assert (t["cells"]["wall_s"] > 0).all()
 
 
 def test_a_damaged_cell_part_is_named_by_readers_and_redone_by_the_resume(target, base_run, tmp_path):

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from jetflow_bench.budget_policy import Budget
+from jetflow_bench.engine.loop import BatchResult, NodeBlock, RequestResult, StepRecord
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.sweep.ablation import ablation_table, trained_recipe, variants, with_checkpoints
 from jetflow_bench.sweep.grid import (
@@ -28,7 +29,9 @@ from jetflow_bench.sweep.grid import (
     settings_hash,
     spec_for,
 )
+from jetflow_bench.sweep.journal import CellJournal
 from jetflow_bench.sweep.lossless import first_divergence, judge, tie_gap
+from jetflow_bench.sweep.runner import DecodedBatch
 from jetflow_bench.sweep.store import HOLDER, RunLock, RunStore
 from jetflow_bench.sweep.tables import REQUEST_COLUMNS, STEP_COLUMNS
 from jetflow_bench.training.config import TrainConfig
@@ -266,6 +269,37 @@ def test_damaged_finished_cells_are_redone_each_with_one_line(tmp_path, capsys):
     assert store.prepare("h", force=False) is None and "not valid JSON" in capsys.readouterr().err
     assert RunStore(tmp_path).finished({"sound": "h"}) == {"sound"}
 
+
+
+def _decoded(index: int, requests: list[int]) -> DecodedBatch:
+    steps = [StepRecord(r, 0, 0, len(requests), 16, 3, 2, 2, 3, 2, 1, 4, 1e6, 2e6, float("nan"), 0.5, 0.1, "step")
+             for r in range(len(requests))]
+    result = BatchResult([RequestResult(r, [1, 2], [5, 6, 7], "length", 0.1, 0.2, 1) for r in range(len(requests))],
+                         steps, 0.3, [NodeBlock(0, 0, [0.0, -0.5], [-1, 0], [0, 1])])
+    return DecodedBatch(index, requests, result, 0.25, 1000, 1.0, "s1")
+
+
+def test_a_cell_journal_gives_back_only_batches_of_this_config_and_these_prompts(tmp_path, capsys):
+    """The bugs: a batch decoded under another config, for other prompts, or cut short by a crash
+    reused as if it were this cell's."""
+    ids = [[0, 1], [2, 3], [4]]
+    journal = CellJournal(tmp_path, "cell", "h", "gsm8k ngram B=16", "s1")
+    for index in range(3):
+        journal.save(_decoded(index, ids[index]))
+    loaded = CellJournal(tmp_path, "cell", "h", "gsm8k ngram B=16", "s2").load(ids)
+    assert repr(loaded) == repr({i: _decoded(i, ids[i]) for i in range(3)})  # repr: NaN (an unsplit time) != NaN
+    assert capsys.readouterr().err == ""
+    files = sorted(journal.folder.iterdir())
+    files[1].write_text(files[1].read_text()[:200])  # cut short
+    assert sorted(CellJournal(tmp_path, "cell", "h", "x", "s2").load([[0, 1], [2, 3], [9]])) == [0]
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "batch-0001.json is decoded again: it is unreadable" in err[0]
+    assert "batch-0002.json is decoded again: its requests are not this batch's" in err[1]
+    assert CellJournal(tmp_path, "cell", "other", "x", "s2").load(ids) == {}
+    assert "belongs to another config" in capsys.readouterr().err and not list(journal.folder.iterdir())
+    journal.save(_decoded(0, ids[0]))
+    journal.clear()
+    assert not (tmp_path / "partial").exists()
 
 # ------------------------------------------------------------------ ablation
 def test_variants_name_overrides_and_route_training_options():

@@ -101,7 +101,8 @@ def sweep(
 
     Every batch size also runs the AR baseline on the same prompts (warm-up first), and every
     drafter request is checked token for token against it. Re-running the same command resumes an
-    interrupted run without recomputing finished cells; re-running it with only the grid changed
+    interrupted run without recomputing finished cells, and a cell it left half-done decodes only
+    its missing prompt batches (kept in RUN/partial/); re-running it with only the grid changed
     (more budgets, another drafter, fewer repeats) keeps the finished cells still in the grid.
 
     --engine vllm adds vLLM's methods as arms: vllm:none (plain decoding), vllm:ngram, vllm:suffix,

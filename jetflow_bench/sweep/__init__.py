@@ -17,6 +17,8 @@ Run-folder layout (``--out RUN``; plots, reports and regression checks read thes
                          <cell_id>.requests.parquet, <cell_id>.json (written last = finished);
                          the tables above are rebuilt from it after finished cells (as often as
                          costs at most ~10% of the run) and always when the run ends
+      partial/           a running cell's decoded prompt batches, so a killed cell resumes at its
+                         next batch (`journal`); removed once the cell is stored
       .lock              held while a sweep writes the folder (pid + host inside)
 
 Cell keys (first columns of every table): suite, drafter, variant, budget, batch_size, repeat.

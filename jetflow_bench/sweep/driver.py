@@ -1,9 +1,11 @@
 """Running a whole grid: load once, run every unfinished cell, store it, rebuild the tables.
 
 Per cell: torch seed, untimed warm-up, timed decode of every prompt batch (`runner.run_cell`),
-then — outside the timed region — losslessness against the paired AR cell, answer checks, and an
-atomic write of the cell (`store.RunStore`). Finished cells of an earlier, interrupted run of the
-same config are skipped, and their AR outputs still serve as references.
+each batch journaled as it finishes (`journal.CellJournal`), then — outside the timed region —
+losslessness against the paired AR cell, answer checks, and an atomic write of the cell
+(`store.RunStore`). Finished cells of an earlier, interrupted run of the same config are skipped,
+and their AR outputs still serve as references; a cell it left half-done decodes only the batches
+its journal lacks.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from jetflow_bench.sweep.grid import (
     spec_for,
     stable_hash,
 )
+from jetflow_bench.sweep.journal import CellJournal
 from jetflow_bench.sweep.lossless import Verdict, judge, sampled_verdict
 from jetflow_bench.sweep.memory import check_memory
 from jetflow_bench.sweep.progress import SweepProgress
@@ -292,8 +295,12 @@ class _CellLoop:
         """Decode (timed), then judge losslessness and answers (untimed), then store the cell."""
         work, config = self.workloads[cell.suite], self.config
         torch.manual_seed(config.seed)
+        journal = CellJournal(self.store.folder, cell.cell_id, chash, cell.label(), self.session["session"])
         run = run_cell(self.engine, cell, work.prompts, self.drafter(cell), config.warmup_tokens, progress.advance,
-                       sampling=sampling_for(config, cell))
+                       sampling=sampling_for(config, cell), journal=journal)
+        if run.resumed:
+            progress.note(f"note: {cell.label()}: {sum(run.resumed.values())} prompt batch(es) decoded by an earlier "
+                          "session were reused; the cell's record names them under 'resumed'")
         ids = sorted(run.outputs)
         outputs = {i: run.outputs[i].output_tokens for i in ids}
         verdicts = self.verdicts(cell, work, outputs)
@@ -306,7 +313,9 @@ class _CellLoop:
         labels = {i: (work.requests[i].record_id, work.requests[i].prompt, texts[i]) for i in ids}
         engine, baseline = self.engine.label(self.drafter(cell)), self.engine.baseline_arm(self.drafter(cell))
         steps, requests, row = cell_frames(self.run_id, cell, chash, engine, run, labels, verdicts, correct, baseline)
-        self.store.write_cell(cell.cell_id, steps, requests, {**row, **self.session}, node_frame(cell, run))
+        resumed = {"resumed": run.resumed} if run.resumed else {}
+        self.store.write_cell(cell.cell_id, steps, requests, {**row, **self.session, **resumed}, node_frame(cell, run))
+        journal.clear()
         bad = [v for v in verdicts.values() if not v.lossless and not v.excused]
         if bad:
             progress.note(f"warning: {cell.label()}: {len(bad)} request(s) diverge from the AR baseline "

@@ -71,5 +71,5 @@ class SweepProgress:
             )
 
     def note(self, text: str) -> None:
-        if self.enabled:
-            self.console.print(text)
+        """A warning or note about a cell: printed with or without the progress display."""
+        self.console.print(text)

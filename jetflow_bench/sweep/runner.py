@@ -1,6 +1,8 @@
 """Running one cell: warm up, decode every prompt batch, and return raw, tidy rows.
 
 It drives any `Engine` (`jetflow_bench.sweep.engines`); the rows it returns are engine-neutral.
+Each decoded batch can be kept in the cell's journal (`jetflow_bench.sweep.journal`), so a cell
+killed midway decodes only its missing batches when the sweep is run again.
 """
 
 from __future__ import annotations
@@ -8,13 +10,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from drafters import Drafter
-from jetflow_bench.engine.loop import NodeBlock, RequestResult, StepRecord
+from jetflow_bench.engine.loop import BatchResult, NodeBlock, RequestResult, StepRecord
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.sweep.engines import Engine
 from jetflow_bench.sweep.grid import Cell
+
+if TYPE_CHECKING:
+    from jetflow_bench.budget_policy import BudgetPolicy
+    from jetflow_bench.sweep.journal import CellJournal
 
 
 @dataclass
@@ -32,11 +39,25 @@ class CellRun:
 
     steps: list[tuple[int, StepRecord]]  # (global request id, record with batch_step made cell-wide)
     outputs: dict[int, RequestResult]  # global request id -> result
-    wall_s: float  # first timed generate start -> last end (warm-up excluded)
+    wall_s: float  # the batches' timed decodes, summed (warm-ups excluded)
     peak_memory_bytes: int
     started: float  # unix time
     finished: float
     nodes: list[tuple[int, NodeBlock]] = field(default_factory=list)  # (global request id, verified tree)
+    resumed: dict[str, int] = field(default_factory=dict)  # earlier session -> batches of it reused
+
+
+@dataclass
+class DecodedBatch:
+    """One prompt batch of a cell as the engine returned it, with the clock and session it ran under."""
+
+    index: int  # position among the cell's batches
+    requests: list[int]  # the batch's global request ids, to check a reload pairs the same prompts
+    result: BatchResult
+    wall_s: float  # this batch's timed decode (compile warm-ups excluded)
+    peak_memory_bytes: int  # the engine's peak since this session's warm-up, read after this batch
+    started: float  # unix time this batch started
+    session: str  # the sweep session that decoded it
 
 
 ProgressFn = Callable[[int, int], None]  # (requests finished, tokens generated) since the last call
@@ -62,6 +83,7 @@ def run_cell(
     warmup_tokens: int,
     progress: ProgressFn | None = None,
     sampling: SamplingParams = GREEDY,
+    journal: CellJournal | None = None,
 ) -> CellRun:
     """Decode all ``prompts`` for ``cell``; the first batch is first run once untimed (warm-up).
 
@@ -73,37 +95,61 @@ def run_cell(
     arm, batch size and repeat draws the same numbers for it. The engine resets the drafter's per-request state at every batch (``Drafter.reset``). Step
     rows get cell-wide ``batch_step`` indices, so that rows of one batched forward — and only
     those — share an index (metrics sum each forward's time once).
+
+    With a ``journal``, batches it holds are reused instead of decoded, and every batch decoded
+    here is written to it (outside the timed region) before the next one starts.
     """
     chunks = batches(prompts, cell.batch_size)
-    warm_stop = _stop_of(chunks[0])
-    warm_stop = StopRule(min(warmup_tokens, warm_stop.max_new_tokens), warm_stop.eos_token_ids)
-    budget = cell.budget.nodes
-    engine.generate([p.tokens for p in chunks[0]], warm_stop, budget, drafter, sampling=sampling,
-                    request_ids=[p.request for p in chunks[0]])
+    ids = [[p.request for p in chunk] for chunk in chunks]
+    done = journal.load(ids) if journal is not None else {}
     policy = None
-    if cell.budget.policy:
-        context = round(sum(len(p.tokens) for p in prompts) / len(prompts))
-        policy = engine.budget_policy(cell.budget.sizes, cell.batch_size, context)
-    engine.reset_peak_memory()
+    if len(done) < len(chunks):
+        warm_stop = _stop_of(chunks[0])
+        warm_stop = StopRule(min(warmup_tokens, warm_stop.max_new_tokens), warm_stop.eos_token_ids)
+        engine.generate([p.tokens for p in chunks[0]], warm_stop, cell.budget.nodes, drafter, sampling=sampling,
+                        request_ids=ids[0])
+        if cell.budget.policy:
+            context = round(sum(len(p.tokens) for p in prompts) / len(prompts))
+            policy = engine.budget_policy(cell.budget.sizes, cell.batch_size, context)
+        engine.reset_peak_memory()
     steps: list[tuple[int, StepRecord]] = []
     nodes: list[tuple[int, NodeBlock]] = []
     outputs: dict[int, RequestResult] = {}
-    started = time.time()
-    engine.synchronize()
-    t0 = time.perf_counter()
     offset = 0  # cell-wide batch_step of the current chunk's first forward
-    compile_s = 0.0  # compiled target: warm-ups a chunk met (a new cache capacity), kept out of wall_s
-    for chunk in chunks:
-        result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), budget, drafter,
-                                 sampling=sampling, request_ids=[p.request for p in chunk], policy=policy)
+    decoded: list[DecodedBatch] = []
+    engine.synchronize()
+    for index, chunk in enumerate(chunks):
+        batch = done.get(index) or _decode(engine, cell, chunk, index, drafter, sampling, policy, journal)
+        result = batch.result
         for record in result.steps:
-            steps.append((chunk[record.request].request, replace(record, batch_step=record.batch_step + offset)))
-        nodes.extend((chunk[block.request].request, block) for block in result.nodes)
+            steps.append((ids[index][record.request], replace(record, batch_step=record.batch_step + offset)))
+        nodes.extend((ids[index][block.request], block) for block in result.nodes)
         offset += 1 + max((r.batch_step for r in result.steps), default=-1)
-        compile_s += result.compile_s
         for res in result.requests:
-            outputs[chunk[res.request].request] = res
+            outputs[ids[index][res.request]] = res
+        decoded.append(batch)
         if progress is not None:
             progress(len(chunk), sum(len(r.output_tokens) for r in result.requests))
-    wall_s = time.perf_counter() - t0 - compile_s  # generate() synchronises before its last clock read
-    return CellRun(steps, outputs, wall_s, engine.peak_memory_bytes(), started, time.time(), nodes)
+    resumed: dict[str, int] = {}
+    for batch in done.values():
+        resumed[batch.session] = resumed.get(batch.session, 0) + 1
+    peak = max([b.peak_memory_bytes for b in decoded] + ([engine.peak_memory_bytes()] if len(done) < len(chunks) else []))
+    return CellRun(steps, outputs, sum(b.wall_s for b in decoded), peak, min(b.started for b in decoded), time.time(),
+                   nodes, resumed)
+
+
+def _decode(
+    engine: Engine, cell: Cell, chunk: list[Prompt], index: int, drafter: Drafter | None, sampling: SamplingParams,
+    policy: BudgetPolicy | None, journal: CellJournal | None,
+) -> DecodedBatch:  # fmt: skip
+    """Decode one batch under the clock (compile warm-ups it met kept out), and journal it."""
+    started = time.time()
+    t0 = time.perf_counter()
+    result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), cell.budget.nodes, drafter,
+                             sampling=sampling, request_ids=[p.request for p in chunk], policy=policy)
+    wall_s = time.perf_counter() - t0 - result.compile_s  # generate() synchronises before its last clock read
+    batch = DecodedBatch(index, [p.request for p in chunk], result, wall_s, engine.peak_memory_bytes(), started,
+                         journal.session if journal is not None else "")
+    if journal is not None:
+        journal.save(batch)
+    return batch

@@ -45,6 +45,7 @@ MANIFEST = "manifest.json"
 LOCK = ".lock"
 HOLDER = ".lock.json"  # who holds LOCK (pid, host, since), for the message a second writer gets
 CELLS = "cells"
+PARTIAL = "partial"  # a running cell's decoded prompt batches (`jetflow_bench.sweep.journal`)
 TABLES = ("steps.parquet", "requests.parquet", "cells.parquet", "nodes.parquet", "summary.parquet", "summary.csv")
 DERIVED = (*TABLES, "ablation.parquet", "ablation.csv")
 Derived = Mapping[str, Callable[[pd.DataFrame], pd.DataFrame]]  # table name -> f(requests rows)
@@ -163,12 +164,14 @@ class RunStore:
                     "choose another --out, or pass --force to discard those results"
                 )
             print("note: the grid changed; finished cells that are still in it are kept", file=sys.stderr)
-        for leftover in [*self.folder.glob(".*.tmp-*"), *self.cells_dir.glob(".*.tmp-*")]:
+        leftovers = [*self.folder.glob(".*.tmp-*"), *self.cells_dir.glob(".*.tmp-*"), *self.folder.glob(f"{PARTIAL}/*/.*.tmp-*")]
+        for leftover in leftovers:
             leftover.unlink(missing_ok=True)  # from a crashed writer
         return manifest
 
     def discard(self) -> None:
         shutil.rmtree(self.cells_dir, ignore_errors=True)
+        shutil.rmtree(self.folder / PARTIAL, ignore_errors=True)
         for name in (*DERIVED, MANIFEST):
             (self.folder / name).unlink(missing_ok=True)
 

@@ -208,11 +208,16 @@ def timed_apart(cells: pd.DataFrame, session_starts: Sequence[float]) -> pd.Data
 
     A resumed or widened sweep keeps its finished cells, so a new arm's decode times can meet a
     plain-decoding cell timed hours earlier, under another machine load: τ is unaffected, the
-    speed-up is not. ``session_starts`` are the manifest sessions' start times (epoch seconds).
+    speed-up is not. A cell resumed midway (`jetflow_bench.sweep.journal`) starts in one session
+    and finishes in another: its own time already mixes loads, so it and the cells paired with it
+    are flagged too. ``session_starts`` are the manifest sessions' start times (epoch seconds).
     """
     if cells.empty or "started" not in cells or len(session_starts) < 2:
         return cells.iloc[0:0]
-    session = np.searchsorted(np.sort(np.asarray(session_starts, dtype=float)), cells["started"], side="right") - 1
+    starts = np.sort(np.asarray(session_starts, dtype=float))
+    session = np.searchsorted(starts, cells["started"], side="right") - 1
+    ended = np.searchsorted(starts, cells.get("finished", cells["started"]).fillna(cells["started"]), side="right") - 1
+    session = np.where(session == ended, session, -1 - np.arange(len(cells)))  # a cell spanning sessions matches none
     cells = cells.assign(_session=session, _base=cells.get("baseline", pd.Series(AR_ARM, index=cells.index)).fillna(AR_ARM))
     bases = cells[["drafter", *PAIR_KEYS, "_session"]].rename(columns={"drafter": "_base", "_session": "_base_session"})
     paired = cells[cells["drafter"] != cells["_base"]].merge(bases, on=["_base", *PAIR_KEYS])
