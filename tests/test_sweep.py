@@ -179,6 +179,8 @@ def test_resume_after_crashes_between_and_inside_cells(target, base_run, tmp_pat
     assert len(list((out / "cells").glob("*.json"))) == 2  # the half-run cell left nothing that counts
     (half,) = (out / "partial").iterdir()
     assert [p.name for p in half.iterdir()] == ["batch-0000.json"]  # ... but its first batch is kept
+    code, shown, _ = jfbench("show", out)
+    assert code == 0 and "2/6 cells (+ 1 unfinished, 1 prompt batch(es) decoded so far" in shown
 
     calls.clear()
     monkeypatch.setattr(driver, "run_cell", counting(crash_at=None))

@@ -85,7 +85,8 @@ def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) ->
     lines = [LEGEND] if compact else []
     if summary["temperature"].ne(0).any():
         lines.append(f"diverged '{SAMPLED}' (T > 0): {SAMPLED_LOSSLESS}, not compared token by token")
-    lines.append("; ".join([f"{done}/{manifest.get('n_cells', '?')} cells", f"config {manifest.get('config_hash')}",
+    cells = f"{done}/{manifest.get('n_cells', '?')} cells" + _unfinished(run)
+    lines.append("; ".join([cells, f"config {manifest.get('config_hash')}",
                             f"{manifest.get('device')}"]) + (" · --wide: every column" if compact else ""))
     lines.append(f"target {config.get('target')}")
     if config.get("device", "").startswith("cpu"):
@@ -95,6 +96,16 @@ def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) ->
         lines.append(f"speed-up: {apart} cell(s) are paired with a baseline cell timed in another session of the "
                      "sweep (the machine's load may have changed between them); --force re-times every cell")
     return "\n".join(lines)
+
+
+def _unfinished(run: Path) -> str:
+    """How far the cells still running (or killed midway) got, from their journals; "" when none."""
+    from jetflow_bench.sweep.store import PARTIAL
+
+    batches = [len(list(cell.glob("batch-*.json"))) for cell in sorted((run / PARTIAL).glob("*/"))]
+    if not batches:
+        return ""
+    return f" (+ {len(batches)} unfinished, {sum(batches)} prompt batch(es) decoded so far: a re-run resumes them)"
 
 
 def _timed_apart(run: Path, manifest: dict) -> int:
