@@ -202,6 +202,16 @@ def test_resume_after_crashes_between_and_inside_cells(target, base_run, tmp_pat
     assert (t["cells"]["wall_s"] > 0).all()
 
 
+def test_show_says_how_far_a_first_cell_got_before_any_cell_finished(tmp_path):
+    run = tmp_path / "run"
+    (run / "partial" / "gsm8k__ngram__default__B4__bs1__r0").mkdir(parents=True)
+    for index in range(3):
+        (run / "partial" / "gsm8k__ngram__default__B4__bs1__r0" / f"batch-{index:04d}.json").write_text("{}")
+    (run / "manifest.json").write_text('{"config_hash": "h"}')
+    code, _, err = jfbench("show", run)
+    assert code == 2 and "no cell has finished yet; 1 unfinished, 3 prompt batch(es) decoded so far" in err
+
+
 def test_a_damaged_cell_part_is_named_by_readers_and_redone_by_the_resume(target, base_run, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(base_run, out)

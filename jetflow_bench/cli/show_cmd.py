@@ -53,7 +53,8 @@ def _read(run: Path, name: str) -> pd.DataFrame:
     path = run / f"{name}.parquet"
     if not path.exists():
         hints = {"ablation": "run `jfbench ablate`", "nodes": "the run predates per-node rows: re-run it with --force"}
-        hint = hints.get(name, "no cell has finished yet")
+        unfinished = _unfinished(run)
+        hint = hints.get(name, "no cell has finished yet" + (f"; {unfinished}" if unfinished else ""))
         raise JfbenchError(f"{path} does not exist ({hint}): check the run folder")
     import pandas as pd
 
@@ -85,7 +86,8 @@ def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) ->
     lines = [LEGEND] if compact else []
     if summary["temperature"].ne(0).any():
         lines.append(f"diverged '{SAMPLED}' (T > 0): {SAMPLED_LOSSLESS}, not compared token by token")
-    cells = f"{done}/{manifest.get('n_cells', '?')} cells" + _unfinished(run)
+    unfinished = _unfinished(run)
+    cells = f"{done}/{manifest.get('n_cells', '?')} cells" + (f" (+ {unfinished})" if unfinished else "")
     lines.append("; ".join([cells, f"config {manifest.get('config_hash')}",
                             f"{manifest.get('device')}"]) + (" · --wide: every column" if compact else ""))
     lines.append(f"target {config.get('target')}")
@@ -99,13 +101,13 @@ def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) ->
 
 
 def _unfinished(run: Path) -> str:
-    """How far the cells still running (or killed midway) got, from their journals; "" when none."""
+    """How far the cells still running (or killed midway) got, from their journals; "" if none did."""
     from jetflow_bench.sweep.store import PARTIAL
 
     batches = [len(list(cell.glob("batch-*.json"))) for cell in sorted((run / PARTIAL).glob("*/"))]
     if not batches:
         return ""
-    return f" (+ {len(batches)} unfinished, {sum(batches)} prompt batch(es) decoded so far: a re-run resumes them)"
+    return f"{len(batches)} unfinished, {sum(batches)} prompt batch(es) decoded so far: a re-run resumes them"
 
 
 def _timed_apart(run: Path, manifest: dict) -> int:
