@@ -270,7 +270,6 @@ def test_damaged_finished_cells_are_redone_each_with_one_line(tmp_path, capsys):
     assert RunStore(tmp_path).finished({"sound": "h"}) == {"sound"}
 
 
-
 def _decoded(index: int, requests: list[int]) -> DecodedBatch:
     steps = [StepRecord(r, 0, 0, len(requests), 16, 3, 2, 2, 3, 2, 1, 4, 1e6, 2e6, float("nan"), 0.5, 0.1, "step")
              for r in range(len(requests))]
@@ -300,6 +299,7 @@ def test_a_cell_journal_gives_back_only_batches_of_this_config_and_these_prompts
     journal.save(_decoded(0, ids[0]))
     journal.clear()
     assert not (tmp_path / "partial").exists()
+
 
 # ------------------------------------------------------------------ ablation
 def test_variants_name_overrides_and_route_training_options():

@@ -8,6 +8,7 @@ killed midway decodes only its missing batches when the sweep is run again.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -119,7 +120,7 @@ def run_cell(
     decoded: list[DecodedBatch] = []
     engine.synchronize()
     for index, chunk in enumerate(chunks):
-        batch = done.get(index) or _decode(engine, cell, chunk, index, drafter, sampling, policy, journal)
+        batch = done.get(index) or _decode(engine, cell, chunk, ids[index], index, drafter, sampling, policy, journal)
         result = batch.result
         for record in result.steps:
             steps.append((ids[index][record.request], replace(record, batch_step=record.batch_step + offset)))
@@ -130,25 +131,23 @@ def run_cell(
         decoded.append(batch)
         if progress is not None:
             progress(len(chunk), sum(len(r.output_tokens) for r in result.requests))
-    resumed: dict[str, int] = {}
-    for batch in done.values():
-        resumed[batch.session] = resumed.get(batch.session, 0) + 1
-    peak = max([b.peak_memory_bytes for b in decoded] + ([engine.peak_memory_bytes()] if len(done) < len(chunks) else []))
+    resumed = dict(Counter(batch.session for batch in done.values()))
+    peak = max(b.peak_memory_bytes for b in decoded)  # each read after its batch: this session's peak is the last
     return CellRun(steps, outputs, sum(b.wall_s for b in decoded), peak, min(b.started for b in decoded), time.time(),
                    nodes, resumed)
 
 
 def _decode(
-    engine: Engine, cell: Cell, chunk: list[Prompt], index: int, drafter: Drafter | None, sampling: SamplingParams,
-    policy: BudgetPolicy | None, journal: CellJournal | None,
+    engine: Engine, cell: Cell, chunk: list[Prompt], requests: list[int], index: int, drafter: Drafter | None,
+    sampling: SamplingParams, policy: BudgetPolicy | None, journal: CellJournal | None,
 ) -> DecodedBatch:  # fmt: skip
     """Decode one batch under the clock (compile warm-ups it met kept out), and journal it."""
     started = time.time()
     t0 = time.perf_counter()
     result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), cell.budget.nodes, drafter,
-                             sampling=sampling, request_ids=[p.request for p in chunk], policy=policy)
+                             sampling=sampling, request_ids=requests, policy=policy)
     wall_s = time.perf_counter() - t0 - result.compile_s  # generate() synchronises before its last clock read
-    batch = DecodedBatch(index, [p.request for p in chunk], result, wall_s, engine.peak_memory_bytes(), started,
+    batch = DecodedBatch(index, requests, result, wall_s, engine.peak_memory_bytes(), started,
                          journal.session if journal is not None else "")
     if journal is not None:
         journal.save(batch)
