@@ -192,7 +192,7 @@ def test_a_compiled_step_writes_its_cache_entries_without_rewriting_the_cache():
 def first_proposals(runner: TargetRunner, drafter: Drafter, prompts: list[list[int]], budget: int) -> list:
     """Prefill on ``runner``, report the prompts to the drafter, propose once: (tokens, parents) per row."""
     out = runner.prefill(prompts, capacity=max(map(len, prompts)) + 64, taps=drafter.taps)
-    seqs = [SequenceView(i, [*p, int(out.logits[i, len(p) - 1].argmax())], len(p)) for i, p in enumerate(prompts)]
+    seqs = [SequenceView(i, [*p, int(out.logits[i, 0].argmax())], len(p)) for i, p in enumerate(prompts)]
     drafter.reset(seqs)
     drafter.observe(seqs, [out.hidden[i, : len(p)] for i, p in enumerate(prompts)])
     runner.release()

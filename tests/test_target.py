@@ -41,6 +41,20 @@ def test_tree_verification_equals_per_path_decoding(family, gqa, sizes):
         torch.testing.assert_close(out.logits[b, j], plain_logits(model, prompts[b] + path), atol=1e-4, rtol=0)
 
 
+def test_prefill_scores_each_prompts_last_token_and_score_every_token():
+    rng = random.Random(5)
+    model = random_model("llama")
+    runner = TargetRunner(model, None, "llama")
+    prompts = [[rng.randrange(VOCAB) for _ in range(n)] for n in (7, 2, 12)]  # ragged: the last tokens differ in index
+    out = runner.prefill(prompts, capacity=32)
+    assert out.logits.shape == (3, 1, VOCAB)
+    for b, p in enumerate(prompts):
+        torch.testing.assert_close(out.logits[b, 0], plain_logits(model, p), atol=1e-4, rtol=0)
+    runner.release()
+    scored = runner.score(prompts).logits  # (B, N, V): every token, for training targets
+    torch.testing.assert_close(scored[2, 4], plain_logits(model, prompts[2][:5]), atol=1e-4, rtol=0)
+
+
 def test_commit_then_continue_equals_fresh_prefill():
     rng = random.Random(3)
     model = random_model("qwen3")
@@ -89,7 +103,7 @@ def test_loads_saved_models_by_path(tmp_path, family):
     runner = TargetRunner.load(path, device="cpu")
     assert runner.eos_token_ids == (1,)
     out = runner.prefill([[3, 4, 5]], capacity=8)
-    assert out.logits.shape == (1, 3, VOCAB)
+    assert out.logits.shape == (1, 1, VOCAB)  # the last prompt token's only
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path):

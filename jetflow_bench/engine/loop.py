@@ -213,8 +213,7 @@ def generate(
     batch = _Batch(prompts, stop, clock, sampling, streams)
     try:
         out = target.prefill(prompts, capacity, taps=taps)
-        last = torch.tensor([len(p) - 1 for p in prompts], device=out.logits.device)
-        first_logits = out.logits[torch.arange(len(prompts), device=last.device), last]  # (B, V)
+        first_logits = out.logits[:, 0]  # (B, V): prefill scores each prompt's last token only
         first_u = batch.uniforms(torch.zeros(len(prompts), 1, dtype=torch.long))[:, 0]  # (B,) generated token 0
         first = draw(first_logits, first_u, sampling).tolist()
         batch.first_token_at = clock()

@@ -66,7 +66,7 @@ class PreparedTrees:
 
 @dataclass
 class ForwardOutput:
-    logits: torch.Tensor  # (B, N, V) float32, one row per tree node (padding rows are garbage)
+    logits: torch.Tensor  # (B, N, V) float32, one row per tree node (padding rows are garbage); prefill: (B, 1, V)
     hidden: torch.Tensor | None  # (B, N, K, H) tapped layer outputs in the order asked for, None without taps
     trees: PreparedTrees  # what was run
 
@@ -168,11 +168,15 @@ class TargetRunner:
         Each prompt is verified as a chain, so afterwards the prompt is the committed prefix. A
         live batch is never silently replaced: `release` it first (or use `score`). Eager: a new
         cache; compiled: the runner's persistent one, reset (`_batch_cache`).
+
+        The logits are each prompt's last token's only, (B, 1, V): decoding needs no other, and the
+        LM head over every prompt token (49k columns on a real target) would cost as much as the
+        rest of the prefill (`transformers` generate skips it too). ``taps`` cover every token.
         """
         self._check_prompts(prompts, capacity, taps)
         if self.cache is not None:
             raise RuntimeError("prefill() while a batch is live would discard its cache: call release() first")
-        return self._run_chains(prompts, self._batch_cache(len(prompts), capacity), taps)
+        return self._run_chains(prompts, self._batch_cache(len(prompts), capacity), taps, last_only=True)
 
     def release(self) -> None:
         """End the live batch. Eager: its cache is freed; compiled: it waits, reset, for the next batch."""
@@ -187,7 +191,7 @@ class TargetRunner:
         # chains run eagerly anyway.
         live = self.cache
         try:
-            return self._run_chains(prompts, self._fresh_cache(len(prompts), capacity), taps)
+            return self._run_chains(prompts, self._fresh_cache(len(prompts), capacity), taps, last_only=False)
         finally:
             self.cache = live
 
@@ -274,10 +278,17 @@ class TargetRunner:
     def _fresh_cache(self, batch: int, capacity: int) -> KVCache:
         return KVCache(len(self.layers), batch, self.kv_heads, self.head_dim, capacity, self.dtype, self.device)
 
-    def _run_chains(self, prompts: Sequence[Sequence[int]], cache: KVCache, taps: Sequence[int]) -> ForwardOutput:
-        """Make ``cache`` the live one and run each prompt into it as a chain (eagerly), committed."""
+    def _run_chains(
+        self, prompts: Sequence[Sequence[int]], cache: KVCache, taps: Sequence[int], last_only: bool
+    ) -> ForwardOutput:
+        """Make ``cache`` the live one and run each prompt into it as a chain (eagerly), committed;
+        ``last_only``: logits at each prompt's last token only (`prefill`)."""
         self.cache = cache
-        out = self.forward(self._prepare([DraftTree.chain(p) for p in prompts], static=False), taps)
+        prepared = self._prepare([DraftTree.chain(p) for p in prompts], static=False)
+        last = torch.tensor([[len(p) - 1] for p in prompts], device=self.device) if last_only else None
+        logits, hidden = self._forward(prepared.tokens, prepared.positions, prepared.slots, prepared.mask,
+                                       prepared.kv_len, tuple(taps), last)
+        out = ForwardOutput(logits, hidden, prepared)
         cache.commit([range(len(p)) for p in prompts])
         return out
 
@@ -358,10 +369,11 @@ class TargetRunner:
         mask: TreeMask | None,
         kv_len: int,
         taps: tuple[int, ...],
+        logit_nodes: torch.Tensor | None = None,  # (B, R): the nodes whose logits to compute; None: all
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The eager forward: keys over the first ``kv_len`` slots, any attention backend."""
         return self._decode(tokens, positions, slots, self._require_cache(), kv_len,
-                            lambda q, k, v: self.attend(q, k, v, mask, self.scale), taps)
+                            lambda q, k, v: self.attend(q, k, v, mask, self.scale), taps, logit_nodes)
 
     def _static_forward(
         self,
@@ -389,6 +401,7 @@ class TargetRunner:
         kv_len: int,
         attend,  # (q (B, H_q, N, hd), keys, values (B, H_kv, kv_len, hd)) -> (B, H_q, N, hd)
         taps: tuple[int, ...],
+        logit_nodes: torch.Tensor | None = None,  # (B, R) nodes to score (logits (B, R, V)); None: all N
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, n = tokens.shape
         h = self.embed(tokens)  # (B, N, H)
@@ -413,7 +426,9 @@ class TargetRunner:
             h = h + (mlp_out[0] if isinstance(mlp_out, tuple) else mlp_out)
             if i in taps:
                 tapped[i] = h
-        logits = self.lm_head(self.norm(h)).float()  # (B, N, V)
+        if logit_nodes is not None:
+            h = h.gather(1, logit_nodes[..., None].expand(-1, -1, h.shape[-1]))  # (B, R, H)
+        logits = self.lm_head(self.norm(h)).float()  # (B, N or R, V)
         hidden = torch.stack([tapped[t] for t in taps], dim=2) if taps else None  # (B, N, K, H), K in taps order
         return logits, hidden
 
