@@ -7,16 +7,17 @@ Both generate exactly ``max_new_tokens`` per prompt (no early EOS), so tokens/s 
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from jetflow_bench.engine.loop import cache_capacity, generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.metrics import paired_ratio_ci
 from jetflow_bench.runtime import synchronize
 
 
@@ -36,14 +37,24 @@ class BaselineComparison:
         return [o / h for o, h in zip(self.ours_tok_s, self.hf_tok_s, strict=True)]
 
     @property
-    def ratio(self) -> float:
-        return statistics.median(self.ratios)
+    def ratio_ci(self) -> tuple[float, float, float]:
+        """The mean per-pair ratio with its 95% bootstrap CI over pairs (`paired_ratio_ci`, the
+        statistic every speed-up of the suite carries). Per-pair ratios, not total times: a pair
+        that a burst of machine load slowed then weighs no more than any other."""
+        hf_s, ours_s = 1 / np.array(self.hf_tok_s), 1 / np.array(self.ours_tok_s)  # seconds per token
+        ci = paired_ratio_ci(hf_s, ours_s)  # baseline HF: the ratio is ours' speed-up over it
+        return ci["macro"], ci["macro_lo"], ci["macro_hi"]
 
     @property
-    def conclusive(self) -> bool:
-        """Whether the pairs agree on which side is faster: a spread straddling 1.0 says the
-        machine's noise is larger than the difference being measured."""
-        return min(self.ratios) >= 1.0 or max(self.ratios) < 1.0
+    def verdict(self) -> str:
+        """Which side is faster, once the CI excludes 1.0; otherwise the machine's noise is larger
+        than the difference being measured."""
+        _, lo, hi = self.ratio_ci
+        if lo > 1.0:
+            return "ours faster"
+        if hi < 1.0:
+            return "HF faster"
+        return "no difference resolved: CI spans 1.0"
 
 
 def hf_greedy(target: TargetRunner, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:

@@ -24,12 +24,14 @@ def test_piped_tables_never_wrap_a_cell(cli, fmt):
         assert out.splitlines()[0].startswith("suite,records,found")
 
 
-def test_baseline_ratio_is_the_median_of_paired_ratios():
+def test_baseline_ratio_is_the_mean_of_paired_ratios_with_a_bootstrap_ci():
     row = BaselineComparison(1, ours_tok_s=[100.0, 90.0, 300.0], hf_tok_s=[50.0, 100.0, 100.0], same_tokens=True)
     assert row.ratios == pytest.approx([2.0, 0.9, 3.0])
-    assert row.ratio == pytest.approx(2.0)
-    assert not row.conclusive  # 0.9 and 3.0 disagree on which side is faster
-    assert BaselineComparison(1, [110.0, 120.0, 105.0], [100.0] * 3, True).conclusive
+    mean, lo, hi = row.ratio_ci
+    assert mean == pytest.approx(5.9 / 3) and lo < 1.0 < hi  # 0.9 and 3.0 disagree on which side is faster
+    assert row.verdict.startswith("no difference")
+    assert BaselineComparison(1, [110.0, 120.0, 105.0], [100.0] * 3, True).verdict == "ours faster"
+    assert BaselineComparison(1, [90.0, 95.0, 80.0], [100.0] * 3, True).verdict == "HF faster"
 
 
 def test_bench_baseline_runs_interleaved_pairs(cli, tmp_path):

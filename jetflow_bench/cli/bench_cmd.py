@@ -50,8 +50,8 @@ def baseline(
 
     A baseline slower than the best plain decoder inflates every speed-up, so the ratio
     (ours / HF tokens per second) should be >= 1.0. The two run as interleaved pairs; the ratio is
-    the median of the per-pair ratios, shown with their min–max, and a spread that straddles 1.0
-    is reported as inconclusive (the machine is too noisy to tell).
+    the mean of the per-pair ratios with a 95% bootstrap CI over pairs (and their min–max); a CI
+    that spans 1.0 is reported as unresolved (the machine is too noisy to tell).
 
     Example: jfbench bench baseline --target ~/.cache/jfbench/targets/tiny-seed0-... --batch-sizes 1,4
     """
@@ -74,14 +74,14 @@ def baseline(
     emit([{
         "batch": r.batch_size, "pairs": len(r.ratios),
         "ours tok/s": f"{statistics.median(r.ours_tok_s):.1f}", "HF tok/s": f"{statistics.median(r.hf_tok_s):.1f}",
-        "ratio ours/HF": f"{r.ratio:.2f}x", "ratio min–max": f"{min(r.ratios):.2f}–{max(r.ratios):.2f}",
-        "verdict": ("ours faster" if r.ratio >= 1 else "HF faster") if r.conclusive else "inconclusive: spread straddles 1.0",
+        "ratio ours/HF [95% CI]": "{:.2f}x [{:.2f}, {:.2f}]".format(*r.ratio_ci),
+        "ratio min–max": f"{min(r.ratios):.2f}–{max(r.ratios):.2f}", "verdict": r.verdict,
         "same tokens": "yes" if r.same_tokens else "no",
     } for r in rows], fmt, title=f"AR baseline vs transformers generate — {runner.name}, {max_new_tokens} new tokens",
         caption=f"device {runner.device}, dtype {runner.dtype}, torch threads {torch.get_num_threads()}"
                 + (f"; ours compiled (warm-up {sum(r.compile_s for r in rows):.1f} s, untimed)" if compile else ""))
-    if any(not r.conclusive for r in rows):
-        Console(stderr=True).print("note: per-pair ratios straddle 1.0 for some batch size: rerun on an idle "
+    if any(r.verdict.startswith("no difference") for r in rows):
+        Console(stderr=True).print("note: for some batch size the ratio's CI spans 1.0: rerun on an idle "
                                    "machine or with more --pairs before concluding")
 
 
