@@ -17,6 +17,8 @@ import torch
 from jetflow_bench.engine.tree import DraftTree
 
 if TYPE_CHECKING:
+    from drafters.tree_builder import TreeOptions
+    from drafters.tree_tensors import Dists
     from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.training.objective import TrainingObjective
 
@@ -106,6 +108,19 @@ class Drafter(ABC):
         """(head forwards, entries per sequence) of one step at ``budget`` >= 2 implied by the algorithm
         with ``options`` over this class's defaults, for runs recorded before the engine counted them
         (`jetflow_bench.projection.nominal`); None: not derivable (the projection then refuses)."""
+        return None
+
+    def replay_tree(self) -> TreeOptions | None:
+        """How this drafter's trees grow from the per-depth children `last_marginals` returns, when its
+        trees are a function of those alone (a block head's pass 1: every node at depth d gets the
+        same top-K). The engine then records them every step, and the suite rebuilds the tree at any
+        budget offline (`jetflow_bench.report.headroom`). None (the default): not replayable, nothing
+        recorded."""
+        return None
+
+    def last_marginals(self) -> Dists | None:
+        """The last proposal's per-depth top-K children (rows, D, K), for a drafter with a `replay_tree`
+        (a reference to what `propose` computed: the engine copies it to the host outside the clock)."""
         return None
 
     def take_cost(self, rows: int) -> DraftCost:

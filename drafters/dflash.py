@@ -19,6 +19,7 @@ from drafters.base import SequenceView
 from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
 from drafters.timing import span
+from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import draft_trees
 from drafters.tree_tensors import Dists
 from jetflow_bench.engine.compiled import tree_bucket
@@ -29,6 +30,7 @@ from jetflow_bench.heads.masks import block_allowed, block_layout
 class DFlashDrafter(LearnedDrafter):
     name = "dflash"
     training = "drafters.block_training:DFLASH_TRAINING"
+    pass1: Dists | None = None  # the last proposal's marginals (`last_marginals`)
 
     @classmethod
     def nominal_counters(cls, budget: int, block_size: int | None, options: Mapping[str, Any]) -> tuple[float, float] | None:
@@ -59,6 +61,13 @@ class DFlashDrafter(LearnedDrafter):
     def propose(self, seqs: Sequence[SequenceView], budget: int) -> list[DraftTree]:
         cache = self.require_cache(seqs)
         roots = self.roots(seqs, cache)
-        marginals = self.marginals(roots, cache)
+        marginals = self.pass1 = self.marginals(roots, cache)
         with span("tree"):
             return draft_trees(roots, budget, self.tree, marginals=marginals)
+
+    def replay_tree(self) -> TreeOptions | None:
+        """Pass 1's marginals and the tree options are all its tree depends on."""
+        return self.tree
+
+    def last_marginals(self) -> Dists | None:
+        return self.pass1

@@ -190,6 +190,10 @@ class JetFlowDrafter(DFlashDrafter):
         with span("tree"):
             return trees.to_trees()
 
+    def replay_tree(self) -> TreeOptions | None:
+        """Pass 1 alone (r = 0) replays as DFlash-T does; a refinement pass's children depend on the branch."""
+        return None if self.refine_passes else super().replay_tree()
+
     @classmethod
     def nominal_counters(cls, budget: int, block_size: int | None, options: Mapping[str, Any]) -> tuple[float, float] | None:
         """1 + r forwards: pass 1 over the block, then r refinements over at most 2B entries (B nodes

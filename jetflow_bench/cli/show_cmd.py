@@ -25,6 +25,7 @@ class ShowTable(str, Enum):
     ablation = "ablation"
     cells = "cells"
     tree = "tree"
+    headroom = "headroom"
 
 
 def compact_ablation(ablation: pd.DataFrame) -> pd.DataFrame:
@@ -52,7 +53,9 @@ def _read(run: Path, name: str) -> pd.DataFrame:
     """``name``.parquet, else (damaged) its .csv twin with a warning; an error naming the file if neither."""
     path = run / f"{name}.parquet"
     if not path.exists():
-        hints = {"ablation": "run `jfbench ablate`", "nodes": "the run predates per-node rows: re-run it with --force"}
+        hints = {"ablation": "run `jfbench ablate`", "nodes": "the run predates per-node rows: re-run it with --force",
+                 "marginals": "no arm's trees replay (dflash, jetflow at a fixed budget), or the run predates them: "
+                              "re-run it with --force"}
         unfinished = _unfinished(run)
         hint = hints.get(name, "no cell has finished yet" + (f"; {unfinished}" if unfinished else ""))
         raise JfbenchError(f"{path} does not exist ({hint}): check the run folder")
@@ -162,6 +165,29 @@ def _show_tree(run: Path, format: TableFormat) -> None:
     print(f"d1: first tokens; means over the verify steps that drafted, repeats pooled{capped}")
 
 
+def _show_headroom(run: Path, format: TableFormat) -> None:
+    from jetflow_bench.report.headroom import INF, headroom_table
+
+    table = headroom_table(_read(run, "marginals"), _read(run, "steps"), _read(run, "requests"))
+    if table.empty:
+        raise JfbenchError(f"{run / 'marginals.parquet'} holds no replayable steps: they are recorded for drafters whose "
+                           "trees replay from pass 1 (dflash, jetflow without refinement) at a fixed budget on the hf "
+                           "engine; re-run the sweep with --force if it predates them")
+    if format in (TableFormat.csv, TableFormat.json):
+        emit(_records(table), format)
+        return
+    rows = [{"suite": r["suite"], "arm": r["arm"], "batch": str(r["batch_size"]), "B": str(r["budget"]),
+             "replays B": str(r["source"]), "tau": _f(r["tau"], 3), "tau replayed": _f(r["tau_replayed"], 3),
+             "steps": str(r["steps"])} for r in table.to_dict("records")]
+    title = f"{run.name}: headroom, the trees replayed at other budgets"
+    if format == TableFormat.markdown:
+        print(f"**{title}**\n\n{markdown(rows)}\n")
+    else:
+        print_table(Console(), rich_table(rows, title, left=("suite", "arm")))
+    print(f"replays B: the measured budget whose cells were replayed (at another B an estimate at its positions); "
+          f"B = {INF}: an unlimited top-K tree (tau_inf); repeats pooled")
+
+
 WideOpt = Annotated[bool, typer.Option("--wide", help="Every column of the summary table (see the list above).")]
 ColumnsOpt = Annotated[
     str | None, typer.Option("--columns", help="Comma-separated columns to show after suite and arm, e.g. tau,alpha,tok_s.")
@@ -172,7 +198,10 @@ table/markdown: one row per arm, repeats pooled. The default columns are suite, 
 tau, alpha, decode and diverged (and temperature when the run samples); --wide shows all of them,
 --columns picks some. csv/json: every column of summary.parquet (or --table ablation / cells), one
 row per cell, for scripts. --table tree, in every format: how each arm shaped its trees, as the
-mean drafted and accepted nodes per verify step at each depth (from nodes.parquet).
+mean drafted and accepted nodes per verify step at each depth (from nodes.parquet). --table
+headroom, in every format: the block drafters' trees (dflash, jetflow) replayed offline at B = 16 to
+1024 from their recorded pass-1 top-K, beside the measured tau, and tau_inf, an unlimited top-K
+tree's bound (docs/methodology.md, "Headroom").
 
 Columns (--columns takes these names; docs/methodology.md defines each figure):
 
@@ -191,6 +220,8 @@ Examples:
     jfbench show results/ablate-head --format json --table ablation | jq '.[0]'
 
     jfbench show results/qwen8b --table tree
+
+    jfbench show results/qwen8b --table headroom --format csv
 """
 
 
@@ -199,7 +230,8 @@ def show(
     run: Annotated[Path, typer.Argument(help="A run folder written by `jfbench sweep` or `jfbench ablate`.")],
     format: TableFormatOpt = TableFormat.table,
     table: Annotated[ShowTable, typer.Option(
-        "--table", help="Which table csv/json print (all its columns); tree: nodes per tree depth, in any format.",
+        "--table", help="Which table csv/json print (all its columns); tree: nodes per tree depth, headroom: the trees "
+        "replayed at other budgets, in any format.",
     )] = ShowTable.summary,
     wide: WideOpt = False,
     columns: ColumnsOpt = None,
@@ -218,6 +250,9 @@ def show(
     warn_damaged_cells(run / "cells")
     if table is ShowTable.tree:
         _show_tree(run, format)
+        return
+    if table is ShowTable.headroom:
+        _show_headroom(run, format)
         return
     if format in (TableFormat.csv, TableFormat.json):
         frame = _read(run, table.value)

@@ -69,6 +69,20 @@ class NodeBlock:
 
 
 @dataclass
+class MarginalBlock:
+    """One request's pass-1 children in one step, for a drafter whose trees replay from them
+    (`Drafter.replay_tree`): the top-K tokens and log-probs at every depth 1..D, and each depth's
+    entropy (0 unless the tree is scored by it). With the emitted output they rebuild the step's
+    tree at any budget (`jetflow_bench.report.headroom`)."""
+
+    request: int
+    step: int
+    tokens: list[list[int]]  # (D, K) target token ids, by descending log-prob
+    logps: list[list[float]]  # (D, K)
+    entropy: list[float]  # (D,)
+
+
+@dataclass
 class RequestResult:
     request: int
     prompt_tokens: list[int]
@@ -86,6 +100,7 @@ class BatchResult:
     wall_s: float = 0.0
     nodes: list[NodeBlock] = field(default_factory=list)  # drafters whose node scores are log-probs
     compile_s: float = 0.0  # compiled target and head: the untimed warm-up that compiled this batch's shapes (not in wall_s)
+    marginals: list[MarginalBlock] = field(default_factory=list)  # drafters whose trees replay (`Drafter.replay_tree`)
 
 
 class _Clock:
@@ -229,17 +244,18 @@ def generate(
             drafter.take_cost(len(batch.active))  # the prompt's context features belong to prefill
         steps: list[StepRecord] = []
         nodes: list[NodeBlock] | None = [] if drafter is not None and drafter.node_scores == "logp" else None
+        marginals: list[MarginalBlock] | None = [] if drafter is not None and drafter.replay_tree() is not None else None
         while batch.active:
-            steps.extend(_speculative_step(target, batch, budget, drafter, policy, nodes))
+            steps.extend(_speculative_step(target, batch, budget, drafter, policy, nodes, marginals))
     finally:
         target.release()
     return BatchResult([r for r in batch.results if r is not None], steps, wall_s=clock() - batch.start, nodes=nodes or [],
-                       compile_s=compile_s)
+                       compile_s=compile_s, marginals=marginals or [])
 
 
 def _speculative_step(
     target: TargetRunner, batch: _Batch, budget: int, drafter: Drafter | None, policy: BudgetPolicy | None,
-    nodes: list[NodeBlock] | None,
+    nodes: list[NodeBlock] | None, marginals: list[MarginalBlock] | None,
 ) -> list[StepRecord]:
     """Draft -> (choose the budget) -> verify -> accept -> commit for every active row.
 
@@ -298,6 +314,8 @@ def _speculative_step(
         split = (math.nan,) * 3
     # A measurement, not part of decoding: outside every timed span (its host transfer syncs).
     rank1_len, rank1_gap = branch_gaps(trees, ver.logits) if drafting else ([0] * len(rows), [0.0] * len(rows))
+    if marginals is not None and drafting:
+        marginals.extend(_marginal_blocks(drafter, rows, batch))
     cost = drafter.take_cost(len(rows)) if drafter else DraftCost.free(len(rows))
     batch.batch_steps += 1
     return [
@@ -312,6 +330,13 @@ def _speculative_step(
         )
         for row, i in enumerate(rows)
     ]
+
+
+def _marginal_blocks(drafter: Drafter, rows: list[int], batch: _Batch) -> list[MarginalBlock]:
+    """The step's pass-1 children of every row, on the host (one transfer per tensor)."""
+    dists = drafter.last_marginals()
+    tokens, logps, entropy = dists.tokens.tolist(), dists.logps.tolist(), dists.entropy.tolist()
+    return [MarginalBlock(i, batch.steps_done[i] - 1, tokens[row], logps[row], entropy[row]) for row, i in enumerate(rows)]
 
 
 def _shrink(target: TargetRunner, batch: _Batch, keep: list[int]) -> None:

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.engine.loop import BatchResult, NodeBlock, RequestResult, StepRecord
+from jetflow_bench.engine.loop import BatchResult, MarginalBlock, NodeBlock, RequestResult, StepRecord
 from jetflow_bench.sweep.runner import DecodedBatch
 from jetflow_bench.sweep.store import PARTIAL, atomic_write
 
@@ -40,6 +40,7 @@ def _batch_from(data: dict[str, Any]) -> DecodedBatch:
     result = BatchResult(
         requests=[RequestResult(**r) for r in raw["requests"]], steps=[StepRecord(**s) for s in raw["steps"]],
         wall_s=raw["wall_s"], nodes=[NodeBlock(**n) for n in raw["nodes"]], compile_s=raw["compile_s"],
+        marginals=[MarginalBlock(**m) for m in raw.get("marginals", [])],  # batches journaled before they were recorded
     )
     fields = {f.name for f in dataclasses.fields(DecodedBatch)} - {"result"}
     return DecodedBatch(result=result, **{name: data[name] for name in fields})

@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from drafters import Drafter
-from jetflow_bench.engine.loop import BatchResult, NodeBlock, RequestResult, StepRecord
+from jetflow_bench.engine.loop import BatchResult, MarginalBlock, NodeBlock, RequestResult, StepRecord
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.sweep.engines import Engine
@@ -46,6 +46,8 @@ class CellRun:
     finished: float
     nodes: list[tuple[int, NodeBlock]] = field(default_factory=list)  # (global request id, verified tree)
     resumed: dict[str, int] = field(default_factory=dict)  # earlier session -> batches of it reused
+    marginals: list[tuple[int, MarginalBlock]] = field(default_factory=list)  # (global request id, pass-1 children)
+    replay_tree: dict | None = None  # the drafter's `replay_tree` options; None: its trees do not replay
 
 
 @dataclass
@@ -115,6 +117,7 @@ def run_cell(
         engine.reset_peak_memory()
     steps: list[tuple[int, StepRecord]] = []
     nodes: list[tuple[int, NodeBlock]] = []
+    marginals: list[tuple[int, MarginalBlock]] = []
     outputs: dict[int, RequestResult] = {}
     offset = 0  # cell-wide batch_step of the current chunk's first forward
     decoded: list[DecodedBatch] = []
@@ -125,6 +128,7 @@ def run_cell(
         for record in result.steps:
             steps.append((ids[index][record.request], replace(record, batch_step=record.batch_step + offset)))
         nodes.extend((ids[index][block.request], block) for block in result.nodes)
+        marginals.extend((ids[index][block.request], block) for block in result.marginals)
         offset += 1 + max((r.batch_step for r in result.steps), default=-1)
         for res in result.requests:
             outputs[ids[index][res.request]] = res
@@ -133,8 +137,9 @@ def run_cell(
             progress(len(chunk), sum(len(r.output_tokens) for r in result.requests))
     resumed = dict(Counter(batch.session for batch in done.values()))
     peak = max(b.peak_memory_bytes for b in decoded)  # each read after its batch: this session's peak is the last
+    replay = drafter.replay_tree() if isinstance(drafter, Drafter) else None  # another engine's arms do not replay
     return CellRun(steps, outputs, sum(b.wall_s for b in decoded), peak, min(b.started for b in decoded), time.time(),
-                   nodes, resumed)
+                   nodes, resumed, marginals, None if replay is None else asdict(replay))
 
 
 def _decode(

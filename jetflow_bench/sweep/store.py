@@ -34,6 +34,7 @@ from jetflow_bench.integrity import READ_ERRORS, cell_problems, reason
 from jetflow_bench.report.loading import ADDED_KEYS, with_cell_keys
 from jetflow_bench.sweep.tables import (
     CELL_COLUMNS,
+    MARGINAL_COLUMNS,
     NODE_COLUMNS,
     REQUEST_COLUMNS,
     STEP_COLUMNS,
@@ -46,7 +47,9 @@ LOCK = ".lock"
 HOLDER = ".lock.json"  # who holds LOCK (pid, host, since), for the message a second writer gets
 CELLS = "cells"
 PARTIAL = "partial"  # a running cell's decoded prompt batches (`jetflow_bench.sweep.journal`)
-TABLES = ("steps.parquet", "requests.parquet", "cells.parquet", "nodes.parquet", "summary.parquet", "summary.csv")
+TABLES = ("steps.parquet", "requests.parquet", "cells.parquet", "nodes.parquet", "marginals.parquet", "summary.parquet",
+          "summary.csv")
+OPTIONAL_PARTS = {"nodes": NODE_COLUMNS, "marginals": MARGINAL_COLUMNS}  # a cell's parts that only some drafters have
 DERIVED = (*TABLES, "ablation.parquet", "ablation.csv")
 Derived = Mapping[str, Callable[[pd.DataFrame], pd.DataFrame]]  # table name -> f(requests rows)
 
@@ -114,7 +117,7 @@ class RunStore:
         self.folder = folder
         self.cells_dir = folder / CELLS
         self._parts: dict[str, tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None]] = {}  # read once
-        self._nodes: dict[str, pd.DataFrame] = {}
+        self._optional: dict[tuple[str, str], pd.DataFrame] = {}  # (cell id, optional part) -> rows
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[RunStore]:
@@ -217,32 +220,39 @@ class RunStore:
     def _redo(self, cell_id: str, problem: str, labels: Mapping[str, str] | None) -> None:
         name = (labels or {}).get(cell_id, cell_id)
         print(f"note: cell {name} will run again: {problem}", file=sys.stderr)
-        parts = ("json", "steps.parquet", "requests.parquet", "nodes.parquet")
+        parts = ("json", "steps.parquet", "requests.parquet", *(f"{name}.parquet" for name in OPTIONAL_PARTS))
         for path in [self.cells_dir / f"{cell_id}.{part}" for part in parts]:
             path.unlink(missing_ok=True)  # the record first: it is what marks a cell finished
         self._parts.pop(cell_id, None)
-        self._nodes.pop(cell_id, None)
+        for name in OPTIONAL_PARTS:
+            self._optional.pop((cell_id, name), None)
 
     def write_cell(
         self, cell_id: str, steps: pd.DataFrame, requests: pd.DataFrame, row: dict[str, Any],
-        nodes: pd.DataFrame | None = None,
+        nodes: pd.DataFrame | None = None, marginals: pd.DataFrame | None = None,
     ) -> None:
-        """Write a cell's parts, then its record. ``nodes`` (the acceptance-calibration rows) is an
-        optional part: cells of drafters without log-prob scores, and older runs, have none."""
+        """Write a cell's parts, then its record. ``nodes`` (the acceptance-calibration rows) and
+        ``marginals`` (the headroom replay's pass-1 children) are optional parts: cells of drafters
+        without log-prob scores or replayable trees, and older runs, have none."""
         self.cells_dir.mkdir(exist_ok=True)
-        parts = [("steps", steps), ("requests", requests), *([("nodes", nodes)] if nodes is not None and len(nodes) else [])]
-        (self.cells_dir / f"{cell_id}.nodes.parquet").unlink(missing_ok=True)  # no stale nodes of an earlier try
+        optional = {"nodes": nodes, "marginals": marginals}
+        parts = [("steps", steps), ("requests", requests),
+                 *((name, frame) for name, frame in optional.items() if frame is not None and len(frame))]
+        for name in OPTIONAL_PARTS:
+            (self.cells_dir / f"{cell_id}.{name}.parquet").unlink(missing_ok=True)  # none stale from an earlier try
         for name, frame in parts:
             atomic_write(self.cells_dir / f"{cell_id}.{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False))
         write_json(self.cells_dir / f"{cell_id}.json", row)  # the commit marker, last
         self._parts[cell_id] = (steps, requests, row)
-        self._nodes[cell_id] = nodes if nodes is not None else pd.DataFrame(columns=NODE_COLUMNS)
+        for name, frame in optional.items():
+            self._optional[cell_id, name] = frame if frame is not None else pd.DataFrame(columns=OPTIONAL_PARTS[name])
 
-    def cell_nodes(self, cell_id: str) -> pd.DataFrame:
-        if cell_id not in self._nodes:
-            path = self.cells_dir / f"{cell_id}.nodes.parquet"
-            self._nodes[cell_id] = pd.read_parquet(path) if path.is_file() else pd.DataFrame(columns=NODE_COLUMNS)
-        return self._nodes[cell_id]
+    def cell_part(self, cell_id: str, name: str) -> pd.DataFrame:
+        """A finished cell's optional part ``name`` (`OPTIONAL_PARTS`); no rows when it has none."""
+        if (cell_id, name) not in self._optional:
+            path = self.cells_dir / f"{cell_id}.{name}.parquet"
+            self._optional[cell_id, name] = pd.read_parquet(path) if path.is_file() else pd.DataFrame(columns=OPTIONAL_PARTS[name])
+        return self._optional[cell_id, name]
 
     def cell_requests(self, cell_id: str) -> pd.DataFrame:
         return self._part(cell_id)[1]
@@ -273,9 +283,9 @@ class RunStore:
         """Rewrite the combined tables, the summary and any ``derived`` tables (name -> function of
         the requests rows, e.g. the ablation) from the finished cells; returns the summary."""
         steps, requests, cells = self.load(cell_ids)
-        nodes = concat([self.cell_nodes(c) for c in cell_ids], NODE_COLUMNS)
-        summary = summary_table(steps, requests, cells, n_boot, seed, nodes)
-        for name, frame in (("steps", steps), ("requests", requests), ("cells", cells), ("nodes", nodes)):
+        optional = {name: concat([self.cell_part(c, name) for c in cell_ids], columns) for name, columns in OPTIONAL_PARTS.items()}
+        summary = summary_table(steps, requests, cells, n_boot, seed, optional["nodes"])
+        for name, frame in (("steps", steps), ("requests", requests), ("cells", cells), *optional.items()):
             atomic_write(self.folder / f"{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False))
         tables = {"summary": summary, **{name: fn(requests) for name, fn in (derived or {}).items()}}
         for name, frame in tables.items():

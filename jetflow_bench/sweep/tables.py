@@ -8,6 +8,7 @@ from the raw rows. Column lists are in `jetflow_bench.sweep` (the run-folder lay
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import asdict
 
@@ -43,6 +44,9 @@ CELL_EXTRAS = ["drafted_mean", "drafted_max", "budget_fill", "peak_mem_bytes", "
 # the first in build order, so the table at a budget <= NODE_CAP holds every node the drafter would
 # have built there.
 NODE_COLUMNS = [*CELL_KEYS, "request", "step", "node", "parent", "score", "accepted"]
+# One row per verify step of a drafter whose trees replay from pass-1 marginals (`Drafter.replay_tree`):
+# its top-K children at depths 1..D, flattened depth-major (D x K), and the tree options as JSON.
+MARGINAL_COLUMNS = [*CELL_KEYS, "request", "step", "k", "tokens", "logps", "entropy", "tree"]
 
 
 def prompt_hash(text: str) -> str:
@@ -133,6 +137,18 @@ def node_frame(cell: Cell, run: CellRun) -> pd.DataFrame:
     for key, value in reversed(cell.keys.items()):
         frame.insert(0, key, value)
     return frame[NODE_COLUMNS]
+
+
+def marginal_frame(cell: Cell, run: CellRun) -> pd.DataFrame | None:
+    """The cell's `MARGINAL_COLUMNS` rows (int32 / float32 lists: the log-probs exactly as the drafter
+    built its tree from them); None when its drafter's trees do not replay."""
+    if run.replay_tree is None or not run.marginals:
+        return None
+    tree = json.dumps(run.replay_tree, sort_keys=True)
+    rows = [{**cell.keys, "request": request, "step": block.step, "k": len(block.tokens[0]),
+             "tokens": np.asarray(block.tokens, dtype=np.int32).ravel(), "logps": np.asarray(block.logps, dtype=np.float32).ravel(),
+             "entropy": np.asarray(block.entropy, dtype=np.float32), "tree": tree} for request, block in run.marginals]
+    return pd.DataFrame(rows, columns=MARGINAL_COLUMNS)
 
 
 def concat(frames: Sequence[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
