@@ -11,6 +11,7 @@ import pytest
 
 from drafters.axes import CONSTRUCTIONS
 from drafters.tree_builder import ChildDist, TreeOptions, build_tree, marginal_lookup
+from jetflow_bench.claims import tau_inf
 from jetflow_bench.report.headroom import emitted, matched_nodes, nearest, replay_cell, top_k_depth
 from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
 
@@ -91,5 +92,7 @@ def test_headroom_replays_the_measured_tau_of_block_drafters(learned_heads, micr
         assert replayed["budget"].tolist() == [16, 32, 48, 64, 128, 256, 512, 1024], arm
         assert bound >= replayed["tau_replayed"].max() - 1e-9
         assert set(replayed.loc[replayed["budget"] >= 32, "source"]) == {48}
+    bounds = table[table["budget"] == "inf"].set_index("arm")["tau_replayed"]
+    assert tau_inf([out]) == pytest.approx({("gsm8k", arm): bound for arm, bound in bounds.items()})  # claim 1's reachable
     code, text, err = cli("show", str(out), "--table", "headroom")
     assert code == 0 and "tau_inf" in text, err
