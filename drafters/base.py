@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from jetflow_bench.training.objective import TrainingObjective
 
 
+OUTSIDE_TOP_K = -1  # `Drafter.emitted_ranks`: the token was not among the node's top-K children
+NOT_EXPLORED = -2  # `Drafter.emitted_ranks`: the drafter computed no children for the node
+
+
 @dataclass
 class DraftCost:
     """What drafting cost during one engine step, for each row of the batch (raw counters).
@@ -63,6 +67,7 @@ class Drafter(ABC):
     # What DraftTree.scores hold: "logp" = cumulative draft log-prob (recorded per node for the
     # acceptance calibration, and what `--budgets auto` needs); None = no probability meaning.
     node_scores: str | None = None
+    ranks_emitted: ClassVar[bool] = False  # whether `emitted_ranks` answers (then the engine records it)
 
     @classmethod
     def scores_with(cls, options: Mapping[str, Any]) -> str | None:
@@ -121,6 +126,16 @@ class Drafter(ABC):
     def last_marginals(self) -> Dists | None:
         """The last proposal's per-depth top-K children (rows, D, K), for a drafter with a `replay_tree`
         (a reference to what `propose` computed: the engine copies it to the host outside the clock)."""
+        return None
+
+    def emitted_ranks(self, committed: Sequence[Sequence[int]]) -> list[list[int]] | None:
+        """For each row of the last proposal, given the step's committed tokens (accepted path, then
+        the bonus): the rank of token d among the children distribution the drafter computed at the
+        node spelled by the tokens before it (0 = its best guess), ``OUTSIDE_TOP_K`` when the token was
+        not among its top K, ``NOT_EXPLORED`` when that node had no distribution. For a drafter whose
+        children depend on their branch (EAGLE), so that its trees cannot be replayed (`replay_tree`):
+        the ranks say whether a wider fan-out along the accepted path would have caught the bonus.
+        None (the default): nothing recorded."""
         return None
 
     def take_cost(self, rows: int) -> DraftCost:

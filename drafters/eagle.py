@@ -37,12 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from drafters.base import SequenceView
+from drafters.base import NOT_EXPLORED, OUTSIDE_TOP_K, SequenceView
 from drafters.eagle3 import Eagle3Head, PairCache, is_eagle3, load_eagle3
 from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
+from drafters.tree_host import trie_index
 from drafters.tree_ops import draft_trees
 from drafters.tree_tensors import Dists, KnownNodes
 from jetflow_bench.engine.compiled import buckets_up_to, tree_bucket
@@ -65,6 +66,8 @@ class EagleDrafter(LearnedDrafter):
     training = "drafters.eagle_training:EAGLE_TRAINING"
     depth_option = "depth"  # EAGLE's name for the tree's max_depth
     default_total_tokens: int | None = None  # verified tokens per step, root included; None = the budget
+    ranks_emitted = True  # `emitted_ranks`, from `explored`
+    explored: KnownNodes | None = None  # the last proposal's explored nodes and their children
 
     @classmethod
     def nominal_counters(cls, budget: int, block_size: int | None, options: Mapping[str, Any]) -> tuple[float, float] | None:
@@ -165,8 +168,19 @@ class EagleDrafter(LearnedDrafter):
                 tokens, parent, score, spine = self._next_frontier(score, spine, dists, written, width)
             written += n
         with span("tree"):
-            known = KnownNodes(trie_parent, trie_token, explored.has, explored.store)
+            known = self.explored = KnownNodes(trie_parent, trie_token, explored.has, explored.store)
             return draft_trees(trie_token[:, 0], budget, self.tree, known=known)
+
+    def emitted_ranks(self, committed: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Ranks among the explored nodes' top-K (`Drafter.emitted_ranks`), from the last proposal's trie."""
+        known = self.explored
+        parents, tokens, has = known.parent.tolist(), known.token.tolist(), known.has_dist.tolist()
+        children = known.dists.tokens.tolist()
+        ranks = []
+        for row, emitted in enumerate(committed):
+            index = trie_index(parents[row], tokens[row])
+            ranks.append([_rank(index.get(tuple(emitted[:d])), token, has[row], children[row]) for d, token in enumerate(emitted)])
+        return ranks
 
     def _next_frontier(
         self, score: torch.Tensor, spine: torch.Tensor, dists: Dists, first: int, width: int
@@ -203,6 +217,13 @@ class Eagle3Drafter(EagleDrafter):
         self, head: DraftHead, info: HeadInfo, tree: TreeOptions, total_tokens: int | None = default_total_tokens
     ) -> None:
         super().__init__(head, info, tree, total_tokens)
+
+
+def _rank(node: int | None, token: int, has: list[bool], children: list[list[int]]) -> int:
+    """Rank of ``token`` among trie node ``node``'s top-K children (`Drafter.emitted_ranks`' codes)."""
+    if node is None or not has[node]:
+        return NOT_EXPLORED
+    return children[node].index(token) if token in children[node] else OUTSIDE_TOP_K
 
 
 class _Explored:

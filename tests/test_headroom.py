@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from drafters.axes import CONSTRUCTIONS
+from drafters.base import NOT_EXPLORED
 from drafters.tree_builder import ChildDist, TreeOptions, build_tree, marginal_lookup
 from jetflow_bench.claims import tau_inf
 from jetflow_bench.report.headroom import emitted, matched_nodes, nearest, replay_cell, top_k_depth
@@ -66,7 +67,8 @@ def test_replay_counts_each_step_from_where_the_output_stood():
 
 def test_headroom_replays_the_measured_tau_of_block_drafters(learned_heads, micro_target, tmp_path, cli):  # noqa: F811
     out = tmp_path / "run"
-    drafters = ",".join(f"{name}={learned_heads[name.removesuffix('-refine')]}" for name in ("dflash", "jetflow", "jetflow-refine"))
+    names = ("dflash", "jetflow", "jetflow-refine", "eagle")
+    drafters = ",".join(f"{name}={learned_heads[name.removesuffix('-refine')]}" for name in names)
     code, _, err = cli("sweep", "--target", str(micro_target), "--out", str(out), "--drafters", drafters, "--suites", "gsm8k",
                        "--budgets", "16,48", "--limit", "3", "--max-new-tokens", "20", "--repeats", "1",
                        "--threads", "1", "--no-progress")
@@ -96,3 +98,13 @@ def test_headroom_replays_the_measured_tau_of_block_drafters(learned_heads, micr
     assert tau_inf([out]) == pytest.approx({("gsm8k", arm): bound for arm, bound in bounds.items()})  # claim 1's reachable
     code, text, err = cli("show", str(out), "--table", "headroom")
     assert code == 0 and "tau_inf" in text, err
+
+    ranks = pd.read_parquet(out / "ranks.parquet")  # EAGLE cannot be replayed: it ranks what it emitted
+    assert set(ranks["drafter"]) == {"eagle"}
+    eagle = steps[steps["drafter"] == "eagle"].merge(ranks, on=["budget", "request", "step"])
+    assert len(eagle) == len(steps[steps["drafter"] == "eagle"]) and eagle["accepted_raw"].max() >= 2
+    for row in eagle.itertuples():
+        assert len(row.ranks) == row.accepted_raw + 1  # every accepted token, then the bonus
+        assert all(0 <= r < 7 for r in row.ranks[:-1])  # an accepted token was one of its parent's top-K children
+        assert row.ranks[-1] >= NOT_EXPLORED
+    assert any(row.ranks[-1] >= 0 for row in eagle.itertuples())  # a guess the tree left out: a wider fan-out catches it

@@ -83,6 +83,17 @@ class MarginalBlock:
 
 
 @dataclass
+class RankBlock:
+    """One request's step, for a drafter that ranks what was emitted (`Drafter.emitted_ranks`): the rank
+    of each committed token (accepted path, then the bonus, before stop truncation) among the
+    children the drafter computed at the node before it."""
+
+    request: int
+    step: int
+    ranks: list[int]
+
+
+@dataclass
 class RequestResult:
     request: int
     prompt_tokens: list[int]
@@ -101,6 +112,7 @@ class BatchResult:
     nodes: list[NodeBlock] = field(default_factory=list)  # drafters whose node scores are log-probs
     compile_s: float = 0.0  # compiled target and head: the untimed warm-up that compiled this batch's shapes (not in wall_s)
     marginals: list[MarginalBlock] = field(default_factory=list)  # drafters whose trees replay (`Drafter.replay_tree`)
+    ranks: list[RankBlock] = field(default_factory=list)  # drafters that rank the emitted tokens (`Drafter.ranks_emitted`)
 
 
 class _Clock:
@@ -245,17 +257,18 @@ def generate(
         steps: list[StepRecord] = []
         nodes: list[NodeBlock] | None = [] if drafter is not None and drafter.node_scores == "logp" else None
         marginals: list[MarginalBlock] | None = [] if drafter is not None and drafter.replay_tree() is not None else None
+        ranks: list[RankBlock] | None = [] if drafter is not None and drafter.ranks_emitted else None
         while batch.active:
-            steps.extend(_speculative_step(target, batch, budget, drafter, policy, nodes, marginals))
+            steps.extend(_speculative_step(target, batch, budget, drafter, policy, nodes, marginals, ranks))
     finally:
         target.release()
     return BatchResult([r for r in batch.results if r is not None], steps, wall_s=clock() - batch.start, nodes=nodes or [],
-                       compile_s=compile_s, marginals=marginals or [])
+                       compile_s=compile_s, marginals=marginals or [], ranks=ranks or [])
 
 
 def _speculative_step(
     target: TargetRunner, batch: _Batch, budget: int, drafter: Drafter | None, policy: BudgetPolicy | None,
-    nodes: list[NodeBlock] | None, marginals: list[MarginalBlock] | None,
+    nodes: list[NodeBlock] | None, marginals: list[MarginalBlock] | None, ranks: list[RankBlock] | None,
 ) -> list[StepRecord]:
     """Draft -> (choose the budget) -> verify -> accept -> commit for every active row.
 
@@ -306,8 +319,7 @@ def _speculative_step(
         nodes.extend(NodeBlock(i, batch.steps_done[i] - 1, trees[row].scores, trees[row].parents, acc.paths[row])
                      for row, i in enumerate(rows))
     if policy is not None:
-        committed = [[trees[r].tokens[u] for u in acc.paths[r][1:]] + [acc.bonus[r]] for r in range(len(rows))]
-        policy.observe(drafted, committed, (t1 - t0) + (t5 - t4))
+        policy.observe(drafted, _committed(trees, acc), (t1 - t0) + (t5 - t4))
     t6 = clock()  # the step's one sync
     split = (t1 - t0) + (t5 - t4), t3 - t2, (t2 - t1) + (t4 - t3) + (t6 - t5)  # draft, verify, other
     if not clock.split:
@@ -316,6 +328,9 @@ def _speculative_step(
     rank1_len, rank1_gap = branch_gaps(trees, ver.logits) if drafting else ([0] * len(rows), [0.0] * len(rows))
     if marginals is not None and drafting:
         marginals.extend(_marginal_blocks(drafter, rows, batch))
+    if ranks is not None and drafting:
+        ranked = drafter.emitted_ranks(_committed(trees, acc))
+        ranks.extend(RankBlock(i, batch.steps_done[i] - 1, r) for i, r in zip(rows, ranked, strict=True))
     cost = drafter.take_cost(len(rows)) if drafter else DraftCost.free(len(rows))
     batch.batch_steps += 1
     return [
@@ -330,6 +345,11 @@ def _speculative_step(
         )
         for row, i in enumerate(rows)
     ]
+
+
+def _committed(trees: list[DraftTree], acc) -> list[list[int]]:
+    """Each row's accepted path tokens, then its bonus token (before the stop rule cuts them)."""
+    return [[tree.tokens[u] for u in path[1:]] + [bonus] for tree, path, bonus in zip(trees, acc.paths, acc.bonus, strict=True)]
 
 
 def _marginal_blocks(drafter: Drafter, rows: list[int], batch: _Batch) -> list[MarginalBlock]:

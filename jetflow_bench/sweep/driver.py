@@ -54,7 +54,7 @@ from jetflow_bench.sweep.memory import check_memory
 from jetflow_bench.sweep.progress import SweepProgress
 from jetflow_bench.sweep.runner import Prompt, run_cell
 from jetflow_bench.sweep.store import HOLDER, LOCK, Derived, RunStore, now_iso
-from jetflow_bench.sweep.tables import cell_frames, marginal_frame, node_frame
+from jetflow_bench.sweep.tables import cell_frames, optional_frames
 from suites import Record, Request, Suite, get_suite, sandbox
 
 REBUILD_RATIO = 10  # run time between refreshes of the combined tables >= 10 x the last refresh's cost
@@ -314,8 +314,8 @@ class _CellLoop:
         engine, baseline = self.engine.label(self.drafter(cell)), self.engine.baseline_arm(self.drafter(cell))
         steps, requests, row = cell_frames(self.run_id, cell, chash, engine, run, labels, verdicts, correct, baseline)
         resumed = {"resumed": run.resumed} if run.resumed else {}
-        self.store.write_cell(cell.cell_id, steps, requests, {**row, **self.session, **resumed}, node_frame(cell, run),
-                              marginal_frame(cell, run))
+        self.store.write_cell(cell.cell_id, steps, requests, {**row, **self.session, **resumed},
+                              **optional_frames(cell, run))
         journal.clear()
         bad = [v for v in verdicts.values() if not v.lossless and not v.excused]
         if bad:

@@ -24,7 +24,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.engine.loop import BatchResult, MarginalBlock, NodeBlock, RequestResult, StepRecord
+from jetflow_bench.engine.loop import (
+    BatchResult,
+    MarginalBlock,
+    NodeBlock,
+    RankBlock,
+    RequestResult,
+    StepRecord,
+)
 from jetflow_bench.sweep.runner import DecodedBatch
 from jetflow_bench.sweep.store import PARTIAL, atomic_write
 
@@ -41,6 +48,7 @@ def _batch_from(data: dict[str, Any]) -> DecodedBatch:
         requests=[RequestResult(**r) for r in raw["requests"]], steps=[StepRecord(**s) for s in raw["steps"]],
         wall_s=raw["wall_s"], nodes=[NodeBlock(**n) for n in raw["nodes"]], compile_s=raw["compile_s"],
         marginals=[MarginalBlock(**m) for m in raw.get("marginals", [])],  # batches journaled before they were recorded
+        ranks=[RankBlock(**r) for r in raw.get("ranks", [])],
     )
     fields = {f.name for f in dataclasses.fields(DecodedBatch)} - {"result"}
     return DecodedBatch(result=result, **{name: data[name] for name in fields})

@@ -14,7 +14,14 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from drafters import Drafter
-from jetflow_bench.engine.loop import BatchResult, MarginalBlock, NodeBlock, RequestResult, StepRecord
+from jetflow_bench.engine.loop import (
+    BatchResult,
+    MarginalBlock,
+    NodeBlock,
+    RankBlock,
+    RequestResult,
+    StepRecord,
+)
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.sweep.engines import Engine
@@ -48,6 +55,7 @@ class CellRun:
     resumed: dict[str, int] = field(default_factory=dict)  # earlier session -> batches of it reused
     marginals: list[tuple[int, MarginalBlock]] = field(default_factory=list)  # (global request id, pass-1 children)
     replay_tree: dict | None = None  # the drafter's `replay_tree` options; None: its trees do not replay
+    ranks: list[tuple[int, RankBlock]] = field(default_factory=list)  # (global request id, emitted tokens' ranks)
 
 
 @dataclass
@@ -118,6 +126,7 @@ def run_cell(
     steps: list[tuple[int, StepRecord]] = []
     nodes: list[tuple[int, NodeBlock]] = []
     marginals: list[tuple[int, MarginalBlock]] = []
+    ranks: list[tuple[int, RankBlock]] = []
     outputs: dict[int, RequestResult] = {}
     offset = 0  # cell-wide batch_step of the current chunk's first forward
     decoded: list[DecodedBatch] = []
@@ -129,6 +138,7 @@ def run_cell(
             steps.append((ids[index][record.request], replace(record, batch_step=record.batch_step + offset)))
         nodes.extend((ids[index][block.request], block) for block in result.nodes)
         marginals.extend((ids[index][block.request], block) for block in result.marginals)
+        ranks.extend((ids[index][block.request], block) for block in result.ranks)
         offset += 1 + max((r.batch_step for r in result.steps), default=-1)
         for res in result.requests:
             outputs[ids[index][res.request]] = res
@@ -139,7 +149,7 @@ def run_cell(
     peak = max(b.peak_memory_bytes for b in decoded)  # each read after its batch: this session's peak is the last
     replay = drafter.replay_tree() if isinstance(drafter, Drafter) else None  # another engine's arms do not replay
     return CellRun(steps, outputs, sum(b.wall_s for b in decoded), peak, min(b.started for b in decoded), time.time(),
-                   nodes, resumed, marginals, None if replay is None else asdict(replay))
+                   nodes, resumed, marginals, None if replay is None else asdict(replay), ranks)
 
 
 def _decode(

@@ -36,6 +36,7 @@ from jetflow_bench.sweep.tables import (
     CELL_COLUMNS,
     MARGINAL_COLUMNS,
     NODE_COLUMNS,
+    RANK_COLUMNS,
     REQUEST_COLUMNS,
     STEP_COLUMNS,
     concat,
@@ -47,9 +48,9 @@ LOCK = ".lock"
 HOLDER = ".lock.json"  # who holds LOCK (pid, host, since), for the message a second writer gets
 CELLS = "cells"
 PARTIAL = "partial"  # a running cell's decoded prompt batches (`jetflow_bench.sweep.journal`)
-TABLES = ("steps.parquet", "requests.parquet", "cells.parquet", "nodes.parquet", "marginals.parquet", "summary.parquet",
-          "summary.csv")
-OPTIONAL_PARTS = {"nodes": NODE_COLUMNS, "marginals": MARGINAL_COLUMNS}  # a cell's parts that only some drafters have
+OPTIONAL_PARTS = {"nodes": NODE_COLUMNS, "marginals": MARGINAL_COLUMNS, "ranks": RANK_COLUMNS}  # only some drafters have them
+TABLES = ("steps.parquet", "requests.parquet", "cells.parquet", *(f"{name}.parquet" for name in OPTIONAL_PARTS),
+          "summary.parquet", "summary.csv")
 DERIVED = (*TABLES, "ablation.parquet", "ablation.csv")
 Derived = Mapping[str, Callable[[pd.DataFrame], pd.DataFrame]]  # table name -> f(requests rows)
 
@@ -229,13 +230,14 @@ class RunStore:
 
     def write_cell(
         self, cell_id: str, steps: pd.DataFrame, requests: pd.DataFrame, row: dict[str, Any],
-        nodes: pd.DataFrame | None = None, marginals: pd.DataFrame | None = None,
+        nodes: pd.DataFrame | None = None, marginals: pd.DataFrame | None = None, ranks: pd.DataFrame | None = None,
     ) -> None:
-        """Write a cell's parts, then its record. ``nodes`` (the acceptance-calibration rows) and
-        ``marginals`` (the headroom replay's pass-1 children) are optional parts: cells of drafters
-        without log-prob scores or replayable trees, and older runs, have none."""
+        """Write a cell's parts, then its record. ``nodes`` (the acceptance-calibration rows),
+        ``marginals`` (the headroom replay's pass-1 children) and ``ranks`` (EAGLE's ranks of the
+        emitted tokens) are optional parts: cells of drafters without log-prob scores, replayable
+        trees or ranks, and older runs, have none."""
         self.cells_dir.mkdir(exist_ok=True)
-        optional = {"nodes": nodes, "marginals": marginals}
+        optional = {"nodes": nodes, "marginals": marginals, "ranks": ranks}
         parts = [("steps", steps), ("requests", requests),
                  *((name, frame) for name, frame in optional.items() if frame is not None and len(frame))]
         for name in OPTIONAL_PARTS:

@@ -47,6 +47,9 @@ NODE_COLUMNS = [*CELL_KEYS, "request", "step", "node", "parent", "score", "accep
 # One row per verify step of a drafter whose trees replay from pass-1 marginals (`Drafter.replay_tree`):
 # its top-K children at depths 1..D, flattened depth-major (D x K), and the tree options as JSON.
 MARGINAL_COLUMNS = [*CELL_KEYS, "request", "step", "k", "tokens", "logps", "entropy", "tree"]
+# One row per verify step of a drafter that ranks the emitted tokens (`Drafter.emitted_ranks`: EAGLE):
+# the rank of each committed token (accepted path, then the bonus) among its parent node's top-K.
+RANK_COLUMNS = [*CELL_KEYS, "request", "step", "ranks"]
 
 
 def prompt_hash(text: str) -> str:
@@ -149,6 +152,20 @@ def marginal_frame(cell: Cell, run: CellRun) -> pd.DataFrame | None:
              "tokens": np.asarray(block.tokens, dtype=np.int32).ravel(), "logps": np.asarray(block.logps, dtype=np.float32).ravel(),
              "entropy": np.asarray(block.entropy, dtype=np.float32), "tree": tree} for request, block in run.marginals]
     return pd.DataFrame(rows, columns=MARGINAL_COLUMNS)
+
+
+def rank_frame(cell: Cell, run: CellRun) -> pd.DataFrame | None:
+    """The cell's `RANK_COLUMNS` rows; None when its drafter does not rank what it emitted."""
+    if not run.ranks:
+        return None
+    rows = [{**cell.keys, "request": request, "step": block.step, "ranks": np.asarray(block.ranks, dtype=np.int16)}
+            for request, block in run.ranks]
+    return pd.DataFrame(rows, columns=RANK_COLUMNS)
+
+
+def optional_frames(cell: Cell, run: CellRun) -> dict[str, pd.DataFrame | None]:
+    """A finished cell's optional parts (`RunStore.write_cell`'s keyword arguments), None where its drafter records none."""
+    return {"nodes": node_frame(cell, run), "marginals": marginal_frame(cell, run), "ranks": rank_frame(cell, run)}
 
 
 def concat(frames: Sequence[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
