@@ -14,14 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from drafters import Drafter
-from jetflow_bench.engine.loop import (
-    BatchResult,
-    MarginalBlock,
-    NodeBlock,
-    RankBlock,
-    RequestResult,
-    StepRecord,
-)
+from jetflow_bench.engine.loop import BatchResult, NodeBlock, RequestResult, StepRecord
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.sweep.engines import Engine
@@ -29,6 +22,7 @@ from jetflow_bench.sweep.grid import Cell
 
 if TYPE_CHECKING:
     from jetflow_bench.budget_policy import BudgetPolicy
+    from jetflow_bench.engine.loop import MarginalBlock, RankBlock
     from jetflow_bench.sweep.journal import CellJournal
 
 
