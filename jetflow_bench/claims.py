@@ -88,16 +88,17 @@ def load_requests(paths: Sequence[Path]) -> pd.DataFrame:
     frames = []
     for path in paths:
         if (path / "requests.csv.gz").is_file():
-            frames.append(pd.read_csv(path / "requests.csv.gz"))
+            collected = pd.read_csv(path / "requests.csv.gz")
+            frames.append(collected.assign(run=[f"{path}/{run}" for run in collected["run"]]))
         elif (path / "requests.parquet").is_file():
             columns = ["suite", "drafter", "variant", "budget", "request", "steps", "emitted"]
-            frames.append(pd.read_parquet(path / "requests.parquet", columns=columns).assign(run=path.name))
+            frames.append(pd.read_parquet(path / "requests.parquet", columns=columns).assign(run=str(path)))
         else:
             raise JfbenchError(f"{path} holds neither requests.parquet (a run folder) nor requests.csv.gz (a collected "
                                "claims folder): pass one of those")
     rows = pd.concat(frames, ignore_index=True)
     split = [split_seed(v) for v in rows["variant"]]
-    run_seed = [int(m.group(1)) if (m := re.search(r"-s(\d+)", r)) else 0 for r in rows["run"]]
+    run_seed = [int(m.group(1)) if (m := re.search(r"-s(\d+)", Path(r).name)) else 0 for r in rows["run"]]
     return rows.assign(arm_variant=[v for v, _ in split], seed=[r if s is None else s for (_, s), r in zip(split, run_seed, strict=True)])
 
 
@@ -113,8 +114,9 @@ def _cell(rows: pd.DataFrame, drafter: str, variant: str, budget: int) -> pd.Dat
     twice = cell.groupby(["seed", "request"])["run"].nunique()
     if twice.gt(1).any():
         seed = twice[twice.gt(1)].index[0][0]
+        runs = sorted(cell.loc[cell["seed"] == seed, "run"].unique())
         raise JfbenchError(f"{drafter}[{variant}] at B = {budget} has head seed {seed} in several runs "
-                           f"({', '.join(sorted(cell['run'].unique()))}): pass the folders of one run per seed")
+                           f"({', '.join(runs)}): pass the folders of one experiment, one run per seed")
     return cell.pivot_table(index="seed", columns="request", values=["emitted", "steps"], aggfunc="sum")
 
 
@@ -203,12 +205,14 @@ def _row(claim: str, suite: str, contrast: str, found: Matched, paper: float, re
 
 
 def depth2_acceptance(paths: Sequence[Path]) -> dict[str, float]:
-    """Per suite, JetFlow's a_2 at B = 64 pooled over the folders' summaries (step-weighted)."""
+    """Per suite, JetFlow's a_2 at B = 64 pooled (step-weighted) over the summaries of the runs that claim 1
+    pairs (those with a dflash arm)."""
     frames = []
     for path in paths:
         for summary in [*path.glob("*/summary.csv"), path / "summary.csv"]:
-            if summary.is_file():
-                frames.append(pd.read_csv(summary))
+            frame = pd.read_csv(summary) if summary.is_file() else None
+            if frame is not None and frame["drafter"].eq("dflash").any():
+                frames.append(frame)
     if not frames:
         return {}
     rows = pd.concat(frames)

@@ -100,3 +100,6 @@ def test_claims_command_reads_the_committed_claims_folders(cli):
     assert table["verdict"].isin(VERDICTS).all() and (table["seeds"] == 3).all() and (table["prompts"] == 64).all()
     code, text, err = cli("claims", str(folder.parent))
     assert code == 2 and text == "" and err.count("\n") == 1 and "requests.csv.gz" in err
+    other = ROOT / "results" / "baselines" / "smollm2" / "claims"  # another target's runs of the same names
+    code, text, err = cli("claims", str(folder), str(other))
+    assert code == 2 and text == "" and "head seed 0 in several runs" in err and "smollm2/claims/main-s0" in err
