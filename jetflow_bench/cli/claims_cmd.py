@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -39,7 +40,7 @@ def claims(
 
     table = claims_table(runs, gamma)
     if format in (TableFormat.csv, TableFormat.json):
-        emit(table.to_dict("records"), format)
+        emit(json.loads(table.to_json(orient="records")), format)  # an unknown reachable as null / empty
         return
     rows = [{"claim": r["claim"], "suite": r["suite"], "contrast": r["contrast"], "seeds x prompts": f"{r['seeds']} x {r['prompts']}",
              "effect [95% CI]": f"{_num(r['effect'], True)} [{_num(r['lo'], True)}, {_num(r['hi'], True)}]",

@@ -174,7 +174,7 @@ def _show_headroom(run: Path, format: TableFormat) -> None:
                            "trees replay from pass 1 (dflash, jetflow without refinement) at a fixed budget on the hf "
                            "engine; re-run the sweep with --force if it predates them")
     if format in (TableFormat.csv, TableFormat.json):
-        emit(_records(table), format)
+        emit(json.loads(table.to_json(orient="records")), format)  # blanks (not measured) as null / empty
         return
     rows = [{"suite": r["suite"], "arm": r["arm"], "batch": str(r["batch_size"]), "B": str(r["budget"]),
              "replays B": str(r["source"]), "tau": _f(r["tau"], 3), "tau replayed": _f(r["tau_replayed"], 3),
