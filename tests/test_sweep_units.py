@@ -15,7 +15,14 @@ import pytest
 import torch
 
 from jetflow_bench.budget_policy import Budget
-from jetflow_bench.engine.loop import BatchResult, NodeBlock, RequestResult, StepRecord
+from jetflow_bench.engine.loop import (
+    BatchResult,
+    MarginalBlock,
+    NodeBlock,
+    RankBlock,
+    RequestResult,
+    StepRecord,
+)
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.sweep.ablation import ablation_table, trained_recipe, variants, with_checkpoints
 from jetflow_bench.sweep.grid import (
@@ -274,7 +281,8 @@ def _decoded(index: int, requests: list[int]) -> DecodedBatch:
     steps = [StepRecord(r, 0, 0, len(requests), 16, 3, 2, 2, 3, 2, 1, 4, 1e6, 2e6, float("nan"), 0.5, 0.1, "step")
              for r in range(len(requests))]
     result = BatchResult([RequestResult(r, [1, 2], [5, 6, 7], "length", 0.1, 0.2, 1) for r in range(len(requests))],
-                         steps, 0.3, [NodeBlock(0, 0, [0.0, -0.5], [-1, 0], [0, 1])])
+                         steps, 0.3, [NodeBlock(0, 0, [0.0, -0.5], [-1, 0], [0, 1])],
+                         marginals=[MarginalBlock(0, 0, [[5, 6]], [[-0.25, -1.5]], [0.0])], ranks=[RankBlock(0, 0, [0, -1])])
     return DecodedBatch(index, requests, result, 0.25, 1000, 1.0, "s1")
 
 
