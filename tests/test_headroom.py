@@ -14,7 +14,9 @@ from drafters.base import NOT_EXPLORED
 from drafters.tree_builder import ChildDist, TreeOptions, build_tree, marginal_lookup
 from jetflow_bench.claims import tau_inf
 from jetflow_bench.report.headroom import emitted, matched_nodes, nearest, replay_cell, top_k_depth
+from tests.conftest import benchmark_data_dir
 from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
+from tests.random_models import save_random_model
 
 
 def _marginals(seed: int, depth: int = 6, k: int = 3, vocab: int = 5) -> list[ChildDist]:
@@ -108,3 +110,17 @@ def test_headroom_replays_the_measured_tau_of_block_drafters(learned_heads, micr
         assert all(0 <= r < 7 for r in row.ranks[:-1])  # an accepted token was one of its parent's top-K children
         assert row.ranks[-1] >= NOT_EXPLORED
     assert any(row.ranks[-1] >= 0 for row in eagle.itertuples())  # a guess the tree left out: a wider fan-out catches it
+
+
+def test_headroom_of_a_run_without_block_drafters_is_one_line(tmp_path, cli):
+    target, out = save_random_model(tmp_path / "rand"), tmp_path / "run"
+    code, _, err = cli("sweep", "--target", str(target), "--out", str(out), "--drafters", "ngram", "--suites", "gsm8k",
+                       "--budgets", "4", "--limit", "2", "--max-new-tokens", "8", "--repeats", "1",
+                       "--data-dir", str(benchmark_data_dir()), "--threads", "1", "--no-progress")
+    assert code == 0, err
+    assert not list((out / "cells").glob("*.marginals.parquet"))  # prompt lookup records none
+    code, text, err = cli("show", str(out), "--table", "headroom")
+    assert code == 2 and text == "" and err.count("\n") == 1 and "holds no replayable steps" in err
+    (out / "marginals.parquet").unlink()  # a run from before the table existed
+    code, text, err = cli("show", str(out), "--table", "headroom", "--format", "csv")
+    assert code == 2 and text == "" and err.count("\n") == 1 and "re-run it with --force" in err
