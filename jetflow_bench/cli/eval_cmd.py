@@ -10,6 +10,7 @@ import typer
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import (
+    AllowOtherTargetOpt,
     AttentionOpt,
     DataDirOpt,
     DeviceOpt,
@@ -57,6 +58,7 @@ def eval_(
     top_k: TopKOpt = 0,
     seed: SamplingSeedOpt = 0,
     attention: AttentionOpt = "sdpa",
+    allow_other_target: AllowOtherTargetOpt = False,
     out: Annotated[Path | None, typer.Option("--out", help="Run folder. Default: results/eval-<time>.")] = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -102,6 +104,7 @@ def eval_(
         raise JfbenchError("--compare-plain compares a drafter with plain decoding: pass --drafter, e.g. ngram")
     sampling = SamplingParams(temperature, top_p, top_k, seed)  # bad values fail before any model loads
     check_data_dir(data_dir)
+    transfer = _transferred_head(drafter, target, allow_other_target)
     # A GPU asked for where there is none is an error here (the harness model would fall back to the CPU);
     # an unknown or unavailable attention backend fails before any model loads.
     get_attention(attention, resolve_device(device))
@@ -115,6 +118,8 @@ def eval_(
     folder = out or default_out()
     summary = run_eval(config, folder, sys.argv)
     title = f"lm-eval accuracy — drafter {summary['config']['drafter']}, budget {summary['budget']}"
+    if transfer:
+        title += ", head trained on another target (--allow-other-target)"
     if not sampling.greedy:
         title += f", sampled at T = {temperature:g} (distribution-preserving; compare accuracies within their stderr)"
     emit(display_rows(summary["rows"]), fmt, title=title, left=("task", "metric"))
@@ -123,6 +128,18 @@ def eval_(
     differs = [r for r in summary["rows"] if differs_from_plain(r, sampled=not sampling.greedy)]
     if strict and differs:
         raise typer.Exit(1)
+
+
+def _transferred_head(drafter: str, target: str, allow_other_target: bool) -> bool:
+    """Whether the arm's head was trained on another target (allowed by ``allow_other_target``,
+    else refused in one line, before any model loads); the sweep's check (`pin_heads`)."""
+    from jetflow_bench.sweep.arms import OTHER_TARGET, arm_spec, pin_heads
+    from jetflow_bench.sweep.grid import parse_drafters
+
+    if drafter.strip().lower() == "none":
+        return False
+    specs = [arm_spec(name, options, ckpt) for name, options, ckpt in parse_drafters(drafter, "--drafter")]
+    return any(OTHER_TARGET in s.variant for s in pin_heads(specs, target, allow_other_target, "--allow-other-target"))
 
 
 def display_rows(rows: list[dict]) -> list[dict]:

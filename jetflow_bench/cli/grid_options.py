@@ -9,7 +9,7 @@ flags (before any model loads) and resolves the `SweepConfig`; `run_and_report` 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -172,12 +172,17 @@ def grid_temperatures(grid: GridFlags) -> tuple[float, ...]:
 
 def run_and_report(
     config: SweepConfig, out: Path, grid: GridFlags, kind: str = "sweep", derived: Derived | None = None,
-    engine_options: VLLMOptions | None = None,
+    engine_options: VLLMOptions | None = None, allow_other_target: bool = False, allow_flag: str = "",
 ) -> None:
-    """Run the grid; notes and a one-line result on stderr; exit 1 under --strict on divergences."""
+    """Run the grid; notes and a one-line result on stderr; exit 1 under --strict on divergences.
+
+    Every head is checked against the target it was trained on first (`pin_heads`; ``allow_flag``:
+    the command's flag that allows another target, empty where it has none)."""
+    from jetflow_bench.sweep.arms import pin_heads
     from jetflow_bench.sweep.driver import run_sweep
     from jetflow_bench.sweep.memory import parse_size
 
+    config = replace(config, drafters=tuple(pin_heads(config.drafters, config.target, allow_other_target, allow_flag)))
     max_memory = parse_size(grid.max_memory) if grid.max_memory is not None else None
     outcome = run_sweep(config, out, command=sys.argv, data_dir=grid.data_dir, force=grid.force, kind=kind,
                         show_progress=grid.progress, derived=derived, max_memory=max_memory,

@@ -50,6 +50,14 @@ TargetOpt = Annotated[
         "a local model folder or a Hugging Face hub id.",
     ),
 ]
+AllowOtherTargetOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-other-target",
+        help="Use a head trained on another target than --target (a deliberate transfer): the arm is marked "
+        "other-target in every table. Without it such a head is refused.",
+    ),
+]
 AttentionOpt = Annotated[
     str,
     typer.Option(

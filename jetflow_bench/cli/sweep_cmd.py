@@ -39,6 +39,7 @@ from jetflow_bench.cli.grid_options import (
     run_and_report,
 )
 from jetflow_bench.cli.options import (
+    AllowOtherTargetOpt,
     AttentionOpt,
     CompileOpt,
     DataDirOpt,
@@ -96,6 +97,7 @@ def sweep(
     force: ForceOpt = GRID.force,
     progress: ProgressOpt = GRID.progress,
     max_memory: MaxMemoryOpt = GRID.max_memory,
+    allow_other_target: AllowOtherTargetOpt = False,
 ) -> None:
     """Run a grid of drafters × suites × budgets × batch sizes × repeats into a run folder.
 
@@ -148,7 +150,8 @@ def sweep(
         options = VLLMOptions.resolve(vllm_bin, vllm_url, vllm_port, vllm_args, tensor_parallel_size,
                                       pipeline_parallel_size, temperatures=grid_temperatures(grid))
     specs = sweep_arms(drafters, engine_name)
-    run_and_report(grid_config(target, specs, grid), out, grid, engine_options=options)
+    run_and_report(grid_config(target, specs, grid), out, grid, engine_options=options,
+                   allow_other_target=allow_other_target, allow_flag="--allow-other-target")
 
 
 @app.command("ablate", context_settings=EXTRA_FLAGS,

@@ -145,6 +145,16 @@ def read_config(path: Path) -> tuple[HeadConfig, HeadInfo]:
     )
 
 
+def head_origin(path: Path) -> tuple[str | None, str | None]:
+    """(the drafter a jfbench head was trained as, the fingerprint of the target it was trained on),
+    read from its config.json alone; None for what a checkpoint does not record (released heads
+    record neither, heads trained before the fingerprint was kept lack the second)."""
+    raw = read_json(Path(path) / "config.json", "pass a head directory made by `jfbench train`")
+    if raw.get("format") != FORMAT:
+        return None, None
+    return raw.get("drafter"), (raw.get("training") or {}).get("target_fingerprint")
+
+
 def _published_mode(raw: dict) -> str:
     block = raw["dflash_config"]
     for source in (raw, block):

@@ -6,11 +6,14 @@ from the drafter's default becomes the arm's variant, so tables name the arm ``e
 an option set to its default is dropped (``jetflow[refine_passes=0]`` is plain ``jetflow``).
 `sweep_arms` reads a whole ``--drafters`` list (``vllm:*`` arms included) and checks what can be
 checked before any model loads; `check_auto_budgets` refuses arms `--budgets auto` cannot rank, and
-`check_compiled_budgets` budgets that `--compile` cannot draft at.
+`check_compiled_budgets` budgets that `--compile` cannot draft at. `pin_heads` refuses a head used
+under another family's name or with another target than the one it was trained on (same shapes,
+other weights: its τ would silently collapse), unless the transfer is deliberate and marked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Iterable
 from pathlib import Path
@@ -74,6 +77,9 @@ def arm_label(spec: DrafterSpec) -> str:
     return f"{spec.name}[{options_label(dict(spec.options))}]"
 
 
+OTHER_TARGET = "other-target"  # in an arm's variant: its head was trained on another target (`pin_heads`)
+
+
 def sweep_arms(text: str, engine: str) -> list[DrafterSpec]:
     """The arms of ``sweep --drafters`` (jfbench drafters and vLLM arms), each named once, every
     learned arm's head folder checked before the target loads and the AR cells run."""
@@ -89,14 +95,78 @@ def sweep_arms(text: str, engine: str) -> list[DrafterSpec]:
 
 
 def _check_heads(specs: list[DrafterSpec]) -> None:
-    """Every learned arm names its head's folder."""
+    """Every learned arm names a head folder of its own family."""
+    for spec in specs:
+        learned = _learned(spec.name)
+        if learned is not None:
+            learned.check_checkpoint(spec.checkpoint)
+            check_family(spec)
+
+
+def _learned(name: str) -> type | None:
+    """The drafter class of a learned arm (it loads a head), else None."""
     from drafters import DRAFTERS
     from drafters.learned import LearnedDrafter
 
+    plugin = DRAFTERS.get(name) if name in DRAFTERS else None
+    return plugin if isinstance(plugin, type) and issubclass(plugin, LearnedDrafter) else None
+
+
+def check_family(spec: DrafterSpec) -> None:
+    """A jfbench head loads only under an arm of the family it was trained as (``jetflow-refine``
+    reads ``jetflow`` heads, ``eagle3`` reads ``eagle`` heads): an EAGLE head under ``jetflow=``
+    would draft garbage (τ 1.00) without any error."""
+    from jetflow_bench.heads.checkpoint import head_origin
+
+    learned = _learned(spec.name)
+    if learned is None or spec.checkpoint is None:
+        return
+    family, _ = head_origin(Path(spec.checkpoint))
+    wants = learned.train_name()
+    trained_as = _learned(family).train_name() if family and _learned(family) else family
+    if trained_as is not None and trained_as != wants:
+        raise JfbenchError(
+            f"{spec.checkpoint} is a head trained as {family!r}, not {wants!r}: write the arm as {family}={spec.checkpoint}, "
+            f"or train one with `jfbench train --drafter {wants} --target T --out DIR`"
+        )
+
+
+def pin_heads(
+    specs: Iterable[DrafterSpec], target: str, allow_other_target: bool = False, flag: str = "--allow-other-target",
+) -> list[DrafterSpec]:
+    """``specs`` with every learned arm's head checked against ``target`` by the fingerprint of the
+    target it was trained on (recorded by `jfbench train`). Another target's head is refused, or,
+    with ``allow_other_target``, kept with ``other-target`` in its variant so that every table,
+    plot and the report name the arm as a transfer. ``flag`` is the command's way to allow it
+    (empty: the command has none)."""
+    from jetflow_bench.fingerprint import model_fingerprint
+    from jetflow_bench.heads.checkpoint import head_origin
+
+    here = model_fingerprint(target)
+    pinned = []
     for spec in specs:
-        plugin = DRAFTERS.get(spec.name) if spec.name in DRAFTERS else None
-        if isinstance(plugin, type) and issubclass(plugin, LearnedDrafter):
-            plugin.check_checkpoint(spec.checkpoint)
+        check_family(spec)
+        family, trained_on = head_origin(Path(spec.checkpoint)) if _learned(spec.name) and spec.checkpoint else (None, None)
+        if trained_on is None or trained_on == here:
+            pinned.append(spec)
+            continue
+        if not allow_other_target:
+            allow = f", or pass {flag} to use it anyway (the arm is then marked {OTHER_TARGET})" if flag else ""
+            raise JfbenchError(
+                f"{spec.checkpoint} was trained on target {trained_on}, not on this --target ({here}): retrain it with "
+                f"`jfbench train --drafter {family} --target {target_name(target)} --out DIR`{allow}"
+            )
+        marked = OTHER_TARGET if spec.variant == DEFAULT_VARIANT else f"{spec.variant},{OTHER_TARGET}"
+        pinned.append(dataclasses.replace(spec, variant=marked))
+    return pinned
+
+
+def target_name(target: str) -> str:
+    """The shortest way to write ``target`` on the command line: its name where it is the folder a
+    named target resolves to, else the folder (or hub id) itself."""
+    from jetflow_bench.targets import name_of
+
+    return name_of(target) or target
 
 
 def _arm(name: str, options: dict[str, Any], checkpoint: Path | None, engine: str) -> DrafterSpec:

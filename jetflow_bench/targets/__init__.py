@@ -114,6 +114,16 @@ def resolve_target(value: str | Path) -> str:
     return text
 
 
+def name_of(folder: str | Path) -> str | None:
+    """The name under which ``--target NAME`` resolves to ``folder`` today, else None (for messages
+    that give a command to run: ``--target micro`` reads better than the cache path)."""
+    here = Path(folder)
+    for name in PRESETS:
+        if cached_toy(name) == here:
+            return name
+    return next((name for name, spec in CATALOG.items() if spec.folder == here), None)
+
+
 def _looks_like_path(text: str) -> bool:
     """A hub id is ``name`` or ``org/name``; anything with a leading ./ ~ / or more slashes is a path."""
     return text.startswith(("/", ".", "~")) or text.count("/") > 1 or "\\" in text

@@ -1,0 +1,112 @@
+"""A head is pinned to the target it was trained on and to its family.
+
+Same shapes, other weights: a head trained on one `micro` target and swept with another drafted
+τ 1.07 instead of 1.96 without a word, and an EAGLE head under `jetflow=` ran at τ 1.00. These
+checks read config.json files only, so the heads and targets here are their records alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jetflow_bench.errors import JfbenchError
+from jetflow_bench.fingerprint import model_fingerprint
+from jetflow_bench.sweep.arms import OTHER_TARGET, pin_heads, sweep_arms
+from jetflow_bench.sweep.grid import DrafterSpec
+from jetflow_bench.toy.presets import MARKER
+
+
+def toy_target(cache: Path, name: str, config_hash: str) -> Path:
+    """A cached toy target's folder as `--target micro` finds it (the marker is all it reads)."""
+    folder = cache / "targets" / name
+    folder.mkdir(parents=True)
+    (folder / MARKER).write_text(json.dumps({"config_hash": config_hash}))
+    return folder
+
+
+def head(folder: Path, drafter: str, target: Path | None) -> Path:
+    """A jfbench head's config.json as `jfbench train` records it (``target``: trained on it)."""
+    folder.mkdir(parents=True)
+    training = {"target_fingerprint": model_fingerprint(target)} if target else {}
+    (folder / "config.json").write_text(json.dumps({"format": "jfbench-head", "drafter": drafter, "training": training}))
+    return folder
+
+
+def one_line_error(result: tuple[int, str, str]) -> str:
+    code, out, err = result
+    assert code == 2 and out == "" and "Traceback" not in err, result
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_the_demos_heads_with_the_test_suites_micro_target_are_refused(cli, tmp_path: Path, monkeypatch) -> None:
+    # Bug: the README's test command trained a second micro target, `--target micro` then resolved
+    # to it, and the demo's heads drafted for it at a third of their τ with rc 0.
+    monkeypatch.setenv("JFBENCH_CACHE", str(tmp_path / "cache"))
+    demo = toy_target(tmp_path / "cache", "micro-seed0-d0f2b6000d", "demo")
+    tests = toy_target(tmp_path / "cache", "micro-seed0-6189764f1d", "tests")  # newer: `--target micro` picks it
+    jetflow = head(tmp_path / "heads" / "jetflow", "jetflow", demo)
+    err = one_line_error(cli("sweep", "--target", "micro", "--drafters", f"jetflow={jetflow}", "--limit", "1",
+                             "--out", str(tmp_path / "run")))
+    assert model_fingerprint(demo) in err and model_fingerprint(tests) in err  # both fingerprints named
+    assert "jfbench train --drafter jetflow --target micro" in err and "--allow-other-target" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_head_used_with_its_own_target_passes_and_a_deliberate_transfer_is_marked(tmp_path: Path) -> None:
+    # Bug caught: the check refuses a head on its own target, or a transfer is not marked in the arm's name.
+    own, other = toy_target(tmp_path, "micro-seed0-a", "a"), toy_target(tmp_path, "micro-seed0-b", "b")
+    spec = DrafterSpec("jetflow", checkpoint=str(head(tmp_path / "jf", "jetflow", own)))
+    assert pin_heads([spec], str(own)) == [spec]
+    with pytest.raises(JfbenchError, match="--allow-other-target"):
+        pin_heads([spec], str(other))
+    (moved,) = pin_heads([spec], str(other), allow_other_target=True)
+    assert moved.label == f"jetflow[{OTHER_TARGET}]"
+    depth = DrafterSpec("jetflow", variant="depth=3", checkpoint=spec.checkpoint)
+    assert pin_heads([depth], str(other), allow_other_target=True)[0].label == f"jetflow[depth=3,{OTHER_TARGET}]"
+
+
+def test_heads_that_record_no_target_are_not_refused(tmp_path: Path) -> None:
+    # Bug caught: released heads (and heads trained before the record) become unusable.
+    target = toy_target(tmp_path, "micro-seed0-a", "a")
+    old = DrafterSpec("jetflow", checkpoint=str(head(tmp_path / "old", "jetflow", None)))
+    released = tmp_path / "released"
+    released.mkdir()
+    (released / "config.json").write_text(json.dumps({"dflash_config": {}}))
+    assert pin_heads([old, DrafterSpec("dflash", checkpoint=str(released))], str(target))[0] == old
+
+
+def test_ablate_has_no_transfer_flag_and_says_how_to_retrain(tmp_path: Path) -> None:
+    # Bug caught: ablate's refusal offers a flag ablate does not have.
+    a, b = toy_target(tmp_path, "micro-seed0-a", "a"), toy_target(tmp_path, "micro-seed0-b", "b")
+    spec = DrafterSpec("jetflow", checkpoint=str(head(tmp_path / "jf", "jetflow", a)))
+    with pytest.raises(JfbenchError) as err:
+        pin_heads([spec], str(b), flag="")
+    assert "jfbench train --drafter jetflow" in str(err.value) and "allow" not in str(err.value)
+
+
+@pytest.mark.parametrize(("arm", "trained_as", "refused"), [
+    ("jetflow", "eagle", True), ("dflash", "jetflow", True), ("eagle", "jetflow", True),
+    ("jetflow-refine", "jetflow", False), ("eagle3", "eagle", False), ("jetflow", "jetflow", False),
+])
+def test_a_head_loads_only_under_its_own_family(tmp_path: Path, arm: str, trained_as: str, refused: bool) -> None:
+    # Bug: `--drafters jetflow=<an eagle head>` ran with rc 0 and τ 1.00.
+    folder = head(tmp_path / "h", trained_as, None)
+    if not refused:
+        assert sweep_arms(f"{arm}={folder}", "hf")[0].checkpoint == str(folder)
+        return
+    with pytest.raises(JfbenchError, match=f"trained as '{trained_as}', not") as err:
+        sweep_arms(f"{arm}={folder}", "hf")
+    assert f"{trained_as}={folder}" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_wrong_family_head_is_one_line_on_the_command_line(cli, tmp_path: Path) -> None:
+    # Bug: the refusal is a traceback, or comes after the target loaded.
+    eagle = head(tmp_path / "eagle", "eagle", None)
+    target = toy_target(tmp_path, "micro-seed0-a", "a")
+    err = one_line_error(cli("sweep", "--target", str(target), "--drafters", f"jetflow={eagle}", "--out", str(tmp_path / "run")))
+    assert f"trained as 'eagle', not 'jetflow': write the arm as eagle={eagle}" in err
+    assert not (tmp_path / "run").exists()
