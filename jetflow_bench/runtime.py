@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -152,3 +154,34 @@ def available_memory_bytes(device: torch.device) -> int | None:
     except (OSError, ValueError):
         pass
     return max(0, min(known)) if known else None
+
+
+HUB_PROBE_S = 2.0  # seconds the one connection attempt to the model hub may take
+
+
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE (or HF_DATASETS_OFFLINE) is set; read at call time (not at import, as
+    huggingface_hub does), so tests and users can set it late."""
+    flags = (os.environ.get(var, "").lower() for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(flag in {"1", "true", "yes", "on"} for flag in flags)
+
+
+def hub_reachable() -> bool:
+    """Whether the model hub can be asked at all: never with HF_HUB_OFFLINE, else one TCP connection
+    attempt per process (no request, no retries), so a machine without network learns it in
+    seconds instead of through a minute of download retries."""
+    return not hub_offline() and _hub_answers()
+
+
+@functools.cache
+def _hub_answers() -> bool:
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=HUB_PROBE_S).close()
+        return True
+    except OSError:  # refused, unresolvable or timed out
+        return False

@@ -14,7 +14,6 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import data_dir as resolve_data_dir
+from jetflow_bench.runtime import hub_offline
 
 HUB_TIMEOUT_S = 5.0  # seconds for the metadata request that decides whether the hub is reachable
 
@@ -115,12 +115,6 @@ def _json_array_rows(path: Path) -> list[Row]:
     if not isinstance(data, list):
         raise JfbenchError(f"{path}: expected a JSON array of records, got {type(data).__name__}")
     return [(f"{path}: record {index}", value) for index, value in enumerate(data, start=1)]
-
-
-def hub_offline() -> bool:
-    """Read at call time (not at import, as huggingface_hub does), so tests and users can set it late."""
-    flags = (os.environ.get(var, "").lower() for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
-    return any(flag in {"1", "true", "yes", "on"} for flag in flags)
 
 
 def hub_rows(hub: HubSource) -> list[Row]:

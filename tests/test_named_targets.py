@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from jetflow_bench import runtime
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.targets import CATALOG, MARKER, converted, resolve_target
+from jetflow_bench.targets import CATALOG, MARKER, check_hub_id, converted, resolve_target
 from tests.gguf_files import write_llama_gguf
 
 SMOL = CATALOG["smollm2-135m-instruct"]
@@ -29,9 +30,65 @@ def test_names_resolve_to_the_cache_or_say_how_to_build_them(cache, tmp_path):
     toy = cache / "targets" / "micro-seed0-abc"
     toy.mkdir(parents=True)
     (toy / "jfbench_toy.json").write_text("{}")
+    (toy / "config.json").write_text("{}")
     assert resolve_target("micro") == str(toy)
     assert resolve_target(str(tmp_path)) == str(tmp_path)  # an existing folder passes through
-    assert resolve_target("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"  # a hub id is left to the hub
+    assert resolve_target("micro-seed0-abc") == str(toy)  # a cached target by its folder's name
+
+
+def test_a_hub_id_is_left_to_a_hub_that_answers(cache, monkeypatch):
+    # Bug caught: the fail-fast path refuses hub ids where a hub exists.
+    monkeypatch.setattr(runtime, "hub_reachable", lambda: True)
+    assert resolve_target("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"
+    check_hub_id("Qwen/Qwen3-8B")
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """A machine without network, counting connection attempts (HF_HUB_OFFLINE unset)."""
+    attempts: list[tuple] = []
+
+    def refuse(address, *args, **kwargs):
+        attempts.append(address)
+        raise OSError("network is unreachable")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(runtime.socket, "create_connection", refuse)
+    runtime._hub_answers.cache_clear()
+    yield attempts
+    runtime._hub_answers.cache_clear()
+
+
+def test_a_typo_gets_did_you_mean_at_once_without_asking_the_hub(cache, cli, no_network):
+    # Bug: `--target mikro` printed 20 hub "Retrying..." lines over 50 s, then failed without a hint.
+    code, out, err = cli("sweep", "--target", "mikro", "--out", str(cache / "run"))
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "did you mean 'micro'?" in err and "Retrying" not in err
+    assert no_network == []  # a near miss of a name never reaches the network
+
+
+def test_an_unreachable_hub_is_probed_once_then_not_again(cache, no_network, monkeypatch):
+    # Bug: every hub id on a machine without network costs a minute of download retries.
+    from jetflow_bench.engine.target import TargetRunner
+
+    for _ in range(2):
+        with pytest.raises(JfbenchError, match="the model hub does not answer"):
+            TargetRunner.load("someorg/some-model", device="cpu")
+    assert len(no_network) == 1
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(JfbenchError, match="HF_HUB_OFFLINE is set"):
+        check_hub_id("someorg/some-model")
+    assert len(no_network) == 1  # offline: not even the probe
+
+
+def test_cached_targets_are_among_the_suggestions(cache, no_network):
+    # Bug caught: a near miss of a cached folder's name gets no hint.
+    folder = cache / "targets" / "micro-seed0-d0f2b6000d"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    with pytest.raises(JfbenchError, match="did you mean 'micro-seed0-d0f2b6000d'"):
+        resolve_target("micro-seed0-d0f2b6000e")
 
 
 @pytest.mark.parametrize("path", ["./no-such-model", "/no/such/model", "~/nothing-here", "a/b/c"])

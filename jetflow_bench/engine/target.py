@@ -35,7 +35,7 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.flops import TransformerShape
 from jetflow_bench.kernels.mask import TreeMask
 from jetflow_bench.runtime import resolve_device, resolve_dtype
-from jetflow_bench.targets import resolve_target
+from jetflow_bench.targets import check_hub_id, resolve_target
 
 # CPU BLAS (MKL in torch's wheels) multiplies 2 or 3 rows as that many matrix-vector products,
 # which on the CPUs measured costs more than a 4-row product (results/baselines/smollm2/
@@ -134,6 +134,7 @@ class TargetRunner:
         if compile:
             check_compile(dev, attention)
         name = resolve_target(name_or_path)
+        check_hub_id(name)
         try:
             tokenizer = AutoTokenizer.from_pretrained(name)
             model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, attn_implementation="sdpa")

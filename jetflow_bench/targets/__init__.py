@@ -107,11 +107,56 @@ def resolve_target(value: str | Path) -> str:
     path = Path(text).expanduser()
     if path.is_dir():
         return str(path)
+    cached = runtime.cache_dir() / "targets" / text  # a cached target by its folder name, e.g. micro-seed0-d0f2b6000d
+    if "/" not in text and (cached / "config.json").is_file():
+        return str(cached)
     if _looks_like_path(text):
         raise JfbenchError(
             f"--target {text}: no such folder: pass an existing model folder, a name from `jfbench target list`, or a hub id"
         )
+    return _hub_id(text)
+
+
+def known_names() -> list[str]:
+    """Every name `--target` takes: the toy presets, the catalog and the cached targets' folders."""
+    root = runtime.cache_dir() / "targets"
+    cached = sorted(p.name for p in root.glob("*") if (p / "config.json").is_file()) if root.is_dir() else []
+    return [*PRESETS, *CATALOG, *cached]
+
+
+def _choices(text: str) -> str:
+    from jetflow_bench.registry import did_you_mean
+
+    hint = did_you_mean(text, known_names())
+    return f"{hint}choose from {', '.join([*PRESETS, *CATALOG])} (`jfbench target list`), a model folder or a hub id"
+
+
+def _hub_id(text: str) -> str:
+    """``text`` as a hub id, unless it is a near miss of a name (``mikro``): that is a one-line
+    error with "did you mean", at once and without any request."""
+    if "/" not in text and _choices(text).startswith("did you mean"):
+        raise JfbenchError(f"--target {text}: no target of that name: {_choices(text)}")
     return text
+
+
+def check_hub_id(name: str) -> None:
+    """Before a hub id loads: where neither the hub (one quick probe, `runtime.hub_reachable`) nor
+    huggingface_hub's local cache can serve it, a one-line error now rather than a minute of
+    download retries."""
+    if Path(name).is_dir() or runtime.hub_reachable() or _in_hub_cache(name):
+        return
+    why = "HF_HUB_OFFLINE is set" if runtime.hub_offline() else "the model hub does not answer"
+    raise JfbenchError(f"--target {name}: not a target name or a folder, and {why}: {_choices(name)}")
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """The hub id was downloaded before (huggingface_hub's cache), so it loads offline."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except ValueError:  # not a valid repo id
+        return False
 
 
 def name_of(folder: str | Path) -> str | None:
