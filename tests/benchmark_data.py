@@ -4,6 +4,8 @@ Tests that only need a few well-formed records of a suite (a sweep over 2-4 GSM8
 `suites list`) read this folder when no real one is given (`JFBENCH_DATA_DIR`), so the test suite
 passes on a fresh machine without any data. The records are made up here, in each benchmark's own
 file format (docs/methodology.md, "Data"); tests of the real files' contents stay on real data.
+The training sources (GSM8K's train split, MBPP's train task ids, ShareGPT) hold enough made-up
+prompts for a quick head recipe (`QUICK_RECIPE`: 96 prompts), so head training runs without data.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import json
 from pathlib import Path
 
 N_RECORDS = 12
+N_TRAINING = 48  # GSM8K train prompts; MBPP and ShareGPT get half as many each
+MBPP_TRAIN_FIRST = 601  # MBPP's train split is task ids 601-974 (what the head trainer reads)
 
 
 def _jsonl(path: Path, rows: list[dict]) -> None:
@@ -31,17 +35,22 @@ def _word_problem(i: int) -> dict:
             "answer": f"Tom has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}"}
 
 
-def _mbpp(i: int) -> dict:
-    return {"task_id": 11 + i, "text": f"Write a function that returns its argument plus {i}.",
+def _mbpp(i: int, task_id: int | None = None) -> dict:
+    return {"task_id": 11 + i if task_id is None else task_id, "text": f"Write a function that returns its argument plus {i}.",
             "code": f"def add_{i}(x):\n    return x + {i}", "test_list": [f"assert add_{i}(1) == {1 + i}"],
             "test_setup_code": "", "challenge_test_list": []}
+
+
+def _chat(i: int) -> dict:
+    return {"id": str(i), "conversations": [{"from": "human", "value": f"Say hello {i} times."},
+                                            {"from": "gpt", "value": " ".join(["hello"] * (i + 1))}]}
 
 
 def write_benchmark_data(root: Path) -> Path:
     """Write `N_RECORDS` made-up records per benchmark under ``root`` and return ``root``."""
     n = range(N_RECORDS)
     _jsonl(root / "gsm8k" / "test.jsonl", [_word_problem(i) for i in n])
-    _jsonl(root / "gsm8k" / "train.jsonl", [_word_problem(100 + i) for i in n])
+    _jsonl(root / "gsm8k" / "train.jsonl", [_word_problem(100 + i) for i in range(N_TRAINING)])
     _jsonl(root / "math500" / "test.jsonl", [
         {"problem": f"What is ${i} + {i}$?", "solution": f"$\\boxed{{{2 * i}}}$", "answer": str(2 * i),
          "subject": "Algebra", "level": 1, "unique_id": f"test/algebra/{i}.json"} for i in n])
@@ -54,7 +63,8 @@ def write_benchmark_data(root: Path) -> Path:
                   "test": f"def check(candidate):\n    assert candidate(1) == {1 + i}\n"} for i in n]
     (root / "humaneval").mkdir(parents=True, exist_ok=True)
     (root / "humaneval" / "HumanEval.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in humaneval).encode()))
-    _jsonl(root / "mbpp" / "mbpp.jsonl", [_mbpp(i) for i in n])
+    train = range(N_TRAINING // 2)
+    _jsonl(root / "mbpp" / "mbpp.jsonl", [_mbpp(i) for i in n] + [_mbpp(20 + i, MBPP_TRAIN_FIRST + i) for i in train])
     sanitized = [{"task_id": r["task_id"], "prompt": r["text"], "code": r["code"], "test_list": r["test_list"],
                   "test_imports": []} for r in map(_mbpp, n)]
     (root / "mbpp" / "sanitized-mbpp.json").write_text(json.dumps(sanitized))
@@ -64,8 +74,7 @@ def write_benchmark_data(root: Path) -> Path:
     _jsonl(root / "livecodebench" / "livecodebench_v5.jsonl", [
         {"question_id": f"abc{i}_a", "contest_date": "2024-09-01T00:00:00",
          "prompt": f"Read an integer N and print N + {i}.\n\n"} for i in n])
-    chats = [{"id": str(i), "conversations": [{"from": "human", "value": f"Say hello {i} times."},
-                                              {"from": "gpt", "value": " ".join(["hello"] * (i + 1))}]} for i in n]
+    chats = [_chat(i) for i in range(max(N_RECORDS, N_TRAINING // 2))]
     (root / "sharegpt_chat").mkdir(parents=True, exist_ok=True)
     (root / "sharegpt_chat" / "ShareGPT_V3_unfiltered_cleaned_split.first2023.json").write_text(json.dumps(chats))
     return root

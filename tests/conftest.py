@@ -42,6 +42,35 @@ def benchmark_data_dir() -> Path:
     return write_benchmark_data(root)
 
 
+# The one skip a missing data folder may cause: tests of the REAL benchmark files' contents (record
+# counts, texts). Everything else runs on the made-up folder (`benchmark_data_dir`);
+# tests/test_skip_reasons.py keeps it that way, and the summary line below counts the skips.
+REAL_DATA_REASON = "checks the real benchmark files: set JFBENCH_DATA_DIR"
+needs_real_data = pytest.mark.skipif(shared_data_dir() is None, reason=REAL_DATA_REASON)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001 (pytest's hook signature)
+    """One line that sorts the skips by why: so a new skip of a new kind is seen, not buried in 'N skipped'."""
+    from collections import Counter
+
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons = Counter(skip_kind(str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else "")
+                      for report in skipped)
+    terminalreporter.write_line("skips by kind: " + ", ".join(f"{n} {kind}" for kind, n in reasons.most_common()))
+
+
+def skip_kind(reason: str) -> str:
+    """The kind of a skip reason: what it would take to run the test."""
+    lowered = reason.lower()
+    if "vllm" in lowered:
+        return "need vLLM's environment"
+    if "jfbench_data_dir" in lowered or "data folder" in lowered:
+        return "need the real data folder"
+    return "other (a tool or device absent here)"
+
+
 @pytest.fixture(scope="session")
 def micro_target() -> Path:
     """The `micro` toy target (~1-2 min to train once, then reused from the cache; JFBENCH_CACHE overrides)."""

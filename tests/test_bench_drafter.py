@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
 import torch
 
 from drafters import DRAFTERS, timing
@@ -18,7 +17,7 @@ from drafters.timing import SplitTimer, span
 from jetflow_bench.bench_drafter import split_drafter
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.errors import JfbenchError
-from tests.conftest import shared_data_dir
+from tests.conftest import benchmark_data_dir
 from tests.test_drafters_head import PROMPTS, checkpoints, target  # noqa: F401 - fixtures
 
 
@@ -57,7 +56,6 @@ def test_every_batch_is_timed(target, checkpoints):  # noqa: F811
     assert both.steps == sum(s.steps for s in one) and both.batch_size == 1
 
 
-@pytest.mark.skipif(shared_data_dir() is None, reason="benchmark data not found (set JFBENCH_DATA_DIR)")
 def test_cli_rows_per_arm_and_budget(target, checkpoints):  # noqa: F811
     """The command parses arms like the sweep (options in brackets) and prints one row per arm x budget."""
     from typer.testing import CliRunner
@@ -67,7 +65,7 @@ def test_cli_rows_per_arm_and_budget(target, checkpoints):  # noqa: F811
     _register_commands()
     args = ["bench", "drafter", "--target", target.name, "--drafter", f"dflash={checkpoints['dflash']}",
             "--drafter", f"jetflow[refine_passes=1]={checkpoints['jetflow']}", "--budgets", "4,8",
-            "--max-new-tokens", "4", "--device", "cpu", "--data-dir", str(shared_data_dir()), "--format", "json"]
+            "--max-new-tokens", "4", "--device", "cpu", "--data-dir", str(benchmark_data_dir()), "--format", "json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout.strip().splitlines()[-1])

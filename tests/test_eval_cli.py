@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import shared_data_dir
+from tests.conftest import benchmark_data_dir
 
 
 def assert_usage_error(result: tuple[int, str, str], *words: str) -> None:
@@ -34,9 +34,7 @@ def test_missing_data_dir(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 
 def test_unknown_task(cli) -> None:
     pytest.importorskip("lm_eval")
-    data = shared_data_dir()
-    if data is None:
-        pytest.skip("benchmark data not found; set JFBENCH_DATA_DIR")
+    data = benchmark_data_dir()
     args = ("eval", "--target", "t", "--data-dir", str(data), "--limit", "1")  # fails before any model loads
     assert_usage_error(cli(*args, "--tasks", "gsm8kk"), "unknown task 'gsm8kk'", "did you mean 'gsm8k'")
     assert_usage_error(cli(*args, "--tasks", "mt_bench"), "has no harness task")  # a suite without one
@@ -56,9 +54,7 @@ def test_bad_sampling_flags(cli, tmp_path: Path) -> None:
 def test_compare_plain_writes_the_run_folder_and_prints_both_scores(cli, micro_target: Path, tmp_path: Path) -> None:
     # Bug: the arms' outputs go missing or the comparison reads the wrong arm (identical by construction).
     pytest.importorskip("lm_eval")
-    data = shared_data_dir()
-    if data is None:
-        pytest.skip("benchmark data not found; set JFBENCH_DATA_DIR")
+    data = benchmark_data_dir()
     out = tmp_path / "run"
     code, stdout, err = cli(
         "eval", "--target", str(micro_target), "--drafter", "ngram", "--budget", "16", "--tasks", "gsm8k",

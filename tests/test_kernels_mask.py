@@ -16,7 +16,7 @@ from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.masks import block_allowed, context_allowed, join
 from jetflow_bench.kernels.mask import TreeMask
-from tests.conftest import shared_data_dir
+from tests.conftest import benchmark_data_dir
 
 
 def test_bits_pack_one_word_per_32_entries_with_bit_31_signed():
@@ -74,13 +74,12 @@ def test_triton_on_cpu_without_the_interpreter_says_set_the_flag(monkeypatch):
         get_attention("triton", "cpu")
 
 
-@pytest.mark.skipif(shared_data_dir() is None, reason="sweep validates suites against the shared data")
 def test_sweep_attention_triton_on_cpu_is_one_line_before_any_model_loads(cli, monkeypatch, tmp_path):
     pytest.importorskip("triton")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     # a hub id that cannot load: the attention check must fire before any model (or hub) is tried
     code, out, err = cli("sweep", "--target", "no-org/no-such-model", "--out", str(tmp_path / "run"),
-                         "--device", "cpu", "--attention", "triton")
+                         "--device", "cpu", "--attention", "triton", "--data-dir", str(benchmark_data_dir()))
     assert code == 2 and out == ""
     assert err.startswith("error: ") and "TRITON_INTERPRET=1" in err and err.count("\n") == 1
 

@@ -22,11 +22,10 @@ from jetflow_bench.integrations.lm_eval_tasks import CODE_SUITES, SUITES, TASK_D
 from jetflow_bench.integrations.lm_eval_tasks.suite_tasks import load_docs, process_results  # noqa: E402
 from jetflow_bench.prompts import suite_requests  # noqa: E402
 from suites import get_suite  # noqa: E402
-from tests.conftest import shared_data_dir  # noqa: E402
+from tests.conftest import benchmark_data_dir  # noqa: E402
 from tests.learned_heads import learned_heads  # noqa: E402, F401 - session fixture
 
-DATA = shared_data_dir()
-needs_data = pytest.mark.skipif(DATA is None, reason="benchmark data not found; set JFBENCH_DATA_DIR")
+DATA = benchmark_data_dir()  # the made-up folder where no data folder is given
 
 
 def manager(**kwargs) -> TaskManager:
@@ -70,7 +69,6 @@ def test_installed_pth_registers_jfbench_lazily_with_the_harness() -> None:
 
 
 @pytest.mark.slow
-@needs_data
 def test_python_m_lm_eval_runs_the_jfbench_model(micro_target: Path, tmp_path: Path) -> None:
     # Bug: the documented harness command line does not reach the model (registration, model args).
     stats = tmp_path / "speculation.json"
@@ -87,7 +85,6 @@ def test_python_m_lm_eval_runs_the_jfbench_model(micro_target: Path, tmp_path: P
     assert json.loads(stats.read_text())["tasks"][0]["tau"] > 1.0
 
 
-@needs_data
 def test_task_configs_carry_each_suites_stop_rule_and_length() -> None:
     # Bug: a YAML drifts from its suite (other stop strings or length than jfbench's own runs use).
     names = [task_name(s, chat) for s in SUITES for chat in (False, True)]
@@ -103,7 +100,6 @@ def test_task_configs_carry_each_suites_stop_rule_and_length() -> None:
             assert bool(config.unsafe_code) == (suite_name in CODE_SUITES)
 
 
-@needs_data
 def test_documents_come_from_the_data_folder_and_score_with_the_suites_checker(tmp_path: Path) -> None:
     # Bug: wrong records (hub or another file) or a checker other than the suite's.
     docs = load_docs("gsm8k", data_dir=str(DATA))["test"]
@@ -120,7 +116,6 @@ def test_documents_come_from_the_data_folder_and_score_with_the_suites_checker(t
         load_docs("math500", data_dir=str(tmp_path))  # an empty folder: no hub fallback
 
 
-@needs_data
 def test_harness_prompts_equal_jfbench_suite_prompts(micro_target: Path) -> None:
     # Bug: the harness sees another text than jfbench's own runs (a delimiter, a template, the wrong field).
     runner = TargetRunner.load(micro_target, device="cpu")
@@ -143,7 +138,6 @@ def test_harness_prompts_equal_jfbench_suite_prompts(micro_target: Path) -> None
 
 
 @pytest.mark.slow
-@needs_data
 def test_generations_and_accuracy_identical_for_every_drafter(micro_target, learned_heads, tmp_path) -> None:  # noqa: F811
     # Bug: speculative decoding changes the harness's strings (an `until` string cut per step instead
     # of per token, lost bonus tokens, batch mix-ups) — or never speculates (τ = 1 passes equality).
@@ -176,7 +170,6 @@ def test_generations_and_accuracy_identical_for_every_drafter(micro_target, lear
 
 
 @pytest.mark.slow
-@needs_data
 def test_temperature_reaches_the_engine_with_reproducible_streams(micro_target, tmp_path) -> None:
     # Bug: the model's temperature is dropped (sampled text equals greedy text), the task's greedy
     # gen_kwargs veto it, or streams depend on something other than (seed, request) (reruns differ).

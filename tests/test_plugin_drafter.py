@@ -28,10 +28,10 @@ from drafters.learned import LearnedDrafter
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.heads.masks import block_allowed, context_allowed, join
 from jetflow_bench.training.objective import TrainingObjective
-from tests.conftest import shared_data_dir
+from tests.conftest import benchmark_data_dir
 
 NAME = "next-token"
-DATA = shared_data_dir()
+DATA = benchmark_data_dir()  # the made-up folder where no data folder is given
 RECIPE = ["--steps", "40", "--prompts", "96", "--max-new-tokens", "96", "--seq-len", "160", "--batch-size", "4",
           "--anchors", "8"]  # the quick heads' data (cached regen), so only the head trains here
 
@@ -91,7 +91,6 @@ def plugin(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(DATA is None, reason="needs the shared data folder (JFBENCH_DATA_DIR)")
 def test_an_outside_drafter_trains_and_drafts_losslessly(plugin, micro_target, cli, tmp_path):
     common = ["--target", str(micro_target), "--data-dir", str(DATA), "--device", "cpu"]
     code, out, err = cli("train", "--drafter", plugin, "--out", str(tmp_path / "head"), *RECIPE, *common)

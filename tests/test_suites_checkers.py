@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 import pytest
 
@@ -17,11 +15,10 @@ from suites.math_answers import (
     math_answers_equal,
     normalize_math_answer,
 )
+from tests.conftest import needs_real_data, shared_data_dir
 
-DATA = Path(os.environ.get("JFBENCH_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
-needs_data = pytest.mark.skipif(
-    not DATA.is_dir(), reason=f"benchmark data not found at {DATA}; set JFBENCH_DATA_DIR"
-)
+DATA = shared_data_dir()  # these tests check the real files' contents
+needs_data = needs_real_data
 
 
 @pytest.mark.parametrize(

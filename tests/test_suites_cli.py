@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 import jetflow_bench.cli as cli
-from tests.conftest import shared_data_dir
+from tests.conftest import needs_real_data, shared_data_dir
 
 DATA = shared_data_dir()  # these tests check the real files' record counts and texts
-needs_data = pytest.mark.skipif(DATA is None, reason="benchmark data not found; set JFBENCH_DATA_DIR")
+needs_data = needs_real_data
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from pathlib import Path
 
@@ -13,11 +12,10 @@ import pytest
 import suites.sources
 from jetflow_bench.errors import JfbenchError
 from suites import SUITES, get_suite, parse_suites
+from tests.conftest import needs_real_data, shared_data_dir
 
-DATA = Path(os.environ.get("JFBENCH_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
-needs_data = pytest.mark.skipif(
-    not DATA.is_dir(), reason=f"benchmark data not found at {DATA}; set JFBENCH_DATA_DIR"
-)
+DATA = shared_data_dir()  # these tests check the real files' contents
+needs_data = needs_real_data
 
 EXPECTED_COUNTS = {
     "gsm8k": 1319,

@@ -27,12 +27,11 @@ from jetflow_bench.training import loop as training_loop
 from jetflow_bench.training.loop import new_head, plateaued
 from jetflow_bench.training.losses import depth_weights, distill_loss
 from jetflow_bench.training.teacher import TeacherBatch, TeacherCache
-from tests.conftest import shared_data_dir
+from tests.conftest import benchmark_data_dir
 from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
 from tests.random_models import save_random_model
 
-DATA = shared_data_dir()
-needs_data = pytest.mark.skipif(DATA is None, reason="needs the shared data folder (JFBENCH_DATA_DIR)")
+DATA = benchmark_data_dir()  # the made-up training sets where no data folder is given
 TINY_RUN = {
     "prompts": 8, "max_new_tokens": 24, "seq_len": 48, "batch_size": 2, "anchors": 3, "block_size": 6, "warmup": 1,
 }
@@ -125,7 +124,6 @@ def test_match_depth1_gives_prefix_heads_the_packed_layouts_depth1_queries():
         TrainConfig.from_recipe("eagle", match_depth1=True)
 
 
-@needs_data
 def test_match_depth1_adds_depth1_supervision(random_target, tmp_path):
     records = {}
     for match in (False, True):
@@ -146,17 +144,16 @@ def test_packed_layout_needs_a_causal_jetflow_head():
         TrainConfig(drafter="jetflow", options={"layout": "tree"})
 
 
-@needs_data
 def test_training_prompts_are_training_splits_in_suite_format(random_target):
     tokenizer = TargetRunner.load(random_target, device="cpu").tokenizer
     pairs = training_data.training_pairs(("gsm8k", "mbpp"), 6, 0, tokenizer, DATA)
     assert [p.source for p in pairs] == ["gsm8k", "mbpp"] * 3
     assert all(p.prompt.startswith("Question: ") and p.prompt.endswith("\nAnswer:") for p in pairs[::2])
-    mbpp_test_text = json.loads((DATA / "mbpp/mbpp.jsonl").read_text().splitlines()[10])["text"]  # task 11
+    records = [json.loads(line) for line in (DATA / "mbpp/mbpp.jsonl").read_text().splitlines()]
+    mbpp_test_text = next(r["text"] for r in records if r["task_id"] == 11)  # a test-split task
     assert all(mbpp_test_text not in p.prompt for p in pairs)
 
 
-@needs_data
 def test_regen_data_is_cached_on_disk(random_target, monkeypatch):
     target = TargetRunner.load(random_target, device="cpu")
     config = TrainConfig(drafter="dflash", **TINY_RUN)
@@ -171,7 +168,6 @@ def test_regen_data_is_cached_on_disk(random_target, monkeypatch):
     assert all(s.tokens[-1] in target.eos_token_ids and 0 < s.prompt_len < len(s.tokens) for s in raw)
 
 
-@needs_data
 def test_data_seed_fixes_the_prompt_draw_across_init_seeds(random_target, monkeypatch):
     """--data-seed: seeds 0 and 1 train on one data set (one regeneration) but are different heads."""
     target = TargetRunner.load(random_target, device="cpu")
@@ -217,7 +213,6 @@ def test_batcher_drops_sequences_without_continuation_and_reports_the_prompt_sha
     assert max(held.draw(64, torch.Generator().manual_seed(0))) < 8
 
 
-@needs_data
 def test_teacher_features_are_computed_once_and_equal_a_direct_target_forward(random_target, monkeypatch):
     target = TargetRunner.load(random_target, device="cpu")
     samples = training_data.training_sequences(target, TrainConfig(drafter="dflash", **TINY_RUN), DATA, show_progress=False)
@@ -250,7 +245,6 @@ def test_draft_vocabulary_is_the_most_frequent_continuation_tokens():
         training_data.frequent_tokens(samples, 12, 12)
 
 
-@needs_data
 @pytest.mark.parametrize("drafter", ["eagle", "dflash", "jetflow"])
 def test_draft_vocabulary_heads_train_and_record_their_tokens(random_target, tmp_path, drafter):
     out = train_drafter(random_target, tmp_path / drafter, data_dir=DATA, show_progress=False, drafter=drafter,
@@ -277,7 +271,6 @@ def test_plateau_is_under_two_percent_over_the_last_fifth():
     assert not plateaued(curve([0.0] * 10))  # flat at zero: a head that never learned
 
 
-@needs_data
 def test_training_records_heldout_curves_supervision_and_cost(random_target, tmp_path):
     run = {**TINY_RUN, "prompts": 24, "seq_len": 96}
     out = train_drafter(random_target, tmp_path / "jf", data_dir=DATA, show_progress=False, drafter="jetflow", steps=4,
@@ -303,7 +296,6 @@ def test_portable_numerics_refuse_once_torch_has_loaded_without_them(monkeypatch
     pin_portable_cpu_numerics()  # already in force: nothing to refuse
 
 
-@needs_data
 @pytest.mark.slow  # a fresh Python that loads torch and trains 2 steps (~20 s)
 def test_cli_train_portable_numerics_records_the_pinned_kernels(random_target, tmp_path):
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
@@ -319,7 +311,6 @@ def test_cli_train_portable_numerics_records_the_pinned_kernels(random_target, t
     assert numerics == {"cpu_vendor": cpu_vendor(), "aten_capability": "AVX2", **PORTABLE_CPU_NUMERICS}  # AVX512 / None here: the flag did not reach the kernels
 
 
-@needs_data
 def test_stop_on_plateau_ends_the_run_and_counts_as_finished(random_target, tmp_path, monkeypatch):
     monkeypatch.setattr(training_loop, "heldout_proxy", lambda *a: {"agreement": [0.5], "accept_len": 1.0})
     options = {"drafter": "dflash", "steps": 12, "eval_every": 1, "stop_on_plateau": True, **TINY_RUN}
@@ -330,7 +321,6 @@ def test_stop_on_plateau_ends_the_run_and_counts_as_finished(random_target, tmp_
     assert training_loop.finished(out, TrainConfig(**options))
 
 
-@needs_data
 def test_interrupted_run_resumes_to_the_same_head(random_target, tmp_path):
     options = {"drafter": "jetflow", "steps": 4, **TINY_RUN}
     whole = train_drafter(random_target, tmp_path / "whole", data_dir=DATA, show_progress=False, **options)
@@ -350,7 +340,6 @@ def test_interrupted_run_resumes_to_the_same_head(random_target, tmp_path):
         train_drafter(random_target, whole, data_dir=DATA, show_progress=False, **{**options, "steps": 5})
 
 
-@needs_data
 def test_ensure_head_trains_once_per_recipe(random_target):
     options = {"steps": 2, **TINY_RUN}
     first = ensure_head(random_target, "eagle", data_dir=DATA, show_progress=False, **options)
@@ -361,7 +350,6 @@ def test_ensure_head_trains_once_per_recipe(random_target):
     assert other != first
 
 
-@needs_data
 def test_cli_train_prints_folder_and_summary(random_target, tmp_path):
     from jetflow_bench.cli import _register_commands, app
 

@@ -1,0 +1,56 @@
+"""The README's test command needs no data folder: only tests of the real files' contents skip.
+
+82 tests used to skip without JFBENCH_DATA_DIR, although the README said the tests need none: each
+test module had its own "needs the shared data folder" skip. Tests now read the made-up folder
+(tests/benchmark_data.py) unless they check the real files, which skip through one marker,
+`conftest.needs_real_data`. This reads every test module's skips (without running them) and
+counts the data skips by module.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+
+from tests.conftest import skip_kind
+
+TESTS = Path(__file__).parent
+# The modules that check the real benchmark files (record counts, texts, reference solutions).
+REAL_DATA_MODULES = {"test_suites_cli.py", "test_suites_data.py", "test_suites_checkers.py"}
+
+
+def skip_reasons(module: Path) -> list[str]:
+    """The literal reasons of every skip in ``module``: skipif(..., reason=...), skip(...), skip(reason=...)."""
+    reasons = []
+    for node in ast.walk(ast.parse(module.read_text())):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        if node.func.attr not in {"skip", "skipif", "importorskip"}:
+            continue
+        texts = [kw.value for kw in node.keywords if kw.arg == "reason"]
+        if node.func.attr == "skip":
+            texts += node.args[:1]
+        reasons += [ast.unparse(t) for t in texts]
+    return reasons
+
+
+def test_no_test_skips_for_want_of_data_except_those_of_the_real_files() -> None:
+    data_skips = Counter(
+        module.name
+        for module in TESTS.glob("*.py")
+        for reason in skip_reasons(module)
+        if skip_kind(reason) == "need the real data folder" and module.name != "conftest.py"
+    )
+    assert data_skips == Counter(), f"skips for want of a data folder: {dict(data_skips)}; use benchmark_data_dir()"
+    marked = {m.name for m in TESTS.glob("test_*.py") if "needs_real_data" in m.read_text()} - {Path(__file__).name}
+    assert marked <= REAL_DATA_MODULES, marked - REAL_DATA_MODULES
+
+
+def test_the_skip_kinds() -> None:
+    # Bug caught: the summary line files a data skip under "other", hiding it.
+    from tests.conftest import REAL_DATA_REASON
+
+    assert skip_kind(REAL_DATA_REASON) == "need the real data folder"
+    assert skip_kind("vLLM is not installed (run `jfbench vllm setup`)") == "need vLLM's environment"
+    assert skip_kind("no C/C++ compiler on PATH") == "other (a tool or device absent here)"
