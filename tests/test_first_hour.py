@@ -24,7 +24,27 @@ def test_demo_without_data_shows_its_finished_run(cli, no_data, tmp_path: Path) 
     code, stdout, err = cli("demo", "--out", str(out))
     assert code == 0, err
     assert "showing the demo finished in" in err and "--data-dir" in err
-    assert "ngram" in stdout and "decode × [95% CI]" in stdout
+    assert "ngram" in stdout and "τ" in stdout and "decode" not in stdout  # the quick demo: τ, no speed-ups
+    code, stdout, err = cli("demo", "--full", "--out", str(out))
+    assert code == 0 and "decode × [95% CI]" in stdout, err
+
+
+def test_the_quick_demo_says_how_long_it_takes_before_it_trains(cli, tmp_path: Path, monkeypatch) -> None:
+    # Bug: the demo ran for 18 minutes with no estimate, on the micro target and 9 cells.
+    import jetflow_bench.toy as toy
+    from jetflow_bench.errors import JfbenchError
+    from tests.conftest import benchmark_data_dir
+
+    def stop(preset, *args, **kwargs):
+        raise JfbenchError(f"stopped before training {preset}")
+
+    monkeypatch.setattr(toy, "ensure_toy_target", stop)
+    code, _, err = cli("demo", "--out", str(tmp_path / "demo"), "--data-dir", str(benchmark_data_dir()))
+    first, last = err.strip().splitlines()
+    assert code == 2 and "quick demo on 2 CPU cores: about 3 min from an empty cache" in first
+    assert last == "error: stopped before training nano"
+    code, _, err = cli("demo", "--full", "--out", str(tmp_path / "demo"), "--data-dir", str(benchmark_data_dir()))
+    assert "full demo on 2 CPU cores: about 18 min" in err and err.strip().endswith("stopped before training micro")
 
 
 def test_demo_without_data_or_results_stops_before_training(cli, no_data, tmp_path: Path, monkeypatch) -> None:

@@ -1,14 +1,18 @@
-"""`jfbench demo`: the whole pipeline on the embedded default, in a few minutes on a CPU.
+"""`jfbench demo`: the whole pipeline on the embedded default, in about 3 minutes on a CPU.
 
 toy target (trained or reused) -> draft heads trained briefly (cached) -> a small sweep with the
-AR baseline, `ngram` and the learned drafters on GSM8K -> the summary table.
+AR baseline, `ngram` and the learned drafters on GSM8K -> a τ table. The quick demo (default) uses
+the `nano` target and prints τ and acceptance only: one timing repeat on a CPU shared with other
+work cannot tell a speed-up from noise, so it says which command measures them. `--full` is the
+longer demo on `micro` with speed-ups and the projection onto an H100.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,21 +33,47 @@ from jetflow_bench.cli.options import (
 from jetflow_bench.runtime import data_dir as resolve_data_dir
 from jetflow_bench.runtime import set_threads
 
-# A short head-training recipe: enough for drafts to be accepted, minutes not hours on 2 cores.
-# The closing projection: these drafters' τ on the paper's setting (docs/projection.md).
+# The closing projection of the full demo: these drafters' τ on the paper's setting (docs/projection.md).
 DEMO_PROJECTION = {"hardware": "h100-sxm", "target": "qwen3-8b"}
+# A short head-training recipe: enough for drafts to be accepted, minutes not hours on 2 cores.
 DEMO_RECIPE = {"steps": 120, "prompts": 128, "max_new_tokens": 128, "seq_len": 192, "batch_size": 4, "anchors": 8}
+QUICK_COLUMNS = "tau,acc_step,alpha,a_1,budget,diverged"  # τ first; no timing column
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """What one kind of demo trains and decodes, and how long it takes on 2 CPU cores."""
+
+    preset: str
+    limit: int
+    max_new_tokens: int
+    budgets: str
+    recipe: dict[str, Any]
+    out: Path
+    minutes: str  # how long it takes on 2 CPU cores, said before anything starts
+    speedups: bool  # print measured speed-ups and the projection (the full demo)
+
+
+QUICK = DemoPlan("nano", 4, 64, "16", {"steps": 60, "prompts": 48, "max_new_tokens": 64, "seq_len": 128,
+                                       "batch_size": 4, "anchors": 8}, Path("results/demo"),
+                 "about 3 min from an empty cache, under 1 min once cached", False)
+FULL = DemoPlan("micro", 8, 128, "16,64", DEMO_RECIPE, Path("results/demo-full"),
+                "about 18 min from an empty cache, 4-8 min once cached", True)
+WHY_NO_SPEEDUPS = ("speed-ups left out: one timing repeat on a shared CPU cannot tell them from noise; "
+                   "`jfbench sweep --repeats 3` measures them with a noise floor (README, Commands)")
 
 
 @app.command("demo")
 def demo(
-    preset: Annotated[str, typer.Option(help="Toy target preset: micro (minutes) or tiny (~30 min to train).")] = "micro",
-    limit: Annotated[int, typer.Option(min=1, help="GSM8K test prompts.")] = 8,
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="New tokens per prompt.")] = 128,
-    budgets: Annotated[str, typer.Option(help="Comma-separated budgets B (tree nodes incl. root).")] = "16,64",
+    full: Annotated[bool, typer.Option("--full", help="The longer demo (micro target, speed-ups, projection; ~18 min).")] = False,
+    preset: Annotated[str | None, typer.Option(help="Toy target preset. Default: nano (quick), micro (--full).")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="GSM8K test prompts. Default: 4 (quick), 8 (--full).")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(min=1, help="New tokens per prompt. Default: 64, 128 (--full).")] = None,
+    budgets: Annotated[str | None, typer.Option(help="Budgets B (tree nodes incl. root). Default: 16; 16,64 (--full).")] = None,
     heads: Annotated[bool, typer.Option("--heads/--no-heads", help="Train (or reuse) eagle, dflash and jetflow heads.")] = True,
-    head_steps: Annotated[int, typer.Option(min=1, help="Optimiser steps per head (cached by recipe).")] = DEMO_RECIPE["steps"],
-    out: Annotated[Path, typer.Option(help="Run folder (re-running resumes it).")] = Path("results/demo"),
+    head_steps: Annotated[int | None, typer.Option(min=1, help="Optimiser steps per head (cached by recipe).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Run folder (re-running resumes it). Default: results/demo, "
+                                                  "results/demo-full (--full).")] = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     attention: AttentionOpt = "sdpa",
@@ -55,17 +85,20 @@ def demo(
     top_k: TopKOpt = 0,
     seed: SamplingSeedOpt = 0,
 ) -> None:
-    """Train or reuse the toy target and its draft heads, then sweep them on a few GSM8K prompts.
+    """Train or reuse a toy target and its draft heads, then decode a few GSM8K prompts with each.
 
-    Prints τ (tokens per verify step, bonus included) and the paired speed-up over the AR baseline for every drafter and budget. On a CPU, verification cost grows with the budget, so τ is the figure that carries over to GPUs; the last table sets each measured speed-up beside a projection of the same τ onto Qwen3-8B on an H100 (`jfbench project`, a model, not a measurement).
+    Prints τ (tokens per verify step, bonus included) and acceptance for every drafter: τ is the
+    figure that carries over to other hardware. The quick demo leaves speed-ups out (one timing
+    repeat on a CPU cannot separate them from noise); --full prints them with their CIs and sets
+    each beside a projection of the same τ onto Qwen3-8B on an H100 (a model, not a measurement).
 
     Examples:
 
         jfbench demo
 
-        jfbench demo --no-heads --budgets 16 --limit 4
+        jfbench demo --full
 
-        jfbench demo --preset tiny --budgets 16,64,256 --out results/demo-tiny
+        jfbench demo --no-heads --limit 2
 
         jfbench demo --temperatures 0,1 --out results/demo-sampled
     """
@@ -76,31 +109,41 @@ def demo(
     from jetflow_bench.training import ensure_head
     from jetflow_bench.training.objective import trainable_drafters
 
+    plan = FULL if full else QUICK
+    out = out or plan.out
     grid = GridFlags(
-        suites="gsm8k", budgets=budgets, batch_sizes="1", repeats=1, limit=limit, max_new_tokens=max_new_tokens,
-        temperature=temperature, temperatures=temperatures, top_p=top_p, top_k=top_k, seed=seed,
-        device=device, dtype=dtype, attention=attention, data_dir=data_dir, threads=threads,
+        suites="gsm8k", budgets=budgets or plan.budgets, batch_sizes="1", repeats=1, limit=limit or plan.limit,
+        max_new_tokens=max_new_tokens or plan.max_new_tokens, temperature=temperature, temperatures=temperatures,
+        top_p=top_p, top_k=top_k, seed=seed, device=device, dtype=dtype, attention=attention, data_dir=data_dir,
+        threads=threads,
     )
     grid_temperatures(grid)  # bad sampling flags fail before anything trains
     get_attention(attention, resolve_device(device))  # an unavailable backend fails before any training
     set_threads(threads)
     data = resolve_data_dir(data_dir)
-    if not _has_prompts(data, out):
-        _projected_column(out)
+    if not _has_prompts(data, out, plan):
+        if plan.speedups:
+            _projected_column(out)
         return
-    target = ensure_toy_target(preset, data)
+    print(f"{'full' if full else 'quick'} demo on 2 CPU cores: {plan.minutes}; results in {out}", file=sys.stderr)
+    target = ensure_toy_target(preset or plan.preset, data)
     drafters = [DrafterSpec("ngram")]
     if heads:
-        recipe = {**DEMO_RECIPE, "steps": head_steps}
+        recipe = {**plan.recipe, "steps": head_steps or plan.recipe["steps"]}
         for name in trainable_drafters():  # every registered family with a training objective
             checkpoint = ensure_head(target, name, data_dir=data, device=device, dtype=dtype, threads=threads, **recipe)
             drafters.append(DrafterSpec(name, checkpoint=str(checkpoint)))
     grid = replace(grid, data_dir=data)
-    run_and_report(grid_config(str(target), drafters, grid), out, grid, kind="demo")
-    _projected_column(out)
+    run_and_report(grid_config(str(target), drafters, grid), out, grid, kind="demo",
+                   columns=None if plan.speedups else QUICK_COLUMNS)
+    if plan.speedups:
+        _projected_column(out)
+    else:
+        print(WHY_NO_SPEEDUPS, file=sys.stderr)
+    print(f"report: jfbench report {out}", file=sys.stderr)
 
 
-def _has_prompts(data: Path | None, out: Path) -> bool:
+def _has_prompts(data: Path | None, out: Path, plan: DemoPlan) -> bool:
     """Whether GSM8K's prompts can be read (data folder, else the hub). Without them, a finished demo
     in ``out`` is shown from its files with a note; with neither, the data error stops the demo
     before anything trains."""
@@ -122,7 +165,7 @@ def _has_prompts(data: Path | None, out: Path) -> bool:
               f"{manifest['finished']}; pass --data-dir DIR to run it again", file=sys.stderr)
     from jetflow_bench.cli.show_cmd import show
 
-    show(out)
+    show(out, columns=None if plan.speedups else QUICK_COLUMNS)
     return False
 
 

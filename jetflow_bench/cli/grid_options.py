@@ -173,8 +173,10 @@ def grid_temperatures(grid: GridFlags) -> tuple[float, ...]:
 def run_and_report(
     config: SweepConfig, out: Path, grid: GridFlags, kind: str = "sweep", derived: Derived | None = None,
     engine_options: VLLMOptions | None = None, allow_other_target: bool = False, allow_flag: str = "",
+    columns: str | None = None,
 ) -> None:
-    """Run the grid; notes and a one-line result on stderr; exit 1 under --strict on divergences.
+    """Run the grid; notes and a one-line result on stderr; the summary (``columns``: as `show
+    --columns`; None: its default); exit 1 under --strict on divergences.
 
     Every head is checked against the target it was trained on first (`pin_heads`; ``allow_flag``:
     the command's flag that allows another target, empty where it has none)."""
@@ -194,7 +196,7 @@ def run_and_report(
     if (out / "summary.parquet").exists():
         from jetflow_bench.cli.show_cmd import show
 
-        show(out)
+        show(out, columns=columns)
     if outcome.unexcused:
         print(f"{'error' if grid.strict else 'warning'}: {outcome.unexcused} request(s) diverge from the AR "
               "baseline beyond fp near-ties (see requests.parquet: lossless, first_divergence)", file=sys.stderr)

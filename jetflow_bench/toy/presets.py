@@ -87,6 +87,25 @@ class ToyPreset:
 
 
 PRESETS: dict[str, ToyPreset] = {
+    # ~0.2M parameters, well under a minute on 2 cores from a cold cache: the quick `jfbench demo`,
+    # which must fit in a few minutes with its heads. Too small to say anything a bigger model would.
+    "nano": ToyPreset(
+        name="nano",
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=192,
+        num_layers=3,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=32,
+        steps=200,
+        batch_size=8,
+        seq_len=192,
+        lr=5e-3,
+        max_chars_per_source=600_000,
+        tokenizer_max_chars=600_000,
+        eval_windows=16,
+    ),
     # ~0.85M parameters, ~1 min of training on 2 cores: for tests and CI. Small models run faster in fp32.
     "micro": ToyPreset(
         name="micro",
