@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import textwrap
 import time
 from typing import Any
 
@@ -62,3 +66,17 @@ def progress_bar(console: Console, description: str, *middle: ProgressColumn, **
         console=console,
         **options,
     )
+
+
+def output_width() -> int | None:
+    """The width output must fit: the terminal's or COLUMNS; None off a terminal without COLUMNS."""
+    if os.environ.get("COLUMNS", "").isdigit() or sys.stdout.isatty() or sys.stderr.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def say(text: str, file: Any = None) -> None:
+    """Print a note (stderr by default) wrapped to `output_width`; a path longer than the width stays whole."""
+    width = output_width()
+    lines = textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) if width else [text]
+    print("\n".join(lines), file=file or sys.stderr)

@@ -140,12 +140,13 @@ def _decode_both(folder: Path, tokens: int = 24):
     return _greedy_reference(folder, prompt, tokens), plain, spec
 
 
-def test_a_gguf_converts_loads_and_decodes_losslessly(cache, tmp_path, cli):
+def test_a_gguf_converts_loads_and_decodes_losslessly(cache, tmp_path, capfd):
     from jetflow_bench.targets.convert import get_target, sha256_of
 
     gguf = write_llama_gguf(tmp_path / "small.gguf")
     spec = dataclasses.replace(SMOL, name="small-test", gguf_sha256=sha256_of(gguf))
     folder = get_target(spec, gguf=gguf, log=lambda _: None)
+    assert "de-quantizing" not in capfd.readouterr().err  # transformers' own tqdm bar stays silent
     record = json.loads((folder / MARKER).read_text())
     assert converted(spec) and record["check"]["equal"]
     assert "quantization_config" not in json.loads((folder / "config.json").read_text())

@@ -16,6 +16,7 @@ from rich.table import Table
 from jetflow_bench.cli import app
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit, print_table
 from jetflow_bench.errors import JfbenchError, writable_folder
+from jetflow_bench.progress import say
 from jetflow_bench.report import DEFAULT_BASELINE
 
 if TYPE_CHECKING:  # report.check reads tables with pandas: imported when `check` runs
@@ -139,7 +140,7 @@ def check(
         return
     result = check_run(baseline, run, tau_tol, speedup_warn, numerics_tau_tol)
     if result.config_note:
-        print(f"note: {result.config_note}", file=sys.stderr)
+        say(f"note: {result.config_note}")
     if markdown is not None:
         markdown.write_text(result.markdown(), encoding="utf-8")
     if fmt is TableFormat.json:

@@ -30,6 +30,7 @@ from jetflow_bench.cli.options import (
     TopKOpt,
     TopPOpt,
 )
+from jetflow_bench.progress import say
 from jetflow_bench.runtime import data_dir as resolve_data_dir
 from jetflow_bench.runtime import set_threads
 
@@ -125,7 +126,7 @@ def demo(
         if plan.speedups:
             _projected_column(out)
         return
-    print(f"{'full' if full else 'quick'} demo on 2 CPU cores: {plan.minutes}; results in {out}", file=sys.stderr)
+    say(f"{'full' if full else 'quick'} demo on 2 CPU cores: {plan.minutes}; results in {out}")
     target = ensure_toy_target(preset or plan.preset, data)
     drafters = [DrafterSpec("ngram")]
     if heads:
@@ -139,15 +140,14 @@ def demo(
     if plan.speedups:
         _projected_column(out)
     else:
-        print(WHY_NO_SPEEDUPS, file=sys.stderr)
-    print(f"report: jfbench report {out}", file=sys.stderr)
+        say(WHY_NO_SPEEDUPS)
+    say(f"report: jfbench report {out}")
 
 
 def _has_prompts(data: Path | None, out: Path, plan: DemoPlan) -> bool:
     """Whether GSM8K's prompts can be read (data folder, else the hub). Without them, a finished demo
     in ``out`` is shown from its files with a note; with neither, the data error stops the demo
     before anything trains."""
-    import sys
 
     from suites import get_suite
     from suites.sources import MissingData

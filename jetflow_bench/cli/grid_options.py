@@ -180,19 +180,24 @@ def run_and_report(
 
     Every head is checked against the target it was trained on first (`pin_heads`; ``allow_flag``:
     the command's flag that allows another target, empty where it has none)."""
+    from jetflow_bench.cli import KEPT_ON_INTERRUPT
     from jetflow_bench.sweep.arms import pin_heads
     from jetflow_bench.sweep.driver import run_sweep
     from jetflow_bench.sweep.memory import parse_size
+
+    KEPT_ON_INTERRUPT.append(lambda: f"{len(list((out / 'cells').glob('*.json')))} cells kept")
 
     config = replace(config, drafters=tuple(pin_heads(config.drafters, config.target, allow_other_target, allow_flag)))
     max_memory = parse_size(grid.max_memory) if grid.max_memory is not None else None
     outcome = run_sweep(config, out, command=sys.argv, data_dir=grid.data_dir, force=grid.force, kind=kind,
                         show_progress=grid.progress, derived=derived, max_memory=max_memory,
                         engine_options=engine_options)
+    from jetflow_bench.progress import say
+
     for note in outcome.notes:
-        print(note, file=sys.stderr)
-    print(f"{out}: {outcome.ran} cell(s) run, {outcome.skipped} already done; `jfbench show {out} --wide` "
-          "shows every column", file=sys.stderr)
+        say(note)
+    say(f"{out}: {outcome.ran} cell(s) run, {outcome.skipped} already done; `jfbench show {out} --wide` "
+        "shows every column")
     if (out / "summary.parquet").exists():
         from jetflow_bench.cli.show_cmd import show
 

@@ -4,10 +4,12 @@ Commands that print one object rather than rows (a report's files, a target's re
 prompts) take ``table`` (text for people) and ``json``; `object_format` refuses the other two.
 
 ``table`` is rich text for people. Rich fits a table to the console by wrapping cells and, when
-that is not enough, cutting them to "…"; `print_table` widens the console instead so that values
-stay whole (off a terminal — piped, CI logs — to the natural width, so "livecodebench" is not
-broken over two lines either). ``csv``, ``json`` (a list of row
-objects) and ``markdown`` are for scripts and documents.
+that is not enough, cutting them to "…"; `print_table` never cuts a value. On a terminal, or
+wherever COLUMNS gives a width, a table fits that width: text cells wrap, and a table too wide even
+then is folded into parts of its columns, each repeating the row names. Off a terminal without
+COLUMNS (piped, CI logs) a table keeps its natural width, so "livecodebench" is not broken over two
+lines. `say` wraps a note to the same width. ``csv``, ``json`` (a list of row objects) and
+``markdown`` are for scripts and documents.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.progress import output_width
 
 
 class TableFormat(str, Enum):
@@ -56,15 +59,46 @@ def object_format(fmt: TableFormat) -> TableFormat:
 
 
 def print_table(console: Console, table: Table) -> None:
-    """Print a rich table with every value whole. Off a terminal the table gets its natural width
-    (no cell wraps); on one, text cells may wrap but a table too wide even then is printed wider
-    than the terminal (which wraps the lines; `less -S` scrolls them) rather than cut to "…"."""
+    """Print a rich table with every value whole, within `output_width` (folded into parts of its
+    columns where it must be) or, off a terminal without COLUMNS, at its natural width."""
+    width = output_width()
     measured = Console(width=100_000).measure(table)
-    needed = measured.minimum if console.is_terminal else measured.maximum
-    if needed > console.width:
-        console = Console(file=console.file, width=needed, force_terminal=console.is_terminal,
-                          no_color=console.no_color, highlight=False)
-    console.print(table)
+    if width is None:
+        wide = Console(file=console.file, width=max(measured.maximum, 1), force_terminal=console.is_terminal,
+                       no_color=console.no_color, highlight=False)
+        wide.print(table)
+        return
+    fitted = Console(file=console.file, width=width, force_terminal=console.is_terminal, no_color=console.no_color,
+                     highlight=False)
+    for part in [table] if measured.minimum <= width else fold(table, width):
+        fitted.print(part)
+
+
+def fold(table: Table, width: int) -> list[Table]:
+    """``table`` as parts of at most ``width`` columns of text, each with the row-name columns (the
+    left-justified ones) and as many of the others as fit, in their order."""
+    names = [c for c in table.columns if c.justify == "left"]
+    parts: list[list] = [[]]
+    for column in (c for c in table.columns if c.justify != "left"):
+        trial = _part(table, [*names, *parts[-1], column])
+        if parts[-1] and Console(width=100_000).measure(trial).minimum > width:
+            parts.append([])
+        parts[-1].append(column)
+    return [_part(table, [*names, *columns], title=table.title if i == 0 else f"{table.title or ''} (continued)",
+                  caption=table.caption if i == len(parts) - 1 else None)
+            for i, columns in enumerate(parts)]
+
+
+def _part(table: Table, columns: list, title: Any = None, caption: Any = None) -> Table:
+    part = Table(title=title, caption=caption, box=table.box, show_edge=table.show_edge, pad_edge=table.pad_edge,
+                 collapse_padding=table.collapse_padding, show_header=table.show_header)
+    for column in columns:
+        part.add_column(column.header, justify=column.justify, no_wrap=column.no_wrap, min_width=column.min_width,
+                        style=column.style, header_style=column.header_style)
+    cells = [list(column._cells) for column in columns]  # noqa: SLF001 (rich keeps a column's cells there)
+    for row in zip(*cells, strict=True):
+        part.add_row(*row)
+    return part
 
 
 def rich_table(rows: Sequence[Row], title: str | None = None, caption: str | None = None,
@@ -74,13 +108,13 @@ def rich_table(rows: Sequence[Row], title: str | None = None, caption: str | Non
                   collapse_padding=True)  # no vertical rules, two spaces between columns: the width goes to data
     columns = list(rows[0]) if rows else []
     for column in columns:
-        if column in left:  # text may wrap inside its cell
-            table.add_column(column, justify="left")
+        if column in left:  # text may wrap inside its cell, and a path fold over lines, never be cut
+            table.add_column(column, justify="left", overflow="fold")
         else:  # numbers never wrap, and their width is what print_table must keep
             width = max(Text(_text(v)).cell_len for v in [column, *(row[column] for row in rows)])
             table.add_column(column, justify="right", no_wrap=True, min_width=width)
     for row in rows:
-        table.add_row(*(Text(_text(row[c])) for c in columns))
+        table.add_row(*(Text(_text(row[c]), overflow="fold") for c in columns))
     return table
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +12,7 @@ from rich.console import Console
 from jetflow_bench.cli import app
 from jetflow_bench.cli.output import TableFormat
 from jetflow_bench.errors import JfbenchError, writable_folder
+from jetflow_bench.progress import say
 
 RunArg = Annotated[Path, typer.Argument(help="Run folder written by `jfbench sweep` or `jfbench ablate`.")]
 FIGURE_FORMATS = ("png", "svg", "pdf")
@@ -49,7 +49,7 @@ def plot(
     figures, skipped = figures_and_skips(loaded)
     written = save_figures(figures, folder, chosen)
     for skip in skipped:
-        print(f"note: not drawn: {skip.name}: {skip.reason}", file=sys.stderr)
+        say(f"note: not drawn: {skip.name}: {skip.reason}")
     if fmt == TableFormat.json.value:
         print(json.dumps({"figures": [{"name": f.name, "title": f.title, "caption": f.caption} for f in figures],
                           "files": [str(p) for p in written]}))
@@ -57,7 +57,7 @@ def plot(
     for path in written:
         print(path)
     if "cpu" in loaded.device.lower() or not loaded.device:
-        print(f"note: {CPU_NOTE}", file=sys.stderr)
+        say(f"note: {CPU_NOTE}")
 
 
 def default_report_path(runs: list[Path]) -> Path:

@@ -15,6 +15,7 @@ from jetflow_bench.cli import app
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit, markdown, print_table, rich_table
 from jetflow_bench.cli.summary_view import LEGEND, SAMPLED, column_help, pick_columns, summary_rows
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.progress import say
 
 if TYPE_CHECKING:  # pandas loads when a table is shown, not for `--help`
     import pandas as pd
@@ -270,9 +271,10 @@ def show(
         return
     console = Console(highlight=False)
     for title, rows in views:
-        print_table(console, rich_table(rows, f"{run.name}: {title}", left=("suite", "arm", "vs")))
+        print_table(console, rich_table(rows, f"{run.name}: {title}", left=("suite", "arm", "vs", "B")))
         if title == "summary":  # under the table, not a caption: a caption wraps at the table's width
-            print(_caption(run, manifest, summary, names is None))
+            for line in _caption(run, manifest, summary, names is None).splitlines():
+                say(line, file=sys.stdout)
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:

@@ -241,6 +241,10 @@ def list_targets(
     if object_format(fmt) is TableFormat.json:
         print(json.dumps(rows, indent=1))
         return
-    for row in rows:
-        where = row["folder"] if row["cached"] else f"not cached: {row['get']}"
-        print(f"{row['name']:<24} {row['kind']:<5} {row['about']}\n{'':<30} {where}")
+    from rich.console import Console
+
+    from jetflow_bench.cli.output import print_table, rich_table
+
+    shown = [{"name": r["name"], "kind": r["kind"], "what it is": r["about"],
+              "cached": r["folder"] if r["cached"] else f"no: {r['get']}"} for r in rows]
+    print_table(Console(), rich_table(shown, "named targets (--target NAME)", left=("name", "kind", "what it is", "cached")))

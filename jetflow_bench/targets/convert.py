@@ -9,6 +9,7 @@ temporary sibling and renamed into place, so a crash never leaves a half-convert
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -18,6 +19,7 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+from unittest import mock
 
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.targets import MARKER, RealTarget, converted
@@ -77,9 +79,14 @@ def load_gguf(gguf: Path):
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # its per-tensor bars would interleave with ours
+    import transformers.modeling_gguf_pytorch_utils as gguf_reader
+
+    # The GGUF reader calls tqdm itself, past transformers' switch: its bar is silenced here.
+    quiet = mock.patch.object(gguf_reader, "tqdm", functools.partial(gguf_reader.tqdm, disable=True))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
+        with quiet:
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
     except (OSError, ValueError, KeyError) as err:
         reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
         raise JfbenchError(f"--gguf {gguf}: transformers cannot load it ({reason}): pass a GGUF of a supported architecture") from None

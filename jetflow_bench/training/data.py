@@ -14,7 +14,6 @@ import contextlib
 import hashlib
 import json
 import random
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
-from jetflow_bench.progress import progress_bar
+from jetflow_bench.progress import progress_bar, say
 from jetflow_bench.training.config import TrainConfig
 from suites import get_suite
 from suites.base import Record, render_chat
@@ -163,7 +162,7 @@ def training_sequences(
             sequences = json.loads(path.read_text())["sequences"]
         else:
             if show_progress:
-                print(f"regenerating {len(prompts)} training continuations with the target (cached at {path})", file=sys.stderr)
+                say(f"regenerating {len(prompts)} training continuations with the target (cached at {path})")
             outputs = regenerate(target, prompts, config.max_new_tokens, show_progress)
             sequences = [p + o for p, o in zip(prompts, outputs, strict=True)]
             tmp = path.with_suffix(".tmp")

@@ -28,6 +28,7 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.heads.checkpoint import TargetShape, default_taps, save_head
 from jetflow_bench.heads.head import DraftHead, HeadConfig
+from jetflow_bench.progress import say
 from jetflow_bench.toy.progress import TrainProgress
 from jetflow_bench.training.config import TrainConfig, canonical_head
 from jetflow_bench.training.data import SequenceBatcher, coverage, frequent_tokens, training_sequences
@@ -196,9 +197,9 @@ def train_drafter(
     samples = training_sequences(runner, config, data_dir, show_progress)
     batcher = SequenceBatcher(samples, config.seq_len, config.block_size + 2, config.heldout)
     if show_progress:
-        print(f"training on {batcher.train_count} sequences ({batcher.token_count():,} tokens, "
-              f"{batcher.prompt_share():.0%} prompt: loss on the continuation only; data={config.data}), "
-              f"{len(batcher.heldout_picks())} held out", file=sys.stderr)
+        say(f"training on {batcher.train_count} sequences ({batcher.token_count():,} tokens, "
+            f"{batcher.prompt_share():.0%} prompt: loss on the continuation only; data={config.data}), "
+            f"{len(batcher.heldout_picks())} held out")
     d2t = None if config.draft_vocab is None else frequent_tokens(batcher.train_samples, config.draft_vocab, runner.embed.num_embeddings)
     head = new_head(runner, config, d2t)
     optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from jetflow_bench import runtime
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.heads.head import ConcatKV, DraftHead
+from jetflow_bench.progress import say
 from jetflow_bench.training.data import Sample, progress_steps
 from jetflow_bench.training.losses import distill_loss
 
@@ -124,8 +124,8 @@ class TeacherCache:
             if not (folder / "key.json").is_file():
                 if show_progress:
                     tokens = sum(len(s.tokens) for s in samples)
-                    print(f"scoring {len(samples)} training sequences ({tokens:,} tokens) with the target once "
-                          f"(cached at {folder})", file=sys.stderr)
+                    say(f"scoring {len(samples)} training sequences ({tokens:,} tokens) with the target once "
+                        f"(cached at {folder})")
                 tmp = folder.with_suffix(".tmp")
                 shutil.rmtree(tmp, ignore_errors=True)
                 tmp.mkdir()
