@@ -63,3 +63,21 @@ def test_time_breakdown_legend_swatches_are_the_bar_colours(tmp_path: Path) -> N
             swatch = swatches[part]
             assert swatch.get_facecolor()[:3] == to_rgba(drafter_color(ax.get_title()))[:3], (ax.get_title(), part)
             assert bars[part].get_facecolor() == swatch.get_facecolor() and bars[part].get_hatch() == swatch.get_hatch()
+
+
+def test_time_breakdown_marks_a_bar_past_the_shared_axis_and_clips_no_other(tmp_path: Path) -> None:
+    # Bug: the panels share a y axis but each set its own limit, so the last panel's won: EAGLE's
+    # 405 ms bar was cut at ~230 ms with no mark, and its panel's legend sat under the bars.
+    run = load_run(write_fixture_run(tmp_path / "run", drafters=("jetflow", "eagle"), suites=("gsm8k",), batch_sizes=(1,)))
+    tall = (run.summary["drafter"] == "eagle") & (run.summary["budget"] == run.summary["budget"].max())
+    run.summary.loc[tall, "draft_s"] *= 50
+    shown = time_breakdown(run)
+    panels = {ax.get_title(): ax for ax in shown.figure.axes if ax.get_visible() and ax.get_title()}
+    top = panels["jetflow"].get_ylim()[1]
+    assert panels["eagle"].get_ylim()[1] == top
+    heights = {t: [p.get_y() + p.get_height() for p in ax.patches] for t, ax in panels.items()}
+    assert all(h <= top for h in heights["jetflow"])  # the other panel's bars all whole
+    marks = [t.get_text() for t in panels["eagle"].texts]
+    assert len(marks) == 1 and marks[0].startswith("↑ ") and marks[0].endswith(" ms")
+    assert max(heights["eagle"]) > top and "marked ↑" in shown.caption
+    assert panels["eagle"].get_legend().get_title().get_text() == "shades of this drafter's colour"

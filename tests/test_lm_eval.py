@@ -147,8 +147,11 @@ def test_generations_and_accuracy_identical_for_every_drafter(micro_target, lear
         "jetflow": {"drafter": f"jetflow={learned_heads['jetflow']}", "budget": 16},
     }
     # The chat task is what jfbench runs on the toy target (it has a chat template). The micro
-    # toy rarely emits EOS early, so an `until` string it does write makes some requests stop mid-step.
-    gen_kwargs = {"max_gen_toks": 96, "until": [" bares"]}
+    # toy rarely emits EOS early, so an `until` string it does write makes some requests stop mid-step:
+    # a word from the middle of its own first answer (which words it writes depends on its corpus).
+    probe = evaluate(micro_target, ["jfbench_gsm8k_chat"], True, 1, {"max_gen_toks": 96}, batch_size=1)
+    words = probe["samples"]["jfbench_gsm8k_chat"][0]["resps"][0][0].split()
+    gen_kwargs = {"max_gen_toks": 96, "until": [" " + words[len(words) // 2]]}
     runs = {}
     for arm, args in arms.items():
         stats = tmp_path / f"{arm}.json"
@@ -160,7 +163,7 @@ def test_generations_and_accuracy_identical_for_every_drafter(micro_target, lear
     assert len(plain_texts) == 8 and plain_stats["tasks"][0]["tau"] == 1.0
     finish = [r["finish_reason"] for r in plain_stats["requests"]]
     assert "stop" in finish, f"no request ended on the until string ({finish}): the test lost its point"
-    assert not any(" bares" in text for text in plain_texts.values())  # cut before the until string
+    assert not any(gen_kwargs["until"][0] in text for text in plain_texts.values())  # cut before the until string
     for arm in ("ngram", "jetflow"):
         texts, acc, stats = runs[arm]
         assert texts == plain_texts, arm
