@@ -68,3 +68,15 @@ def test_ctrl_c_is_one_line_saying_how_to_resume(cli, monkeypatch, tmp_path: Pat
     assert code == 130
     assert err == "interrupted — run the same command to resume; 2 cells kept\n"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's Ctrl-C works again
+
+
+def test_sweep_help_lists_the_grid_before_the_engines(cli, monkeypatch) -> None:
+    # Bug: `sweep --help` listed the vLLM options before --suites and --budgets.
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    _, out, _ = cli("sweep", "--help")
+    lines = out.splitlines()
+    listed = lines[next(i for i, line in enumerate(lines) if line.startswith("  --target ")):]  # the option list
+    options = [line.split()[0] for line in listed if line.startswith("  --")]
+    order = ["--target", "--out", "--drafters", "--suites", "--budgets", "--batch-sizes", "--repeats", "--device",
+             "--engine", "--vllm-bin", "--allow-other-target"]
+    assert [o for o in options if o in order] == order
