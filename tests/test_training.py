@@ -422,3 +422,29 @@ def test_family_flags_are_read_from_the_declarations():
         family_flags(["--lyout", "prefix"])
     with pytest.raises(JfbenchError, match="--ttt-steps needs a value"):
         family_flags(["--ttt-steps"])
+
+
+@needs_data
+def test_an_interrupted_regeneration_resumes_from_its_journal(random_target, monkeypatch, tmp_path):
+    """A kill after the first batch loses nothing: the rerun decodes only the prompts the journal lacks."""
+    target = TargetRunner.load(random_target, device="cpu")
+    prompts = [[5 + i, 7, 9 + i % 3] for i in range(5)]
+    monkeypatch.setattr(training_data, "REGEN_BATCH", 2)
+    whole = training_data.regenerate(target, prompts, 6, False)
+    real, calls = training_data.generate, []
+
+    def killed_after_one_batch(runner, batch, stop):
+        calls.append(len(batch))
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return real(runner, batch, stop)
+
+    journal = tmp_path / "regen.partial.jsonl"
+    monkeypatch.setattr(training_data, "generate", killed_after_one_batch)
+    with pytest.raises(KeyboardInterrupt):
+        training_data.regenerate(target, prompts, 6, False, journal)
+    with journal.open("a") as f:
+        f.write('{"i": 4, "out": [1, 2')  # a line the kill cut short
+    monkeypatch.setattr(training_data, "generate", lambda runner, batch, stop: calls.append(len(batch)) or real(runner, batch, stop))
+    assert training_data.regenerate(target, prompts, 6, False, journal) == whole
+    assert calls == [2, 2, 2, 1]  # 2 decoded before the kill, the other 3 after it

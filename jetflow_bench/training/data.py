@@ -119,19 +119,42 @@ def progress_steps(label: str, total: int, show: bool) -> Iterator[Callable[[int
 
 
 def regenerate(
-    target: TargetRunner, prompts: list[list[int]], max_new_tokens: int, show_progress: bool
+    target: TargetRunner, prompts: list[list[int]], max_new_tokens: int, show_progress: bool,
+    journal: Path | None = None,
 ) -> list[list[int]]:
-    """Greedy continuations of ``prompts`` by the target (engine, no drafter, batched by length)."""
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    outputs: list[list[int]] = [[] for _ in prompts]
+    """Greedy continuations of ``prompts`` by the target (engine, no drafter, batched by length).
+
+    With a ``journal`` file, every finished batch is appended to it (one JSON line per prompt:
+    index and output) and a rerun skips the prompts it holds, so an interrupted regeneration of
+    thousands of prompts loses at most one batch.
+    """
+    outputs: dict[int, list[int]] = _journaled(journal) if journal is not None else {}
+    order = sorted((i for i in range(len(prompts)) if i not in outputs), key=lambda i: len(prompts[i]))
     stop = StopRule(max_new_tokens, frozenset(target.eos_token_ids))
-    with progress_steps("regen", len(prompts), show_progress) as advance:
+    if outputs and show_progress:
+        print(f"resuming: {len(outputs)} of {len(prompts)} continuations already in {journal}", file=sys.stderr)
+    with progress_steps("regen", len(order), show_progress) as advance:
         for start in range(0, len(order), REGEN_BATCH):
             batch = order[start : start + REGEN_BATCH]
             result = generate(target, [prompts[i] for i in batch], stop)
-            for i, request in zip(batch, result.requests, strict=True):
-                outputs[i] = request.output_tokens
+            done = {i: request.output_tokens for i, request in zip(batch, result.requests, strict=True)}
+            outputs.update(done)
+            if journal is not None:
+                with journal.open("a") as f:
+                    f.writelines(json.dumps({"i": i, "out": out}) + "\n" for i, out in done.items())
             advance(len(batch))
+    return [outputs[i] for i in range(len(prompts))]
+
+
+def _journaled(journal: Path) -> dict[int, list[int]]:
+    """Prompt index -> output from a regeneration journal; a line cut short by a kill is ignored."""
+    if not journal.is_file():
+        return {}
+    outputs = {}
+    for line in journal.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
+            row = json.loads(line)
+            outputs[int(row["i"])] = [int(t) for t in row["out"]]
     return outputs
 
 
@@ -164,11 +187,13 @@ def training_sequences(
         else:
             if show_progress:
                 print(f"regenerating {len(prompts)} training continuations with the target (cached at {path})", file=sys.stderr)
-            outputs = regenerate(target, prompts, config.max_new_tokens, show_progress)
+            journal = path.with_suffix(".partial.jsonl")  # a rerun resumes an interrupted regeneration
+            outputs = regenerate(target, prompts, config.max_new_tokens, show_progress, journal)
             sequences = [p + o for p, o in zip(prompts, outputs, strict=True)]
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps({"key": json.loads(key), "sequences": sequences}))
             tmp.rename(path)
+            journal.unlink(missing_ok=True)
     return [Sample(seq, len(prompt)) for prompt, seq in zip(prompts, sequences, strict=True)]
 
 
