@@ -82,11 +82,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         from jetflow_bench.heads.masks import BLOCK_MODES  # torch: not at import (`--help` reads this module)
-        from jetflow_bench.training.objective import objective_for
+        from jetflow_bench.training.objective import objective_for, recipe_defaults
 
         family, objective = objective_for(self.drafter)  # unknown or untrainable drafters: one-line error
+        given = {**recipe_defaults(self.drafter), **dict(self.options)}  # jetflow-refine: the packed layout
         object.__setattr__(self, "drafter", family)  # aliases, and arms reading another family's heads
-        options = resolve_options(family, objective.options, dict(self.options))
+        options = resolve_options(family, objective.options, given)
         object.__setattr__(self, "options", tuple(sorted(options.items())))
         object.__setattr__(self, "head", canonical_head(self.head))
         object.__setattr__(self, "decay", float(self.decay))  # `--decay 0` from ablate's value parser is an int
@@ -179,6 +180,15 @@ class TrainConfig:
         if self.data_seed is None:  # unset: recorded as before the field existed, so those heads keep their keys
             del shared["data_seed"]
         return {**shared, "corpus": list(self.corpus), "head": self.mode, **self.objective.record(self)}
+
+    def resolved(self, target_layers: int | None = None) -> dict[str, Any]:
+        """Every recipe field at the value the head trains with: the record (`to_dict`), the options the
+        family resolves (an unset block layout), the prompt draw's seed and, given the target's depth,
+        the draft layers and tapped layers. Two recipes compare field by field here."""
+        out = {**self.to_dict(), **self.objective.settings(self), "data_seed": self.prompt_seed}
+        if target_layers is not None:
+            out |= {"layers": self.num_layers(target_layers), "num_taps": min(self.num_taps, target_layers)}
+        return out
 
     def key(self, target_fingerprint: str) -> str:
         """Short hash of this config on this target (cache folder names)."""

@@ -276,6 +276,7 @@ def _record(
     return {
         "config": config.to_dict(), "steps_done": done, "stop_reason": stop_reason,
         "target_fingerprint": model_fingerprint(runner.name), "block_layout": config.setting("layout"),
+        "recipe": config.resolved(len(runner.layers)),
         "sequences": batcher.train_count, "heldout_sequences": len(batcher.heldout_picks()),
         "training_tokens": batcher.token_count(), "prompt_token_share": round(batcher.prompt_share(), 4),
         "first_loss": losses[0] if losses else None, "last_loss_mean": mean(losses[-10:]),

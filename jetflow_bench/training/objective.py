@@ -108,6 +108,11 @@ def objective_for(drafter: str) -> tuple[str, TrainingObjective]:
     return _family_of(drafter_cls), hook
 
 
+def recipe_defaults(drafter: str) -> dict[str, Any]:
+    """Recipe fields heads trained for the arm ``drafter`` take unless given (`LearnedDrafter.train_defaults`)."""
+    return dict(getattr(DRAFTERS.get(drafter), "train_defaults", None) or {})
+
+
 def trainable_drafters() -> list[str]:
     """Registered drafter families that declare a training objective (arms reading another family's heads left out)."""
     out = []
