@@ -487,3 +487,15 @@ def test_jetflow_and_dflash_default_recipes_differ_in_the_in_block_mask_alone(ra
     assert jetflow.keys() == dflash.keys() and jetflow["layout"] == "mask" and jetflow["draft_vocab"] == 512
     assert {k for k in jetflow if jetflow[k] != dflash[k]} == {"drafter", "head"}
     assert (jetflow["head"], dflash["head"]) == ("causal", "bidirectional")
+
+
+def test_a_deep_targets_block_head_takes_the_papers_proportion_and_shallow_ones_keep_their_keys():
+    """From 24 target layers a recipe without --layers gets round(5/36 of the depth) draft layers and as
+    many taps, recorded (so its cache key differs from a 3-tap head's); toy targets, an explicit
+    --layers and EAGLE (one layer, three taps) are left as given."""
+    for drafter, depth, shape in (("jetflow", 30, (4, 4)), ("dflash", 36, (5, 5)), ("jetflow-refine", 24, (3, 3))):
+        config = TrainConfig(drafter=drafter).for_target(depth)
+        assert (config.layers, config.num_taps) == shape and config.key("t") != TrainConfig(drafter=drafter).key("t")
+    for config, depth in ((TrainConfig(drafter="jetflow"), 14), (TrainConfig(drafter="dflash", layers=2), 30),
+                          (TrainConfig(drafter="eagle"), 36), (TrainConfig(drafter="jetflow"), None)):
+        assert config.for_target(depth) is config
