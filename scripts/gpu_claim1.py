@@ -19,8 +19,10 @@ the training prompts are drawn from). Steps, each logged as ``OUT/<step>.log``:
 prompts and tokens): its numbers mean nothing, it proves the script before a GPU's minutes are
 spent on it (tests/test_gpu_claim1.py). scripts/gpu_check.py can run it as one of its parts.
 
-    python scripts/gpu_claim1.py --deep gpu-carry/deep --train-data gpu-carry/regen-deep.json \\
-        --data-dir gpu-carry/data --out results/gpu-claim1
+    # here, on the CPU: copy the deep target, its regen file and the data into gpu-carry/ (<= 64 MiB)
+    python scripts/gpu_claim1.py --prepare --deep ~/.cache/jfbench/targets/deep-seed0-...
+    # on the GPU machine (carry gpu-carry):
+    python scripts/gpu_claim1.py --out results/gpu-claim1
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -39,6 +42,8 @@ JFBENCH = [sys.executable, "-c", "import sys; sys.argv[0] = 'jfbench'; from jetf
 HEADS = ("dflash", "jetflow")
 LIMITS = {"adopt": 60, "calibrate": 90, "train": 600, "tau": 240}  # seconds on the GPU
 REHEARSAL_SLACK = 10  # a loaded 2-core CPU is slow
+CARRY_LIMIT = 64 << 20  # what a GPU lease carries beside the checkout
+DATA = ("gsm8k", "mbpp", "sharegpt_chat")  # GSM8K's prompts and the training corpora
 
 ADOPT = """
 import sys
@@ -106,7 +111,12 @@ def main() -> int:
     parser.add_argument("--max-steps", type=int, default=12_000, help="at most this many steps (the CPU heads: 600)")
     parser.add_argument("--limit", type=int, default=64, help="GSM8K prompts the tau sweep decodes")
     parser.add_argument("--rehearse", action="store_true", help="on a CPU: every step, shrunk, in float32")
+    parser.add_argument("--prepare", action="store_true",
+                        help="on the CPU: copy --deep, its regen file (this recipe's) and --data-dir's data into --carry")
+    parser.add_argument("--carry", default=str(ROOT / "gpu-carry"), help="the folder --prepare fills")
     args = parser.parse_args()
+    if args.prepare:
+        return prepare(args)
     for name in ("deep", "train_data", "data_dir", "out"):
         setattr(args, name, str(Path(getattr(args, name)).resolve()))
     missing = [f"{flag} {path}" for flag, path in (("--deep", Path(args.deep) / "config.json"),
@@ -142,6 +152,31 @@ def main() -> int:
         with (out / "tau.md").open("w") as table:
             subprocess.run(show, cwd=ROOT, env=window.env, stdout=table, check=False)
     return finish(window, steps)
+
+
+def prepare(args: argparse.Namespace) -> int:
+    """Fill --carry (gpu-carry/: where --deep, --train-data and --data-dir point by default) from this
+    machine's cache and data folder; fails when it outgrows what a lease carries."""
+    from jetflow_bench.engine.target import TargetRunner
+    from jetflow_bench.training.config import TrainConfig
+    from jetflow_bench.training.data import regen_entry
+
+    carry = Path(args.carry)
+    target = TargetRunner.load(args.deep, "cpu", None)
+    config = TrainConfig(drafter="dflash", prompts=args.prompts, max_new_tokens=args.max_new_tokens, data_seed=args.data_seed)
+    regen = regen_entry(target, config, None)[2]
+    if not regen.is_file():
+        sys.exit(f"error: no regen file for this recipe ({regen}): train a head on it first, e.g. jfbench train "
+                 f"--drafter dflash --target {args.deep} --prompts {args.prompts} --max-new-tokens {args.max_new_tokens} "
+                 f"--data-seed {args.data_seed} --steps 1 --out /tmp/regen-only")
+    shutil.rmtree(carry, ignore_errors=True)
+    shutil.copytree(args.deep, carry / "deep")
+    shutil.copy(regen, carry / "regen-deep.json")
+    for name in DATA:
+        shutil.copytree(Path(args.data_dir) / name, carry / "data" / name)
+    size = sum(f.stat().st_size for f in carry.rglob("*") if f.is_file())
+    print(f"{carry}: {size / 2**20:.1f} MiB")
+    return 0 if size <= CARRY_LIMIT else 1
 
 
 def matched_steps(calibration: Path, args: argparse.Namespace) -> int:

@@ -31,15 +31,17 @@ def test_rehearsal_runs_every_step_and_trains_a_matched_pair(micro_target, tmp_p
     target = TargetRunner.load(micro_target, "cpu", "float32")
     config = TrainConfig(drafter="dflash", data_seed=0, **RECIPE)
     training_data.training_sequences(target, config, shared_data_dir(), show_progress=False)
-    carried = tmp_path / "regen-deep.json"
-    carried.write_text(next((tmp_path / "cache" / "train_data").glob("regen-*.json")).read_text())
+    script = [sys.executable, str(ROOT / "scripts/gpu_claim1.py"), "--prompts", "16", "--max-new-tokens", "16"]
+    carry = tmp_path / "carry"
+    done = subprocess.run([*script, "--prepare", "--deep", str(micro_target), "--carry", str(carry),
+                           "--data-dir", str(shared_data_dir())], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "MiB" in done.stdout, done.stdout + done.stderr
     for entry in (tmp_path / "cache" / "train_data").glob("regen-*.json"):
-        entry.unlink()  # the window's machine has only the carried file
+        entry.unlink()  # the window's machine has only what was carried
 
     out = tmp_path / "out"
-    command = [sys.executable, str(ROOT / "scripts/gpu_claim1.py"), "--rehearse", "--deep", str(micro_target),
-               "--train-data", str(carried), "--data-dir", str(shared_data_dir()), "--out", str(out),
-               "--prompts", "16", "--max-new-tokens", "16", "--limit", "2"]
+    command = [*script, "--rehearse", "--deep", str(carry / "deep"), "--train-data", str(carry / "regen-deep.json"),
+               "--data-dir", str(carry / "data"), "--out", str(out), "--limit", "2"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "| tau | ok |" in (out / "summary.md").read_text()
