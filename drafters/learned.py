@@ -70,7 +70,7 @@ class LearnedDrafter(Drafter):
         if checkpoint is None:
             raise JfbenchError(
                 f"drafter {cls.name!r} needs a trained head: write the arm as {cls.name}=DIR, DIR made by "
-                f"`jfbench train --drafter {cls.train_name()}` or a released DFlash/JetSpec head directory"
+                f"`jfbench train --drafter {cls.name}` (its recipe defaults) or a released DFlash/JetSpec head directory"
             )
 
     @classmethod
