@@ -26,10 +26,12 @@ REFINE_PASSES = RecipeOption(
     help="tree-causal refinement passes after pass 1; default the drafter's own (jetflow-refine refines)",
 )
 
-LAYOUT_OF_BIDIRECTIONAL = CommonSetting(
-    ("head", "bidirectional"), "train", "layout", "prefix", "the packed training layout needs a causal head")
+LAYOUT_OF_BIDIRECTIONAL = CommonSetting(  # the mask layout (jetflow's default) trains either head
+    ("head", "bidirectional"), "train", "layout", "prefix", "the packed training layout needs a causal head",
+    conflicts=("packed",))
 LAYOUT_OF_MATCH_DEPTH1 = CommonSetting(
-    ("match_depth1", True), "train", "layout", "prefix", "the packed layout already gives every depth-1 query")
+    ("match_depth1", True), "train", "layout", "prefix", "the packed layout already gives every depth-1 query",
+    conflicts=("packed",))
 NO_REFINING_BIDIRECTIONAL = CommonSetting(
     ("head", "bidirectional"), "infer", "refine_passes", 0,
     "tree-causal refinement reads paths a bidirectional head never sees")

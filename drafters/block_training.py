@@ -6,15 +6,21 @@ p + offset that sees the fused context features of positions < p (the anchor is 
 inference: not yet in the target's cache). A MASK entry at offset o predicts its own token
 x_{p+o} in place, against the target's distribution at position p+o-1. Block layouts:
 
-* all-mask ``[x_p, M x D]`` (offsets 0..D): pass 1. dflash trains only these (bidirectional head).
+* all-mask ``[x_p, M x D]`` (offsets 0..D, ``--layout mask``): pass 1. dflash trains only these
+  (bidirectional head), and so does jetflow by default (causal head): the two default recipes
+  differ in the in-block mask alone, as the public reimplementations of JetFlow's recipe train it.
 * prefix (``--layout prefix``, jetflow): a random-length prefix x_{p+1..p+k} stays real and the
   rest is masked, causal in-block attention; k = 0 is the all-mask block, and for k > 0 the first
   mask learns the branch-conditioned child distribution that refinement queries after a real path.
-* packed (``--layout packed``, jetflow, causal head only): the real chain x_p..x_{p+D-1} plus one
+* packed (``--layout packed``, causal jetflow heads; jetflow-refine's default): the real chain x_p..x_{p+D-1} plus one
   MASK query per chain node, attending tree-causally (the query sees its node's ancestors and
   itself) — exactly the entries a refinement pass builds over a tree, laid on the true path.
   Every prefix length is trained at once, so each block gives D branch-conditioned targets
-  instead of one. A ``prefix_zero`` share of anchors stays all-mask for pass 1.
+  instead of one. A ``prefix_zero`` share of anchors stays all-mask for pass 1. Most of its loss
+  weight falls on depth-1 queries, so pass 1's deeper marginals get a fraction of the gradient the
+  mask layout gives them: it serves what refinement queries, not pass 1.
+A jetflow recipe that leaves the layout unset is the old default (before issue 52): packed for a
+causal head, prefix for a bidirectional one; heads recorded so keep their cache keys.
 Loss positions are the masks; depth weights count from the nearest real ancestor.
 
 ``match_depth1`` (prefix layout only) adds blocks [x_p, MASK] until a sequence gives as many
@@ -34,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from drafters.recipes import BLOCK_OPTIONS, BLOCK_RECORDED
+from drafters.recipes import BLOCK_OPTIONS, BLOCK_RECORDED, JETFLOW_OPTIONS, OLD_JETFLOW_LAYOUTS
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.head import DraftHead
 from jetflow_bench.heads.masks import block_allowed, context_allowed, join, tree_allowed
@@ -77,20 +83,20 @@ def packed_group(count: int, batch: int, n: int, device: torch.device) -> BlockG
 
 
 class BlockTraining(TrainingObjective):
-    """A block head's objective; ``real_prefix`` families (jetflow) also train branch-conditioned
+    """A block head's objective; ``real_prefix`` families (jetflow) may also train branch-conditioned
     children: blocks keep a real prefix (layout prefix) or lay out the true path (layout packed)."""
 
-    def __init__(self, default_head: str, real_prefix: bool) -> None:
-        self.default_head = default_head  # in-block attention of its heads unless the recipe names one
-        self.real_prefix = real_prefix  # blocks may keep real tokens after the anchor (prefix / packed layouts)
-
-    options = BLOCK_OPTIONS
     recorded = BLOCK_RECORDED
 
+    def __init__(self, default_head: str, real_prefix: bool, options: tuple = BLOCK_OPTIONS) -> None:
+        self.default_head = default_head  # in-block attention of its heads unless the recipe names one
+        self.real_prefix = real_prefix  # blocks may keep real tokens after the anchor (prefix / packed layouts)
+        self.options = options  # its recipe fields (`drafters.recipes`): jetflow's layout defaults to mask
+
     def validate(self, config: TrainConfig) -> None:
-        if config.option_values["layout"] == "packed" and (not self.real_prefix or config.mode != "causal"):
-            raise JfbenchError("--layout packed needs --drafter jetflow with a causal head (a bidirectional "
-                               "block would let each query see the token it predicts)")
+        if self.settings(config)["layout"] == "packed" and (not self.real_prefix or config.mode != "causal"):
+            raise JfbenchError("--layout packed needs a causal jetflow head (a bidirectional block would let each "
+                               "query see the token it predicts): add --layout mask or --layout prefix, or drop --head")
         if config.option_values["match_depth1"] and self.settings(config)["layout"] == "packed":
             raise JfbenchError("--match-depth1 gives prefix-layout heads the packed layout's depth-1 queries: "
                                "this head already trains packed (add --layout prefix or drop --match-depth1)")
@@ -105,14 +111,15 @@ class BlockTraining(TrainingObjective):
         return all_mask + (a - all_mask) * d - a
 
     def settings(self, config: TrainConfig) -> dict[str, Any]:
-        """The training-block layout: packed for a causal real-prefix head unless ``--layout`` says otherwise."""
+        """The training-block layout: the recipe's; unset, all-mask (dflash) or the old jetflow default
+        (packed for a causal head, prefix for a bidirectional one: heads recorded before issue 52)."""
         if config.option_values["layout"]:
             return {"layout": config.option_values["layout"]}
-        return {"layout": "packed" if self.real_prefix and config.mode == "causal" else "prefix"}
+        return {"layout": OLD_JETFLOW_LAYOUTS[config.mode] if self.real_prefix else "mask"}
 
     def prefix_lengths(self, config: TrainConfig, shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
-        """Real tokens kept after each anchor: 0 without ``real_prefix``; else 0 with prob ``prefix_zero``, else 1..D-1."""
-        if not self.real_prefix or config.block_size <= 2:
+        """Real tokens kept after each anchor: 0 in all-mask blocks; else 0 with prob ``prefix_zero``, else 1..D-1."""
+        if not self.real_prefix or self.settings(config)["layout"] == "mask" or config.block_size <= 2:
             return torch.zeros(shape, dtype=torch.long)
         uniform = torch.randint(1, config.block_size - 1, shape, generator=generator)
         return torch.where(torch.rand(shape, generator=generator) < config.option_values["prefix_zero"], 0, uniform)
@@ -179,4 +186,4 @@ class BlockTraining(TrainingObjective):
 
 
 DFLASH_TRAINING = BlockTraining(default_head="bidirectional", real_prefix=False)
-JETFLOW_TRAINING = BlockTraining(default_head="causal", real_prefix=True)
+JETFLOW_TRAINING = BlockTraining(default_head="causal", real_prefix=True, options=JETFLOW_OPTIONS)

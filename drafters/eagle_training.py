@@ -52,6 +52,9 @@ class EagleTraining(TrainingObjective):
         """One layer whatever the target's depth, as EAGLE-1/2/3 are built."""
         return 1
 
+    def head_taps(self, layers: int) -> int | None:
+        return None  # EAGLE-3's three taps
+
     def head_options(self, config: TrainConfig) -> dict[str, Any]:
         return {"eagle_input": True}
 

@@ -24,9 +24,12 @@ Worked example of the refinement entries for the tree root -> a -> b (D = 15):
     position  p      p+1    p+2    p+1      p+2    p+3
     sees      root   root,a root,a,b  root,M  root,a,M  root,a,b,M
 
-Training matches this (``jfbench train --drafter jetflow``, packed layout): the true continuation
-is laid out as a chain with one MASK query below every node, so each block teaches every
-branch-conditioned child distribution at once (see drafters/block_training.py).
+Training: ``jfbench train --drafter jetflow`` trains pass 1 as the authors' recipe does (all-mask
+blocks, causal: DFlash's training with the mask changed); ``--drafter jetflow-refine`` trains the
+same family of head with the packed layout, which matches the refinement entries: the true
+continuation laid out as a chain with one MASK query below every node, so each block teaches every
+branch-conditioned child distribution at once (see drafters/block_training.py). Either arm reads
+either head.
 
 Cost: 1 + r head forwards whatever the depth, each over at most 2 x budget entries. A head trained
 bidirectionally (``--head bidirectional``) runs the same pipeline; it was never trained to read a
@@ -216,10 +219,14 @@ class JetFlowDrafter(DFlashDrafter):
 class JetFlowRefineDrafter(JetFlowDrafter):
     """This suite's extension: one tree-causal refinement pass, lazy global best-first trees.
 
-    It reads the same checkpoints as ``jetflow`` (``trained_as``), so one head serves both arms.
+    Its heads are jetflow heads (``trained_as``: one checkpoint format serves both arms) whose
+    recipe defaults to the packed layout: a recipe option rather than a family of its own, so an
+    explicitly packed jetflow head is the same cached head, and ``--layout`` stays an ablation axis
+    of both arms.
     """
 
     name = "jetflow-refine"
     trained_as = "jetflow"
+    train_defaults = {"layout": "packed"}
     default_refine_passes = 1
     tree_defaults = {"construction": "best-first"}

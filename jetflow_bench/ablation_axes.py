@@ -28,6 +28,13 @@ class CommonSetting:
     key: str  # the setting both arms take, e.g. "layout"
     value: Any  # its value, e.g. "prefix"
     why: str  # said in the notes and the table's held_fixed column
+    conflicts: tuple[Any, ...] = ()  # the base's values the variant cannot run with; empty: any but ``value``
+
+    def needed(self, base_value: Any) -> bool:
+        """Whether a base at ``base_value`` (None: unknown) must move to ``value`` for this variant."""
+        if base_value in (None, self.value):
+            return False
+        return not self.conflicts or base_value in self.conflicts
 
 
 @dataclass(frozen=True)

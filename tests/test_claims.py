@@ -89,6 +89,11 @@ def test_claim_effects_pair_seeds_and_prompts_and_resample_both(tmp_path):
     assert row["effect"] == pytest.approx(expected) and (row["seeds"], row["prompts"]) == (3, 8)
     assert row["lo"] < row["effect"] < row["hi"]
     assert row["verdict"] == "contradicted"  # the paper's gamma = 0 gap (9.46 / 4.84) is far outside the CI
+    # a base on jetflow's all-mask default: the bidirectional variant is compared with the base itself
+    frame["variant"] = frame["variant"].str.replace("layout=prefix,", "").str.replace("layout=prefix", "default")
+    (tmp_path / "mask").mkdir()
+    [row] = claim2(_loaded(frame, tmp_path / "mask"), gamma=0)
+    assert row["effect"] == pytest.approx(expected) and (row["seeds"], row["prompts"]) == (3, 8)
 
 
 def test_claims_command_reads_the_committed_claims_folders(cli):

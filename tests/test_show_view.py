@@ -103,3 +103,28 @@ def test_speedups_paired_across_sweep_sessions_are_flagged(run: Path, tmp_path: 
     assert "speed-up: 1 cell(s) are paired with a baseline cell timed in another session" in out
     code, out, _ = cli("show", str(run))
     assert code == 0 and "another session" not in out
+
+
+def test_a_head_trained_under_the_old_jetflow_default_is_labelled(run: Path, tmp_path: Path, cli) -> None:
+    """A jetflow head whose recorded layout is unset trained packed (the default before issue 52):
+    `show` and the report say so; a head recorded with a layout gets no label."""
+    from jetflow_bench.report.loading import load_run
+    from jetflow_bench.report.tables import manifest_items
+
+    folder = Path(shutil.copytree(run, tmp_path / "run"))
+    heads = {}
+    for name, layout in (("old", None), ("new", "mask")):
+        heads[name] = tmp_path / name
+        heads[name].mkdir()
+        record = {"drafter": "jetflow", "training": {"config": {"layout": layout, "head": "causal"}}}
+        (heads[name] / "config.json").write_text(json.dumps(record))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    drafters = [{"name": "jetflow", "variant": "default", "checkpoint": str(heads["old"])},
+                {"name": "jetflow", "variant": "head=bidirectional", "checkpoint": str(heads["new"])}]
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "config": {**manifest.get("config", {}), "drafters": drafters}}))
+    code, out, err = cli("show", str(folder))
+    assert code == 0, err
+    assert "jetflow: head trained under the old jetflow recipe (packed layout)" in out
+    assert "jetflow[head=bidirectional]: head" not in out
+    items = dict(manifest_items(load_run(folder)))
+    assert json.loads(items["heads under an old recipe"]) == {"jetflow": "old jetflow recipe (packed layout)"}

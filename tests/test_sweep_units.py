@@ -434,6 +434,9 @@ def test_one_factor_moves_an_impossible_variant_to_the_nearest_common_setting():
     # a base already at a common setting needs no second arm
     out, comparisons = one_factor(specs, {"layout": "prefix", "refine_passes": 0})
     assert out == specs and comparisons["head=bidirectional"].reference == "default"
+    # jetflow's default mask layout trains a bidirectional head too: claim 2 changes the mask alone
+    out, comparisons = one_factor(specs, {"layout": "mask", "refine_passes": 0})
+    assert out == specs and comparisons["head=bidirectional"].reference == "default"
 
 
 def test_ablation_rows_compare_with_the_named_arm_and_say_what_was_held():

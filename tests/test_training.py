@@ -84,14 +84,16 @@ def test_losses_vanish_when_draft_equals_target_and_order_as_expected():
 
 def test_jetflow_blocks_mix_all_mask_and_real_prefix():
     gen = torch.Generator().manual_seed(0)
-    k = JETFLOW_TRAINING.prefix_lengths(TrainConfig(drafter="jetflow"), (64, 16), gen)
+    k = JETFLOW_TRAINING.prefix_lengths(TrainConfig(drafter="jetflow", options={"layout": "prefix"}), (64, 16), gen)
     assert k.min() == 0 and k.max() <= 14
     assert 0.35 < (k == 0).float().mean() < 0.65
+    assert JETFLOW_TRAINING.prefix_lengths(TrainConfig(drafter="jetflow"), (4, 4), gen).eq(0).all()  # mask layout
     assert DFLASH_TRAINING.prefix_lengths(TrainConfig(drafter="dflash"), (4, 4), gen).eq(0).all()
 
 
 @pytest.mark.parametrize(("drafter", "head", "layout"), [
-    ("jetflow", None, "packed"), ("jetflow", None, "prefix"), ("jetflow", "bidirectional", "prefix"), ("dflash", None, "prefix"),
+    ("jetflow", None, "packed"), ("jetflow", None, "prefix"), ("jetflow", None, "mask"), ("jetflow", "bidirectional", "prefix"),
+    ("dflash", None, "prefix"),
 ])
 def test_no_training_query_sees_the_token_it_predicts(drafter, head, layout):
     """A MASK at offset o predicts x_{p+o}: no entry it attends to may hold a real token at offset >= o."""
@@ -107,19 +109,21 @@ def test_no_training_query_sees_the_token_it_predicts(drafter, head, layout):
                 assert depth_row[j] >= 1
     if layout == "packed":  # a prefix_zero share of all-mask blocks for pass 1, the rest packed
         assert [g.count for g in groups] == [8, 8] and groups[1].is_mask.sum(-1).eq(5).all()
+    if layout == "mask":  # pass 1's blocks only: the anchor real, every other entry a MASK
+        assert len(groups) == 1 and groups[0].is_mask.sum(-1).eq(5).all()
 
 
 def test_match_depth1_gives_prefix_heads_the_packed_layouts_depth1_queries():
     """Packed, A = 16, D = 15: 8 all-mask blocks (1 depth-1 query each) + 8 packed (15 each) = 128;
     a prefix-layout head has 16 (one per block), so 112 one-mask blocks are added."""
-    packed = TrainConfig(drafter="jetflow")
+    packed = TrainConfig(drafter="jetflow-refine")
     groups = packed.objective.block_groups(packed, "causal", 1, torch.Generator().manual_seed(0), torch.device("cpu"))
     depth1 = sum(int((g.is_mask & (g.depth == 1)).sum()) for g in groups)
     for config in (TrainConfig.from_recipe("dflash", match_depth1=True), TrainConfig.from_recipe("jetflow", layout="prefix", match_depth1=True)):
         assert config.anchors + config.objective.extra_depth1_blocks(config) == depth1 == 128
     assert DFLASH_TRAINING.extra_depth1_blocks(TrainConfig(drafter="dflash")) == 0
     with pytest.raises(JfbenchError, match="--match-depth1"):
-        TrainConfig.from_recipe("jetflow", match_depth1=True)
+        TrainConfig.from_recipe("jetflow-refine", match_depth1=True)
     with pytest.raises(JfbenchError, match="--match-depth1 is not a training option of eagle: .*--ttt-steps"):
         TrainConfig.from_recipe("eagle", match_depth1=True)
 
@@ -135,8 +139,15 @@ def test_match_depth1_adds_depth1_supervision(random_target, tmp_path):
 
 
 def test_packed_layout_needs_a_causal_jetflow_head():
-    assert TrainConfig(drafter="jetflow").setting("layout") == "packed"
-    assert TrainConfig(drafter="jetflow", head="bidirectional").setting("layout") == "prefix"
+    assert TrainConfig(drafter="jetflow").setting("layout") == "mask"  # the authors' recipe: pass 1's blocks
+    assert TrainConfig(drafter="jetflow-refine").setting("layout") == "packed"  # what refinement queries
+    assert TrainConfig(drafter="jetflow-refine").drafter == "jetflow"  # one family of heads, read by both arms
+    # a recorded unset layout is the old default: packed (causal) or prefix (bidirectional), same cache key as before
+    assert TrainConfig(drafter="jetflow", options={"layout": None}).setting("layout") == "packed"
+    assert TrainConfig(drafter="jetflow", head="bidirectional", options={"layout": None}).setting("layout") == "prefix"
+    assert TrainConfig(drafter="dflash").setting("layout") == "mask"
+    with pytest.raises(JfbenchError, match="--layout packed needs"):
+        TrainConfig(drafter="jetflow-refine", head="bidirectional")
     for bad in ({"drafter": "jetflow", "head": "bidirectional"}, {"drafter": "dflash"}):
         with pytest.raises(JfbenchError, match="--layout packed needs"):
             TrainConfig(**bad, options={"layout": "packed"})
@@ -387,7 +398,7 @@ def test_family_options_are_declared_parsed_and_keyed_like_flat_fields():
 
     assert RECIPES.get("jetflow") is JETFLOW_TRAINING.options and RECIPES.get("dflash") is DFLASH_TRAINING.options
     config = TrainConfig(drafter="jetflow", options={"prefix_zero": "0.25", "match_depth1": "false"})
-    assert config.option_values == {"layout": None, "match_depth1": False, "prefix_zero": 0.25}
+    assert config.option_values == {"layout": "mask", "match_depth1": False, "prefix_zero": 0.25}
     with pytest.raises(JfbenchError, match="--prefix-zero 2.0 must be at most 1"):
         TrainConfig(drafter="jetflow", options={"prefix_zero": 2.0})
     with pytest.raises(JfbenchError, match="--ttt-steps 'two' is not a valid int"):
@@ -410,3 +421,68 @@ def test_family_flags_are_read_from_the_declarations():
         family_flags(["--lyout", "prefix"])
     with pytest.raises(JfbenchError, match="--ttt-steps needs a value"):
         family_flags(["--ttt-steps"])
+
+
+def test_an_interrupted_regeneration_resumes_from_its_journal(random_target, monkeypatch, tmp_path):
+    """A kill after the first batch loses nothing: the rerun decodes only the prompts the journal lacks."""
+    target = TargetRunner.load(random_target, device="cpu")
+    prompts = [[5 + i, 7, 9 + i % 3] for i in range(5)]
+    monkeypatch.setattr(training_data, "REGEN_BATCH", 2)
+    whole = training_data.regenerate(target, prompts, 6, False)
+    real, calls = training_data.generate, []
+
+    def killed_after_one_batch(runner, batch, stop):
+        calls.append(len(batch))
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return real(runner, batch, stop)
+
+    journal = tmp_path / "regen.partial.jsonl"
+    monkeypatch.setattr(training_data, "generate", killed_after_one_batch)
+    with pytest.raises(KeyboardInterrupt):
+        training_data.regenerate(target, prompts, 6, False, journal)
+    with journal.open("a") as f:
+        f.write('{"i": 4, "out": [1, 2')  # a line the kill cut short
+    monkeypatch.setattr(training_data, "generate", lambda runner, batch, stop: calls.append(len(batch)) or real(runner, batch, stop))
+    assert training_data.regenerate(target, prompts, 6, False, journal) == whole
+    assert calls == [2, 2, 2, 1]  # 2 decoded before the kill, the other 3 after it
+
+
+def test_jetflow_and_dflash_default_recipes_differ_in_the_in_block_mask_alone(random_target, monkeypatch, tmp_path):
+    """`jfbench train --drafter jetflow` and `--drafter dflash` on one target resolve to the same data,
+    anchors, steps, decay, loss, draft vocabulary and all-mask blocks: only the head's mask differs."""
+    from typer.testing import CliRunner
+
+    import jetflow_bench.training as training
+    from jetflow_bench.cli import _register_commands, app
+
+    _register_commands()
+    resolved = {}
+
+    def record(target, out, config, **kwargs):
+        resolved[config.drafter] = config.resolved(30)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text('{"training": {}}')
+        return out
+
+    monkeypatch.setattr(training, "train_drafter", record, raising=False)
+    for drafter in ("jetflow", "dflash"):
+        args = ["train", "--drafter", drafter, "--target", str(random_target), "--out", str(tmp_path / drafter), "--draft-vocab", "512"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+    jetflow, dflash = resolved["jetflow"], resolved["dflash"]
+    assert jetflow.keys() == dflash.keys() and jetflow["layout"] == "mask" and jetflow["draft_vocab"] == 512
+    assert {k for k in jetflow if jetflow[k] != dflash[k]} == {"drafter", "head"}
+    assert (jetflow["head"], dflash["head"]) == ("causal", "bidirectional")
+
+
+def test_a_deep_targets_block_head_takes_the_papers_proportion_and_shallow_ones_keep_their_keys():
+    """From 24 target layers a recipe without --layers gets round(5/36 of the depth) draft layers and as
+    many taps, recorded (so its cache key differs from a 3-tap head's); toy targets, an explicit
+    --layers and EAGLE (one layer, three taps) are left as given."""
+    for drafter, depth, shape in (("jetflow", 30, (4, 4)), ("dflash", 36, (5, 5)), ("jetflow-refine", 24, (3, 3))):
+        config = TrainConfig(drafter=drafter).for_target(depth)
+        assert (config.layers, config.num_taps) == shape and config.key("t") != TrainConfig(drafter=drafter).key("t")
+    for config, depth in ((TrainConfig(drafter="jetflow"), 14), (TrainConfig(drafter="dflash", layers=2), 30),
+                          (TrainConfig(drafter="eagle"), 36), (TrainConfig(drafter="jetflow"), None)):
+        assert config.for_target(depth) is config

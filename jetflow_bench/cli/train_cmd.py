@@ -49,7 +49,8 @@ def train(
     seq_len: Annotated[int, typer.Option("--seq-len", min=4, help="Tokens per training sequence.")] = _DEFAULTS.seq_len,
     lr: Annotated[float, typer.Option("--lr", help="Peak AdamW learning rate.")] = _DEFAULTS.lr,
     layers: Annotated[
-        int | None, typer.Option("--layers", min=1, help="Draft layers. Default: 1 for eagle; block heads about 1/7 of the target's layers, at least 2 (5 for 36 layers).")
+        int | None, typer.Option("--layers", min=1, help="Draft layers. Default: 1 for eagle; block heads 5/36 of a target of 24+ layers with as many tapped "
+                                                   "layers (4 for SmolLM2's 30, 5 for 36), else 1/7 of its layers, at least 2.")
     ] = None,
     block_size: Annotated[
         int, typer.Option("--block-size", min=2, help="Anchor + drafted positions of block heads.")

@@ -134,6 +134,32 @@ class Run:
         return rows[~is_ar if drafters else is_ar]
 
 
+def old_recipe_heads(run_path: Path, manifest: dict[str, Any]) -> dict[str, str]:
+    """Arm label -> "old jetflow recipe (...)" for each arm whose head was trained under a default
+    since replaced (`drafters.recipes.old_recipe`), read from the head's config.json at the
+    manifest's checkpoint, else from ``<run>/../heads/<label>.config.json`` (a published baseline)."""
+    from drafters.recipes import old_recipe
+    from jetflow_bench.arms import arm_label
+
+    notes = {}
+    for spec in (manifest.get("config") or {}).get("drafters") or []:
+        variant = spec.get("variant", DEFAULT_VARIANT)
+        label = arm_label(spec["name"], variant)
+        files = [Path(spec["checkpoint"]) / "config.json"] if spec.get("checkpoint") else []
+        stem = spec["name"] if variant == DEFAULT_VARIANT else f"{spec['name']}-{variant}"
+        files.append(run_path.parent / "heads" / f"{stem}.config.json")
+        for file in files:
+            try:
+                record = json.loads(file.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            old = old_recipe(record.get("drafter"), (record.get("training") or {}).get("config") or {})
+            if old:
+                notes[label] = old
+            break
+    return notes
+
+
 def load_run(path: str | Path) -> Run:
     """Read the run folder at `path`; raise JfbenchError naming the folder when it is not one."""
     folder = Path(path)

@@ -17,7 +17,7 @@ from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import budget_label
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.integrity import warn
-from jetflow_bench.report.loading import CELL_KEYS, SAMPLED_LOSSLESS, SPEEDUP, Run, align
+from jetflow_bench.report.loading import CELL_KEYS, SAMPLED_LOSSLESS, SPEEDUP, Run, align, old_recipe_heads
 from jetflow_bench.report.palette import drafter_color, drafter_order
 from jetflow_bench.report.tree_shape import by_depth, tree_shape
 
@@ -193,7 +193,9 @@ def manifest_items(run: Run) -> list[tuple[str, str]]:
     """(key, text) pairs of the manifest, the provenance fields first; nested values as JSON."""
     first = ("command", "adopted_cells", "config_hash", "device", "git_commit", "versions", "seeds", "started", "finished")
     keys = [k for k in first if k in run.manifest] + [k for k in run.manifest if k not in first]
-    return [
+    old = old_recipe_heads(run.path, run.manifest)
+    heads = [("heads under an old recipe", json.dumps(old, indent=1, sort_keys=True))] if old else []
+    return heads + [
         (key, json.dumps(run.manifest[key], indent=1, sort_keys=True) if isinstance(run.manifest[key], dict | list)
          else str(run.manifest[key]))
         for key in keys

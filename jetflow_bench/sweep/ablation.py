@@ -122,7 +122,7 @@ def one_factor(
             continue
         changed = [(k, v) for k, v in (*spec.train, *spec.options) if (k, v) not in (*base.train, *base.options)]
         needed = [(c.stage, c.key, c.value, c.why) for factor in changed for c in common
-                  if c.factor == factor and base_settings.get(c.key) not in (None, c.value)]
+                  if c.factor == factor and c.needed(base_settings.get(c.key))]
         factor = ",".join(f"{k}={v}" for k, v in changed)
         if not needed:
             comparisons[spec.variant] = Comparison(spec.variant, factor)

@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jetflow_bench.errors import JfbenchError
@@ -38,6 +39,19 @@ RECIPE_VERSION = 4
 def canonical_head(name: str | None) -> str | None:
     """The head mode ``name`` stands for: ``diffusion`` -> ``bidirectional``; others unchanged."""
     return HEAD_ALIASES.get(name, name) if name is not None else None
+
+
+def target_depth(target: Any) -> int | None:
+    """Layers of ``target`` (a loaded `TargetRunner`, a model folder or a `--target` name) read from
+    its config.json without loading weights; None for a hub id."""
+    if hasattr(target, "layers"):
+        return len(target.layers)
+    from jetflow_bench.targets import resolve_target
+
+    try:
+        return int(json.loads((Path(resolve_target(target)) / "config.json").read_text())["num_hidden_layers"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def default_head_layers(drafter: str, target_layers: int) -> int:
@@ -82,11 +96,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         from jetflow_bench.heads.masks import BLOCK_MODES  # torch: not at import (`--help` reads this module)
-        from jetflow_bench.training.objective import objective_for
+        from jetflow_bench.training.objective import objective_for, recipe_defaults
 
         family, objective = objective_for(self.drafter)  # unknown or untrainable drafters: one-line error
+        given = {**recipe_defaults(self.drafter), **dict(self.options)}  # jetflow-refine: the packed layout
         object.__setattr__(self, "drafter", family)  # aliases, and arms reading another family's heads
-        options = resolve_options(family, objective.options, dict(self.options))
+        options = resolve_options(family, objective.options, given)
         object.__setattr__(self, "options", tuple(sorted(options.items())))
         object.__setattr__(self, "head", canonical_head(self.head))
         object.__setattr__(self, "decay", float(self.decay))  # `--decay 0` from ablate's value parser is an int
@@ -170,6 +185,20 @@ class TrainConfig:
         """In-block attention of the trained head (`HeadConfig.mode`): the recipe's, else the family's default."""
         return self.head or self.objective.default_head
 
+    def for_target(self, target_layers: int | None) -> TrainConfig:
+        """This recipe with the head's shape made explicit where the target's depth decides it: on a
+        target of at least 24 layers a recipe that sets no ``layers`` gets the paper's proportion
+        (`TrainingObjective.head_layers`) and as many tapped layers (`head_taps`), recorded, so the
+        head's cache key says so. Shallower targets, a recipe that sets ``layers``, and an unknown
+        depth (None: a hub id) keep the recipe as given, and so their cache keys."""
+        from jetflow_bench.training.objective import DEEP_TARGET
+
+        if target_layers is None or target_layers < DEEP_TARGET or self.layers is not None:
+            return self
+        layers = self.objective.head_layers(target_layers)
+        taps = self.objective.head_taps(layers)
+        return self if taps is None else dataclasses.replace(self, layers=layers, num_taps=taps)
+
     def num_layers(self, target_layers: int) -> int:
         return self.layers or self.objective.head_layers(target_layers)
 
@@ -179,6 +208,15 @@ class TrainConfig:
         if self.data_seed is None:  # unset: recorded as before the field existed, so those heads keep their keys
             del shared["data_seed"]
         return {**shared, "corpus": list(self.corpus), "head": self.mode, **self.objective.record(self)}
+
+    def resolved(self, target_layers: int | None = None) -> dict[str, Any]:
+        """Every recipe field at the value the head trains with: the record (`to_dict`), the options the
+        family resolves (an unset block layout), the prompt draw's seed and, given the target's depth,
+        the draft layers and tapped layers. Two recipes compare field by field here."""
+        out = {**self.to_dict(), **self.objective.settings(self), "data_seed": self.prompt_seed}
+        if target_layers is not None:
+            out |= {"layers": self.num_layers(target_layers), "num_taps": min(self.num_taps, target_layers)}
+        return out
 
     def key(self, target_fingerprint: str) -> str:
         """Short hash of this config on this target (cache folder names)."""

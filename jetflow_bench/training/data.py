@@ -118,19 +118,42 @@ def progress_steps(label: str, total: int, show: bool) -> Iterator[Callable[[int
 
 
 def regenerate(
-    target: TargetRunner, prompts: list[list[int]], max_new_tokens: int, show_progress: bool
+    target: TargetRunner, prompts: list[list[int]], max_new_tokens: int, show_progress: bool,
+    journal: Path | None = None,
 ) -> list[list[int]]:
-    """Greedy continuations of ``prompts`` by the target (engine, no drafter, batched by length)."""
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    outputs: list[list[int]] = [[] for _ in prompts]
+    """Greedy continuations of ``prompts`` by the target (engine, no drafter, batched by length).
+
+    With a ``journal`` file, every finished batch is appended to it (one JSON line per prompt:
+    index and output) and a rerun skips the prompts it holds, so an interrupted regeneration of
+    thousands of prompts loses at most one batch.
+    """
+    outputs: dict[int, list[int]] = _journaled(journal) if journal is not None else {}
+    order = sorted((i for i in range(len(prompts)) if i not in outputs), key=lambda i: len(prompts[i]))
     stop = StopRule(max_new_tokens, frozenset(target.eos_token_ids))
-    with progress_steps("regen", len(prompts), show_progress) as advance:
+    if outputs and show_progress:
+        say(f"resuming: {len(outputs)} of {len(prompts)} continuations already in {journal}")
+    with progress_steps("regen", len(order), show_progress) as advance:
         for start in range(0, len(order), REGEN_BATCH):
             batch = order[start : start + REGEN_BATCH]
             result = generate(target, [prompts[i] for i in batch], stop)
-            for i, request in zip(batch, result.requests, strict=True):
-                outputs[i] = request.output_tokens
+            done = {i: request.output_tokens for i, request in zip(batch, result.requests, strict=True)}
+            outputs.update(done)
+            if journal is not None:
+                with journal.open("a") as f:
+                    f.writelines(json.dumps({"i": i, "out": out}) + "\n" for i, out in done.items())
             advance(len(batch))
+    return [outputs[i] for i in range(len(prompts))]
+
+
+def _journaled(journal: Path) -> dict[int, list[int]]:
+    """Prompt index -> output from a regeneration journal; a line cut short by a kill is ignored."""
+    if not journal.is_file():
+        return {}
+    outputs = {}
+    for line in journal.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
+            row = json.loads(line)
+            outputs[int(row["i"])] = [int(t) for t in row["out"]]
     return outputs
 
 
@@ -143,32 +166,66 @@ def training_sequences(
     recomputed here (deterministic), so caches written before prompt lengths were kept still serve.
     """
     tokenizer = target.tokenizer
-    pairs = training_pairs(config.corpus, config.prompts, config.prompt_seed, tokenizer, data_dir)
-    limit = config.seq_len - config.block_size - 1  # room for at least one block after the prompt
-    prompts = [ids for ids in (_encode(tokenizer, p.prompt) for p in pairs) if 0 < len(ids) <= limit]
-    eos = list(target.eos_token_ids[:1])
     if config.data == "raw":
+        pairs = training_pairs(config.corpus, config.prompts, config.prompt_seed, tokenizer, data_dir)
+        eos = list(target.eos_token_ids[:1])
         joined = [(_encode(tokenizer, p.prompt), _encode(tokenizer, _joined(p)) + eos) for p in pairs]
         return [Sample(ids, _common_prefix(prompt, ids)) for prompt, ids in joined]
-    key = json.dumps({
-        "target": model_fingerprint(target.name), "prompts": hashlib.sha256(json.dumps(prompts).encode()).hexdigest(),
-        "max_new_tokens": config.max_new_tokens, "dtype": str(target.dtype), "device": target.device.type,
-        "format": FORMAT_VERSION,
-    }, sort_keys=True)
-    path = runtime.cache_dir() / "train_data" / f"regen-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    prompts, key, path = regen_entry(target, config, data_dir)
     with FileLock(path.with_suffix(".lock")):  # trainers of the same seed started together regenerate once
         if path.is_file():
             sequences = json.loads(path.read_text())["sequences"]
         else:
             if show_progress:
                 say(f"regenerating {len(prompts)} training continuations with the target (cached at {path})")
-            outputs = regenerate(target, prompts, config.max_new_tokens, show_progress)
-            sequences = [p + o for p, o in zip(prompts, outputs, strict=True)]
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"key": json.loads(key), "sequences": sequences}))
-            tmp.rename(path)
+            journal = path.with_suffix(".partial.jsonl")  # a rerun resumes an interrupted regeneration
+            outputs = regenerate(target, prompts, config.max_new_tokens, show_progress, journal)
+            _write_entry(path, key, [p + o for p, o in zip(prompts, outputs, strict=True)])
+            journal.unlink(missing_ok=True)
+            sequences = json.loads(path.read_text())["sequences"]
     return [Sample(seq, len(prompt)) for prompt, seq in zip(prompts, sequences, strict=True)]
+
+
+def regen_entry(target: TargetRunner, config: TrainConfig, data_dir: Path | None) -> tuple[list[list[int]], dict, Path]:
+    """The training prompts of ``config`` (token ids), their regen cache key and its file."""
+    pairs = training_pairs(config.corpus, config.prompts, config.prompt_seed, target.tokenizer, data_dir)
+    limit = config.seq_len - config.block_size - 1  # room for at least one block after the prompt
+    prompts = [ids for ids in (_encode(target.tokenizer, p.prompt) for p in pairs) if 0 < len(ids) <= limit]
+    key = {
+        "target": model_fingerprint(target.name), "prompts": hashlib.sha256(json.dumps(prompts).encode()).hexdigest(),
+        "max_new_tokens": config.max_new_tokens, "dtype": str(target.dtype), "device": target.device.type,
+        "format": FORMAT_VERSION,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = runtime.cache_dir() / "train_data" / f"regen-{digest}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return prompts, key, path
+
+
+def _write_entry(path: Path, key: dict, sequences: list[list[int]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"key": key, "sequences": sequences}))
+    tmp.rename(path)
+
+
+def adopt_regenerated(target: TargetRunner, config: TrainConfig, data_dir: Path | None, source: Path) -> Path:
+    """Make ``source``, a regen cache file written for the same target weights and prompts on
+    another device or dtype, the regen data ``config`` trains on with ``target``: a short GPU window
+    trains on the CPU's continuations instead of decoding them again. The file's key records
+    where they came from (``adopted``). A file of other weights, prompts or length is refused."""
+    prompts, key, path = regen_entry(target, config, data_dir)
+    try:
+        raw = json.loads(Path(source).read_text())
+        theirs, sequences = raw["key"], raw["sequences"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise JfbenchError(f"{source} is not a regen cache file ({err}): pass a train_data/regen-*.json file") from None
+    differ = [k for k in ("target", "prompts", "max_new_tokens") if theirs.get(k) != key[k]]
+    if differ:
+        raise JfbenchError(f"{source} was regenerated with another {', '.join(differ)} than this recipe and target: "
+                           "regenerate it with the same --prompts, --max-new-tokens, --data-seed and target")
+    with FileLock(path.with_suffix(".lock")):
+        _write_entry(path, {**key, "adopted": {k: theirs.get(k) for k in ("dtype", "device")}}, sequences)
+    return path
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -30,7 +30,7 @@ from jetflow_bench.heads.checkpoint import TargetShape, default_taps, save_head
 from jetflow_bench.heads.head import DraftHead, HeadConfig
 from jetflow_bench.progress import say
 from jetflow_bench.toy.progress import TrainProgress
-from jetflow_bench.training.config import TrainConfig, canonical_head
+from jetflow_bench.training.config import TrainConfig, canonical_head, target_depth
 from jetflow_bench.training.data import SequenceBatcher, coverage, frequent_tokens, training_sequences
 from jetflow_bench.training.teacher import TeacherCache
 
@@ -186,7 +186,7 @@ def train_drafter(
     early (the checkpoint keeps going on the next call). Every ``eval_every`` steps the held-out
     proxy (`heldout_proxy`) is measured; with ``stop_on_plateau`` the run ends once it `plateaued`.
     """
-    config = config or TrainConfig.from_recipe(**options)
+    config = (config or TrainConfig.from_recipe(**options)).for_target(target_depth(target))
     out = Path(out)
     if finished(out, config):
         return out
@@ -277,6 +277,7 @@ def _record(
     return {
         "config": config.to_dict(), "steps_done": done, "stop_reason": stop_reason,
         "target_fingerprint": model_fingerprint(runner.name), "block_layout": config.setting("layout"),
+        "recipe": config.resolved(len(runner.layers)),
         "sequences": batcher.train_count, "heldout_sequences": len(batcher.heldout_picks()),
         "training_tokens": batcher.token_count(), "prompt_token_share": round(batcher.prompt_share(), 4),
         "first_loss": losses[0] if losses else None, "last_loss_mean": mean(losses[-10:]),

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from jetflow_bench.training.config import TrainConfig
     from jetflow_bench.training.teacher import TeacherBatch
 
-HEAD_DEPTH_RATIO = 7  # the paper drafts for a 36-layer target with a 5-layer head: ~1/7 of its depth
+HEAD_DEPTH_RATIO = 7  # shallow (toy) targets: a head of ~1/7 of their depth, at least 2 layers
+PAPER_HEAD_SHARE = 5 / 36  # the paper: a 5-layer head, 5 tapped layers, for a 36-layer target
+DEEP_TARGET = 24  # targets at least this deep get the paper's proportion
 
 
 class TrainingObjective(ABC):
@@ -61,9 +63,18 @@ class TrainingObjective(ABC):
         return {**self.recorded, **config.option_values}
 
     def head_layers(self, target_layers: int) -> int:
-        """Draft layers of a new head when the recipe sets none: ~1/7 of the target's depth, at
-        least 2 (the shallow toy targets get 2: micro 2 of 3, tiny 2 of 6; Qwen3-8B's 36 give 5)."""
+        """Draft layers of a new head when the recipe sets none: the paper's 5/36 of the target's
+        depth from 24 layers on (SmolLM2's 30 give 4, Qwen3-8B's 36 give 5); shallower, ~1/7 of
+        it, at least 2 (micro 2 of 3, tiny 2 of 6, deep 2 of 14: the toy heads keep their keys)."""
+        if target_layers >= DEEP_TARGET:
+            return round(target_layers * PAPER_HEAD_SHARE)
         return max(2, round(target_layers / HEAD_DEPTH_RATIO))
+
+    def head_taps(self, layers: int) -> int | None:
+        """Tapped target layers of a ``layers``-layer head whose recipe sets neither, on a target of at
+        least `DEEP_TARGET` layers: as many as draft layers, as the paper builds its heads. None:
+        the recipe's `TrainConfig.num_taps` (EAGLE-3 fuses three whatever its depth)."""
+        return layers
 
     def head_options(self, config: TrainConfig) -> dict[str, Any]:
         """`jetflow_bench.heads.head.HeadConfig` fields this family sets beyond the shared ones (e.g. its input wiring)."""
@@ -106,6 +117,11 @@ def objective_for(drafter: str) -> tuple[str, TrainingObjective]:
     if isinstance(hook, str):
         hook = load_attr(hook)
     return _family_of(drafter_cls), hook
+
+
+def recipe_defaults(drafter: str) -> dict[str, Any]:
+    """Recipe fields heads trained for the arm ``drafter`` take unless given (`LearnedDrafter.train_defaults`)."""
+    return dict(getattr(DRAFTERS.get(drafter), "train_defaults", None) or {})
 
 
 def trainable_drafters() -> list[str]:

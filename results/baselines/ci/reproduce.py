@@ -4,7 +4,8 @@
     jfbench check --baseline results/baselines/ci --run OUT
 
 What it runs: the `micro` toy target (seed 0) and the quick-recipe eagle / dflash / jetflow heads
-(seed 0; `jetflow_bench.training.QUICK_RECIPE`), trained here or reused from the cache, then a
+(seed 0; `jetflow_bench.training.QUICK_RECIPE`, plus each head's own fields in `PINNED`: the recipe
+the reference was recorded with), trained here or reused from the cache, then a
 sweep of those heads (the jetflow head also as `jetflow-refine`) and `ngram` on GSM8K and HumanEval (first 4 prompts each), budgets 16 and
 64, batch 1, 64 new tokens, greedy, fp32 on the CPU with torch's default threads, --strict.
 τ and per-depth acceptance are deterministic for this setup, so the check gates on them.
@@ -29,6 +30,10 @@ from pathlib import Path
 from jetflow_bench.runtime import data_dir, pin_portable_cpu_numerics  # loads no torch
 
 LEARNED = ("eagle", "dflash", "jetflow")
+# Recipe fields pinned to what the reference trained, where a default has moved since: the jetflow
+# head is the default before issue 52, its layout unset (packed for a causal head); today's default
+# (all-mask blocks) trains another head, and the reference's τ would no longer describe it.
+PINNED: dict[str, dict] = {"jetflow": {"layout": None}}
 
 
 def trained_elsewhere(records: dict[Path, dict | None]) -> str | None:
@@ -57,7 +62,8 @@ def main(out: str) -> int:
     stale = trained_elsewhere({target: read_summary(target)})  # before heads are trained on it
     if stale:
         sys.exit(stale)
-    paths = {name: ensure_head(target, name, data_dir=data, device="cpu", show_progress=False, **QUICK_RECIPE)
+    paths = {name: ensure_head(target, name, data_dir=data, device="cpu", show_progress=False,
+                               **QUICK_RECIPE, **PINNED.get(name, {}))
              for name in LEARNED}
     stale = trained_elsewhere({p: read_config(p)[1].training for p in paths.values()})
     if stale:
