@@ -37,8 +37,8 @@ SPEEDUP_SOURCES = {16: (1, ("grid-{suite}", "grid-{suite}-eagle", "grid-{suite}-
 # The batch-1 B = 16 row's first folders used the `heads/grid` retrain (another CPU, not bit-identical).
 OTHER_HEADS = {"grid-gsm8k", "grid-math500", "grid-humaneval", "grid-mt_bench"}
 # Plain cells timed in the same session as their arm but 35-63% slower than every sibling folder's
-# plain cell for the suite (97 / 99 ms a token against 60-81 ms): the two sweeps started together and
-# the load changed under them, so their ratios say nothing about the arm.
+# plain cell for the suite (97 / 99 ms a token against 60-81 ms): a full test run shared the cores
+# while they ran (README), so their ratios say nothing about the arm.
 UNSTABLE_PLAIN = {"grid256-humaneval", "grid256-mt_bench"}
 
 
