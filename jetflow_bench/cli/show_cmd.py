@@ -65,7 +65,7 @@ def _read(run: Path, name: str) -> pd.DataFrame:
     from jetflow_bench.report.loading import CELL_KEYS, REBUILD, with_cell_keys
 
     try:
-        return with_cell_keys(pd.read_parquet(path))
+        return _paired(name, with_cell_keys(pd.read_parquet(path)))
     except READ_ERRORS as err:
         problem = f"{path} is unreadable ({reason(err)})"
     twin = path.with_suffix(".csv")
@@ -77,7 +77,14 @@ def _read(run: Path, name: str) -> pd.DataFrame:
     if missing:
         raise JfbenchError(f"{problem}, and {twin.name} lacks the columns {missing}: {REBUILD}")
     warn(f"{problem}; showing {twin.name} instead")
-    return frame
+    return _paired(name, frame)
+
+
+def _paired(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """A summary with no speed-up where its cell had no baseline timed beside it (`paired_only`)."""
+    from jetflow_bench.report.loading import paired_only
+
+    return paired_only(frame) if name == "summary" else frame
 
 
 def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) -> str:
@@ -96,10 +103,7 @@ def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) ->
     lines.append(f"target {config.get('target')}")
     if config.get("device", "").startswith("cpu"):
         lines.append("CPU: verification cost grows with B, so τ is the hardware-independent figure")
-    apart = _timed_apart(run, manifest)
-    if apart:
-        lines.append(f"speed-up: {apart} cell(s) are paired with a baseline cell timed in another session of the "
-                     "sweep (the machine's load may have changed between them); --force re-times every cell")
+    lines.extend(evidence_lines(summary))
     return "\n".join(lines)
 
 
@@ -113,21 +117,31 @@ def _unfinished(run: Path) -> str:
     return f"{len(batches)} unfinished, {sum(batches)} prompt batch(es) decoded so far: a re-run resumes them"
 
 
-def _timed_apart(run: Path, manifest: dict) -> int:
-    """How many cells' speed-ups pair decode times from two sweep sessions; 0 when unknown."""
-    from datetime import datetime
+def evidence_lines(summary: pd.DataFrame) -> list[str]:
+    """What the speed-ups rest on: repeats and sessions, the A/A noise floor per batch size, and
+    the legend of the decode column's marks."""
+    from jetflow_bench.cli.summary_view import NOISE_MARK, UNPAIRED_MARKS
+    from jetflow_bench.report.loading import NO_SPEEDUP
 
-    import pandas as pd
-
-    from jetflow_bench.integrity import READ_ERRORS
-    from jetflow_bench.sweep.tables import timed_apart
-
-    try:
-        starts = [datetime.fromisoformat(s["started"]).timestamp() for s in manifest.get("sessions", [])]
-        cells = pd.read_parquet(run / "cells.parquet")
-    except (*READ_ERRORS, FileNotFoundError, KeyError, TypeError, ValueError):
-        return 0
-    return len(timed_apart(cells, starts))
+    lines = []
+    paired = summary[summary["speedup_note"].eq("")] if "speedup_note" in summary else summary.iloc[:0]
+    if len(paired):
+        sessions = paired["session"].nunique() if "session" in paired else 0
+        lines.append(f"speed-ups: each arm against the AR baseline timed beside it, batch by batch, in its own session; "
+                     f"they rest on {paired['repeat'].nunique()} repeat(s) in {sessions} session(s)")
+    if "noise_aa" in summary:
+        noise = summary.dropna(subset=["noise_aa"]).drop_duplicates("batch_size").sort_values("batch_size")
+        for r in noise.itertuples():
+            at = f" at batch {r.batch_size}" if len(noise) > 1 else ""
+            lines.append(f"noise floor{at}: A/A {r.noise_aa:.2f}× [{r.noise_aa_lo:.2f}, {r.noise_aa_hi:.2f}] "
+                         f"(the AR baseline against itself, {int(r.noise_rounds)} paired requests)")
+        if len(noise) and "speedup_distinct" in summary and summary["speedup_distinct"].eq(False).any():
+            lines.append(f"{NOISE_MARK}: the speed-up's CI overlaps the A/A noise floor: not distinguishable from 1 here")
+    notes = set(summary.get("speedup_note", [])) - {""}
+    for note, mark in zip(NO_SPEEDUP.values(), UNPAIRED_MARKS, strict=True):
+        if note in notes:
+            lines.append(f"– {mark}: no speed-up ({note})")
+    return lines
 
 
 def _tree_rows(shape: pd.DataFrame, what: str) -> list[dict[str, str]]:
