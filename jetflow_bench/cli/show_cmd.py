@@ -127,20 +127,20 @@ def evidence_lines(summary: pd.DataFrame) -> list[str]:
     paired = summary[summary["speedup_note"].eq("")] if "speedup_note" in summary else summary.iloc[:0]
     if len(paired):
         sessions = paired["session"].nunique() if "session" in paired else 0
-        lines.append(f"speed-ups: each arm against the AR baseline timed beside it, batch by batch, in its own session; "
-                     f"they rest on {paired['repeat'].nunique()} repeat(s) in {sessions} session(s)")
+        lines.append(f"speed-ups: vs the AR baseline timed beside each arm in its session; {paired['repeat'].nunique()} "
+                     f"repeat(s), {sessions} session(s)")
     if "noise_aa" in summary:
         noise = summary.dropna(subset=["noise_aa"]).drop_duplicates("batch_size").sort_values("batch_size")
         for r in noise.itertuples():
             at = f" at batch {r.batch_size}" if len(noise) > 1 else ""
             lines.append(f"noise floor{at}: A/A {r.noise_aa:.2f}× [{r.noise_aa_lo:.2f}, {r.noise_aa_hi:.2f}] "
-                         f"(the AR baseline against itself, {int(r.noise_rounds)} paired requests)")
+                         f"(AR timed against itself, {int(r.noise_rounds)} pairs)")
         if len(noise) and "speedup_distinct" in summary and summary["speedup_distinct"].eq(False).any():
-            lines.append(f"{NOISE_MARK}: the speed-up's CI overlaps the A/A noise floor: not distinguishable from 1 here")
+            lines.append(f"{NOISE_MARK}: its CI overlaps the A/A noise floor: not distinguishable from 1 here")
     notes = set(summary.get("speedup_note", [])) - {""}
     for note, mark in zip(NO_SPEEDUP.values(), UNPAIRED_MARKS, strict=True):
         if note in notes:
-            lines.append(f"– {mark}: no speed-up ({note})")
+            lines.append(f"– {mark}: no speed-up: {note}")
     return lines
 
 

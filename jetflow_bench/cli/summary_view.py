@@ -131,8 +131,7 @@ COLUMNS: tuple[Column, ...] = (
 )
 BY_NAME = {c.name: c for c in COLUMNS}
 COMPACT = ("suite", "arm", "budget", "batch", "tau", "alpha", "decode", "diverged")
-LEGEND = ("τ tokens/verify step · α accepted/drafted · decode × vs AR timed beside it [95% CI] · "
-          "diverged unexcused+excused")
+LEGEND = "τ tokens/step · α accepted/drafted · decode × vs in-session AR [95% CI] · diverged unexcused+excused"
 
 
 def pick_columns(wide: bool, columns: str | None) -> list[str] | None:

@@ -32,8 +32,7 @@ SPEEDUP = "speedup_decode_micro"  # the headline speed-up: decode-only, time-wei
 # A cell record's `pairing`: timed in rounds beside its baseline and an A/A copy (the speed-up
 # divides by that baseline), or in a `--tau-only` run (no baseline timed, no speed-up claimed).
 INTERLEAVED, TAU_ONLY = "interleaved", "tau-only"
-NO_SPEEDUP = {TAU_ONLY: "τ-only run: no baseline timed beside it",
-              None: "not interleaved: timed before in-session pairing, so its baseline may be another session's"}
+NO_SPEEDUP = {TAU_ONLY: "a τ-only run times no baseline", None: "its baseline was not timed beside it in its session"}
 
 
 REBUILD = "re-run the sweep (the same command) to rebuild the tables from cells/"
