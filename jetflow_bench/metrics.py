@@ -369,16 +369,16 @@ def noise_floor(requests: pd.DataFrame, by: list[str], n_boot: int = 1000, seed:
     A/A copy (τ-only runs, cells recorded before it) are left out. Columns: by..., `NOISE_COLUMNS`.
     """
     columns = ["session", "suite", "temperature", "batch_size", "repeat", "request"]
-    if not {*PAIRED_TIMES["aa"], "session"} <= set(requests.columns):
+    base_s, aa_s = PAIRED_TIMES["base"][0], PAIRED_TIMES["aa"][0]
+    if not {base_s, aa_s, "session"} <= set(requests.columns):
         return pd.DataFrame(columns=[*by, *NOISE_COLUMNS])
-    pairs = requests.dropna(subset=[PAIRED_TIMES["base"][0], PAIRED_TIMES["aa"][0]]).drop_duplicates(columns)
+    pairs = requests.dropna(subset=[base_s, aa_s]).drop_duplicates(columns)
     rows = []
     for key, group in _grouped(pairs, by):
         cluster = group["session"].astype(str) + "/" + group["repeat"].astype(str)
         prompt = group["suite"].astype(str) + "/" + group["temperature"].astype(str) + "/" + group["request"].astype(str)
         frame = group.assign(cluster=cluster, prompt=prompt)
-        base, aa = (frame.pivot(index="cluster", columns="prompt", values=v).to_numpy()
-                    for v in (PAIRED_TIMES["base"][0], PAIRED_TIMES["aa"][0]))
+        base, aa = (frame.pivot(index="cluster", columns="prompt", values=v).to_numpy() for v in (base_s, aa_s))
         ci = paired_ratio_ci(base, aa, n_boot, seed)
         rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True)), "noise_aa": ci["micro"],
                      "noise_aa_lo": ci["micro_lo"], "noise_aa_hi": ci["micro_hi"], "noise_rounds": len(group)})
@@ -389,8 +389,9 @@ def clear_of_noise(lo: pd.Series, hi: pd.Series, noise_lo: pd.Series, noise_hi: 
     """Whether a speed-up's CI [lo, hi] lies clear of the A/A band [noise_lo, noise_hi]: False when
     they overlap (the speed-up cannot be told from 1 on this machine), NA when either is unknown."""
     known = lo.notna() & hi.notna() & noise_lo.notna() & noise_hi.notna()
-    clear = (lo > noise_hi) | (hi < noise_lo)
-    return clear.astype("boolean").where(known, pd.NA)
+    clear = pd.Series(pd.NA, index=lo.index, dtype="boolean")
+    clear[known] = (lo[known] > noise_hi[known]) | (hi[known] < noise_lo[known])
+    return clear
 
 
 def is_ar(requests: pd.DataFrame) -> pd.Series:

@@ -65,11 +65,12 @@ def paired_only(summary: pd.DataFrame) -> pd.DataFrame:
     columns become NaN and `speedup_note` says why ("" where the speed-up stands), so that `show`,
     `report`, `check` and `project` print none for them.
     """
-    pairing = summary["pairing"] if "pairing" in summary else pd.Series(None, index=summary.index, dtype=object)
-    pairing = pairing.where(pairing.isin([INTERLEAVED, TAU_ONLY]), None)
-    unpaired = pairing != INTERLEAVED
+    recorded = summary["pairing"].tolist() if "pairing" in summary else [None] * len(summary)
+    pairing = [p if p in (INTERLEAVED, TAU_ONLY) else None for p in recorded]
+    unpaired = pd.Series([p != INTERLEAVED for p in pairing], index=summary.index)
     speedups = [c for c in summary.columns if c.startswith("speedup_") and c != "speedup_note"]
-    out = summary.assign(pairing=pairing, speedup_note=[NO_SPEEDUP[p] if p != INTERLEAVED else "" for p in pairing])
+    out = summary.assign(pairing=pd.Series(pairing, index=summary.index, dtype=object),
+                         speedup_note=[NO_SPEEDUP[p] if p != INTERLEAVED else "" for p in pairing])
     if unpaired.any():
         for column in speedups:  # NaN, or NA for the boolean `speedup_distinct`
             out[column] = out[column].where(~unpaired)
