@@ -69,7 +69,7 @@ def paired_only(summary: pd.DataFrame) -> pd.DataFrame:
     pairing = [p if p in (INTERLEAVED, TAU_ONLY) else None for p in recorded]
     unpaired = pd.Series([p != INTERLEAVED for p in pairing], index=summary.index)
     speedups = [c for c in summary.columns if c.startswith("speedup_") and c != "speedup_note"]
-    out = summary.assign(pairing=pd.Series(pairing, index=summary.index, dtype=object),
+    out = summary.assign(pairing=pd.Series(pairing, index=summary.index),
                          speedup_note=[NO_SPEEDUP[p] if p != INTERLEAVED else "" for p in pairing])
     if unpaired.any():
         for column in speedups:  # NaN, or NA for the boolean `speedup_distinct`
