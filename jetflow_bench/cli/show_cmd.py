@@ -118,29 +118,14 @@ def _unfinished(run: Path) -> str:
 
 
 def evidence_lines(summary: pd.DataFrame) -> list[str]:
-    """What the speed-ups rest on: repeats and sessions, the A/A noise floor per batch size, and
-    the legend of the decode column's marks."""
+    """What the speed-ups rest on (`report.tables.evidence_notes`), with the decode column's marks."""
     from jetflow_bench.cli.summary_view import NOISE_MARK, UNPAIRED_MARKS
     from jetflow_bench.report.loading import NO_SPEEDUP
+    from jetflow_bench.report.tables import evidence_notes
 
-    lines = []
-    paired = summary[summary["speedup_note"].eq("")] if "speedup_note" in summary else summary.iloc[:0]
-    if len(paired):
-        sessions = paired["session"].nunique() if "session" in paired else 0
-        lines.append(f"speed-ups: vs the AR baseline timed beside each arm in its session; {paired['repeat'].nunique()} "
-                     f"repeat(s), {sessions} session(s)")
-    if "noise_aa" in summary:
-        noise = summary.dropna(subset=["noise_aa"]).drop_duplicates("batch_size").sort_values("batch_size")
-        for r in noise.itertuples():
-            at = f" at batch {r.batch_size}" if len(noise) > 1 else ""
-            lines.append(f"noise floor{at}: A/A {r.noise_aa:.2f}× [{r.noise_aa_lo:.2f}, {r.noise_aa_hi:.2f}] "
-                         f"(AR timed against itself, {int(r.noise_rounds)} pairs)")
-        if len(noise) and "speedup_distinct" in summary and summary["speedup_distinct"].eq(False).any():
-            lines.append(f"{NOISE_MARK}: its CI overlaps the A/A noise floor: not distinguishable from 1 here")
-    notes = set(summary.get("speedup_note", [])) - {""}
-    for note, mark in zip(NO_SPEEDUP.values(), UNPAIRED_MARKS, strict=True):
-        if note in notes:
-            lines.append(f"– {mark}: no speed-up: {note}")
+    lines = evidence_notes(summary, dict(zip(NO_SPEEDUP, UNPAIRED_MARKS, strict=True)))
+    if "speedup_distinct" in summary and summary["speedup_distinct"].eq(False).any():
+        lines.append(f"{NOISE_MARK}: its CI overlaps the A/A noise floor: not distinguishable from 1 here")
     return lines
 
 
