@@ -299,11 +299,15 @@ class Slot:
         return f"{self.cell.label()}{' (A/A copy)' if self.twin else ''}"
 
 
-def round_order(members: Sequence[Cell], repeat: int, tau_only: bool = False) -> list[Slot]:
-    """The order a repeat's rounds time its cells in: the AR cell, the arms, then the AR cell's A/A
-    copy (none in a τ-only run), rotated by ``repeat`` so that no arm always runs first or last."""
+def round_order(members: Sequence[Cell], repeat: int, index: int, tau_only: bool = False) -> list[Slot]:
+    """The order round ``index`` of a repeat times its cells in: the AR cell, the arms, then the AR
+    cell's A/A copy (none in a τ-only run), rotated by ``repeat`` so that no arm always runs first
+    or last. The two AR decodes swap roles every other round, so that neither the AR cell's own
+    time (the one the arms divide by) nor the A/A copy always runs right after the arms."""
     ar = [c for c in members if c.is_baseline]
     slots = [Slot(c) for c in ar] + [Slot(c) for c in members if not c.is_baseline] + ([] if tau_only else [Slot(ar[0], True)])
+    if index % 2:
+        slots = [Slot(s.cell, not s.twin) if s.cell.is_baseline and not tau_only else s for s in slots]
     shift = repeat % len(slots)
     return slots[shift:] + slots[:shift]
 
@@ -346,7 +350,8 @@ class GroupRunner:
         Per repeat, the rounds go over the prompt batches; each round decodes the batch once for
         every slot of `round_order` that a pending cell needs: the pending cells, the cells they are
         paired with (timed again even when finished, so that every pair shares its round) and the
-        AR cell's A/A copy. Each slot's cell is warmed up (untimed) before its first timed batch.
+        AR cell's A/A copy. Each slot's cell is warmed up (untimed) before its first timed batch,
+        at the start of that round.
         After the round, each pending cell's batch is journaled with its round's paired timings, so
         a killed run resumes at its next round. Once all rounds ran, the cells are judged and stored,
         the AR cell first (the arms are judged against its outputs); ``stored`` is told of each.
@@ -364,10 +369,10 @@ class GroupRunner:
             session = self.session["session"]
             journals = {c: CellJournal(self.store.folder, c.cell_id, hashes[c.cell_id], c.label(), session) for c in pending}
             done = {c: journals[c].load(ids) for c in pending}
-            order = round_order(members, repeat, self.tau_only)
             policies: dict[Cell, BudgetPolicy | None] = {}
             for index, chunk in enumerate(chunks):
                 need = [c for c in pending if index not in done[c]]
+                order = round_order(members, repeat, index, self.tau_only)
                 timed = self._round(order, need, members, chunk, index, work, policies)
                 for cell in need:
                     done[cell][index] = self._paired(timed, cell, members)
@@ -381,18 +386,17 @@ class GroupRunner:
         self, order: list[Slot], need: list[Cell], members: list[Cell], chunk: list[Prompt], index: int,
         work: Workload, policies: dict[Cell, BudgetPolicy | None],
     ) -> dict[Slot, DecodedBatch]:  # fmt: skip
-        """One prompt batch decoded, timed, for every slot that the cells in ``need`` pair with."""
+        """One prompt batch decoded, timed, for every slot that the cells in ``need`` pair with; a cell
+        timed for the first time in this repeat is warmed up first, before the round's first clock."""
         wanted = {Slot(c) for c in need}
         if need and not self.tau_only:
             wanted |= {Slot(self.base(c, members)) for c in need} | {s for s in order if s.twin}
-        timed = {}
-        for slot in (s for s in order if s in wanted):
-            cell, drafter, sampling = slot.cell, self.drafter(slot.cell), sampling_for(self.config, slot.cell)
-            if cell not in policies:
-                policies[cell] = warm_up(self.engine, cell, work.prompts, drafter, self.config.warmup_tokens, sampling)
-            timed[slot] = decode_batch(self.engine, cell, chunk, index, drafter, self.session["session"], sampling,
-                                       policies[cell])
-        return timed
+        slots = [s for s in order if s in wanted]
+        for cell in dict.fromkeys(s.cell for s in slots if s.cell not in policies):
+            policies[cell] = warm_up(self.engine, cell, work.prompts, self.drafter(cell), self.config.warmup_tokens,
+                                     sampling_for(self.config, cell))
+        return {slot: decode_batch(self.engine, slot.cell, chunk, index, self.drafter(slot.cell), self.session["session"],
+                                   sampling_for(self.config, slot.cell), policies[slot.cell]) for slot in slots}
 
     def _paired(self, timed: dict[Slot, DecodedBatch], cell: Cell, members: list[Cell]) -> DecodedBatch:
         """``cell``'s batch of this round with the round's timings of its baseline and the A/A copy."""
