@@ -295,9 +295,6 @@ class Slot:
     cell: Cell
     twin: bool = False
 
-    def label(self) -> str:
-        return f"{self.cell.label()}{' (A/A copy)' if self.twin else ''}"
-
 
 def round_order(members: Sequence[Cell], repeat: int, index: int, tau_only: bool = False) -> list[Slot]:
     """The order round ``index`` of a repeat times its cells in: the AR cell, the arms, then the AR
