@@ -90,6 +90,18 @@ def test_speedup_drop_only_warns(reference: Path, tmp_path: Path, cli) -> None:
     assert [(f["level"], f["metric"]) for f in report["findings"]] == [("warn", "speed-up")]
 
 
+def test_a_baseline_recorded_before_pairing_is_gated_on_tau_and_says_why_not_on_speedup(reference: Path,
+                                                                                      tmp_path: Path) -> None:
+    """The committed CI reference predates in-session pairing: its speed-ups (paired across cells
+    that may come from other sessions) are not compared, and the check says so, once per side."""
+    old = write_fixture_run(tmp_path / "old", drafters=("jetflow", "ngram"), batch_sizes=(1,), interleaved=False)
+    slower = tampered(reference, tmp_path, speedup_decode_micro=0.01)
+    result = check_run(old, slower)
+    (info,) = [f for f in result.findings if f.metric == "speed-up"]  # no warning on the drop
+    assert not result.failed and info.level == "info" and "of the baseline have no speed-up (its baseline was not timed beside it" in info.message
+    assert result.cells["speedup_decode_micro_base"].isna().all() and result.cells["tau_base"].notna().all()
+
+
 def test_missing_and_new_cells_are_reported(reference: Path, tmp_path: Path) -> None:
     run = Path(shutil.copytree(reference, tmp_path / "run"))
     summary = pd.read_parquet(run / "summary.parquet")
