@@ -10,7 +10,9 @@ are two tidy frames (plus an optional third):
   `verify_s` / `other_s` (seconds of the whole *batched* step, repeated on every row of that
   `batch_step`).
 - requests — one row per request: cell keys, `request`, `prompt_tokens`, `new_tokens`, `ttft_s`,
-  `decode_s`, `steps`, `correct` (bool or NA = not scored), `lossless`, `excused`.
+  `decode_s`, `steps`, `correct` (bool or NA = not scored), `lossless`, `excused`; from a sweep
+  also `session` and the times taken beside it in its round (`PAIRED_TIMES`), which the in-session
+  speed-ups and the A/A noise floor divide.
 - cells (optional) — one row per cell: cell keys, `wall_s` (the cell's wall-clock span).
 
 A cell is one combination of the `keys` columns. Every ratio whose denominator is empty is NaN,
