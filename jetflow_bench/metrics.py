@@ -10,7 +10,9 @@ are two tidy frames (plus an optional third):
   `verify_s` / `other_s` (seconds of the whole *batched* step, repeated on every row of that
   `batch_step`).
 - requests — one row per request: cell keys, `request`, `prompt_tokens`, `new_tokens`, `ttft_s`,
-  `decode_s`, `steps`, `correct` (bool or NA = not scored), `lossless`, `excused`.
+  `decode_s`, `steps`, `correct` (bool or NA = not scored), `lossless`, `excused`; from a sweep
+  also `session` and the times taken beside it in its round (`PAIRED_TIMES`), which the in-session
+  speed-ups and the A/A noise floor divide.
 - cells (optional) — one row per cell: cell keys, `wall_s` (the cell's wall-clock span).
 
 A cell is one combination of the `keys` columns. Every ratio whose denominator is empty is NaN,
@@ -34,6 +36,11 @@ STEP_TIME_COLUMNS = ("draft_s", "verify_s", "other_s")
 DRAFT_COST_COLUMNS = ("draft_passes", "draft_entries", "draft_flops")  # the drafter's, per step row
 COST_COLUMNS = (*DRAFT_COST_COLUMNS, "verify_flops")
 SPEEDUP_FIELDS = ("micro", "micro_lo", "micro_hi", "macro", "macro_lo", "macro_hi")
+BOOT_CHUNK = 100  # bootstrap resamples gathered at once
+# Per request, the times paired with it in its round of the sweep (jetflow_bench.sweep.runner):
+# its baseline arm's (AR for the AR cell itself) and the AR baseline's second, A/A copy.
+PAIRED_TIMES = {"base": ("base_decode_s", "base_ttft_s"), "aa": ("aa_decode_s", "aa_ttft_s")}
+ARM_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "temperature"]  # a cell's keys less the repeat
 TimeKind = Literal["decode", "e2e"]
 FAITHFUL_NATS = 5.0  # the paper's threshold: a rank-1 branch within 5 nats of the target's greedy choices
 
@@ -218,7 +225,8 @@ def request_time(requests: pd.DataFrame, kind: TimeKind) -> pd.Series:
 
 
 def bootstrap_draws(n_prompts: int, n_seeds: int = 1, n_boot: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Index draws of the two-level bootstrap over head seeds x prompts, both with replacement.
+    """Index draws of the two-level bootstrap over head seeds (or timing repeats) x prompts, both
+    with replacement.
 
     Returns (seeds (n_boot, n_seeds), prompts (n_boot, n_prompts)): resample r pools the drawn
     seeds x the drawn prompts, one prompt draw for all of them, so prompt difficulty stays paired
@@ -236,25 +244,31 @@ def paired_ratio_ci(
 ) -> dict[str, float]:
     """Micro and macro speed-up of paired times, each with a percentile bootstrap 95% CI.
 
+    The times are one row of prompts, or a (repeats × prompts) matrix; NaN marks a missing pair.
         micro = Σ baseline_s / Σ method_s        (time-weighted: long prompts count more)
-        macro = mean_i (baseline_s[i] / method_s[i])  (every prompt counts once)
-    The bootstrap resamples prompts with replacement, keeping each (baseline, method) pair
-    together, `n_boot` times (`bootstrap_draws`); lo/hi are the 2.5th/97.5th
-    percentiles of the resampled statistic. No pairs → all NaN; n_boot = 0 → NaN bounds.
+        macro = mean over pairs of baseline_s / method_s  (every prompt and repeat counts once)
+    The bootstrap is hierarchical: each of `n_boot` resamples draws repeats with replacement, then
+    prompts with replacement (one prompt draw for all drawn repeats, `bootstrap_draws`), keeping
+    each (baseline, method) pair together, so the interval covers both the prompts' spread and the
+    repeats' (timing drift between them). With one repeat it is the plain prompt bootstrap. lo/hi
+    are the 2.5th/97.5th percentiles of the resampled statistic. No pairs → all NaN; n_boot = 0 →
+    NaN bounds.
     """
-    baseline_s, method_s = np.asarray(baseline_s, dtype=float), np.asarray(method_s, dtype=float)
-    n = len(baseline_s)
-    if n == 0:
+    base, method = np.atleast_2d(np.asarray(baseline_s, dtype=float)), np.atleast_2d(np.asarray(method_s, dtype=float))
+    present = ~(np.isnan(base) | np.isnan(method))  # (R, n)
+    if not present.any():
         return dict.fromkeys(SPEEDUP_FIELDS, float("nan"))
-    ratios = rate(baseline_s, method_s)  # (n,)
-    out = {"micro": float(rate(baseline_s.sum(), method_s.sum())), "macro": float(ratios.mean())}
-    idx = bootstrap_draws(n, n_boot=n_boot, seed=seed)[1]  # (n_boot, n) prompt draws
-    boot = {
-        "micro": rate(baseline_s[idx].sum(axis=1), method_s[idx].sum(axis=1)),  # (n_boot,)
-        "macro": ratios[idx].mean(axis=1),  # (n_boot,)
-    }
+    base, method = np.where(present, base, 0.0), np.where(present, method, 0.0)
+    ratios = np.where(present, rate(base, method), 0.0)  # (R, n)
+    out = {"micro": float(rate(base.sum(), method.sum())), "macro": float(ratios.sum() / present.sum())}
+    repeats, prompts = bootstrap_draws(base.shape[1], base.shape[0], n_boot, seed)  # (n_boot, R), (n_boot, n)
+    boot: dict[str, list[np.ndarray]] = {"micro": [], "macro": []}
+    for chunk in range(0, n_boot, BOOT_CHUNK):  # (chunk, R, n) gathers stay small for big grids
+        rows, cols = repeats[chunk : chunk + BOOT_CHUNK, :, None], prompts[chunk : chunk + BOOT_CHUNK, None, :]
+        boot["micro"].append(rate(base[rows, cols].sum(axis=(1, 2)), method[rows, cols].sum(axis=(1, 2))))
+        boot["macro"].append(rate(ratios[rows, cols].sum(axis=(1, 2)), present[rows, cols].sum(axis=(1, 2))))
     for name, samples in boot.items():
-        lo, hi = np.percentile(samples, [2.5, 97.5]) if n_boot else (np.nan, np.nan)
+        lo, hi = np.percentile(np.concatenate(samples), [2.5, 97.5]) if n_boot else (np.nan, np.nan)
         out[f"{name}_lo"], out[f"{name}_hi"] = float(lo), float(hi)
     return {name: out[name] for name in SPEEDUP_FIELDS}
 
@@ -283,6 +297,103 @@ def speedup(
         )
     order = method.index.sort_values()
     return paired_ratio_ci(baseline.loc[order].to_numpy(), method.loc[order].to_numpy(), n_boot, seed)
+
+
+def _times(requests: pd.DataFrame, kind: TimeKind, prefix: str = "") -> pd.Series:
+    """Per row: the request's own time (``prefix`` "") or the time paired with it ("base", "aa")."""
+    decode, ttft = PAIRED_TIMES[prefix] if prefix else ("decode_s", "ttft_s")
+    return requests[decode] + (requests[ttft] if kind == "e2e" else 0.0)
+
+
+def _paired(requests: pd.DataFrame) -> bool:
+    """Whether every row carries the baseline timed in its round (cells recorded before in-session
+    pairing, and τ-only runs, do not)."""
+    columns = list(PAIRED_TIMES["base"])
+    return set(columns) <= set(requests.columns) and bool(requests[columns].notna().all(axis=None))
+
+
+def interleaved_speedups(requests: pd.DataFrame, keys: list[str], n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Speed-up of every cell over the baseline timed beside it: per request, its baseline arm's time
+    in the same round of the same session (`PAIRED_TIMES`), never a cell timed in another session.
+
+    decode pairs decode_s, e2e pairs ttft_s + decode_s (`paired_ratio_ci` for the formulas and the
+    CI). A cell with a request that lacks its paired time gets NaN: it has no in-session baseline.
+    Columns: keys..., speedup_{decode,e2e}_{micro,macro}{,_lo,_hi}.
+    """
+    rows = []
+    for cell, group in _grouped(requests, keys):
+        row = dict(zip(keys, cell, strict=True))
+        for kind in ("decode", "e2e"):
+            result = (paired_ratio_ci(_times(group, kind, "base").to_numpy(), _times(group, kind).to_numpy(), n_boot, seed)
+                      if _paired(group) else dict.fromkeys(SPEEDUP_FIELDS, np.nan))
+            row.update({f"speedup_{kind}_{field}": value for field, value in result.items()})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def pooled_speedups(requests: pd.DataFrame, keys: list[str] = ARM_KEYS, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Decode speed-up of every arm (``keys``: a cell's keys less `repeat`), its repeats pooled.
+
+        speedup_arm = Σ base decode_s / Σ decode_s over every (repeat, request) pair of the arm,
+                      each pair timed in one round (`interleaved_speedups`)
+        speedup_arm_lo, _hi = the hierarchical bootstrap 95% CI over repeats and prompts
+                      (`paired_ratio_ci` on the repeats × prompts matrix)
+        speedup_repeats, speedup_sessions = the repeats and the sweep sessions the pairs come from
+    NaN when a request of the arm lacks its paired time. Columns: keys..., those five.
+    """
+    rows = []
+    for arm, group in _grouped(requests, keys):
+        row = dict(zip(keys, arm, strict=True))
+        ci = dict.fromkeys(SPEEDUP_FIELDS, np.nan)
+        if _paired(group):
+            frame = group.assign(base=_times(group, "decode", "base"), own=_times(group, "decode"))
+            base, own = (frame.pivot(index="repeat", columns="request", values=v).to_numpy() for v in ("base", "own"))
+            ci = paired_ratio_ci(base, own, n_boot, seed)
+        sessions = group["session"].nunique() if "session" in group else 0
+        row.update({"speedup_arm": ci["micro"], "speedup_arm_lo": ci["micro_lo"], "speedup_arm_hi": ci["micro_hi"],
+                    "speedup_repeats": group["repeat"].nunique(), "speedup_sessions": sessions})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[*keys, "speedup_arm", "speedup_arm_lo", "speedup_arm_hi", "speedup_repeats",
+                                       "speedup_sessions"])
+
+
+NOISE_COLUMNS = ["noise_aa", "noise_aa_lo", "noise_aa_hi", "noise_rounds"]
+
+
+def noise_floor(requests: pd.DataFrame, by: list[str], n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """The A/A noise floor per ``by`` group (e.g. batch size): the AR baseline timed against itself.
+
+    Every round of a timed sweep decodes the AR baseline twice (its time, `base_*`, and a second
+    copy, `aa_*`); rows of one round carry the same pair, so each (session, suite, temperature,
+    batch size, repeat, request) counts once. noise_aa = Σ base decode_s / Σ aa decode_s, with the
+    hierarchical bootstrap CI over (session, repeat) and prompts (`paired_ratio_ci`); a perfectly
+    quiet machine gives 1.00 [1.00, 1.00]. noise_rounds = the pairs it rests on. Rows without the
+    A/A copy (τ-only runs, cells recorded before it) are left out. Columns: by..., `NOISE_COLUMNS`.
+    """
+    columns = ["session", "suite", "temperature", "batch_size", "repeat", "request"]
+    base_s, aa_s = PAIRED_TIMES["base"][0], PAIRED_TIMES["aa"][0]
+    if not {base_s, aa_s, "session"} <= set(requests.columns):
+        return pd.DataFrame(columns=[*by, *NOISE_COLUMNS])
+    pairs = requests.dropna(subset=[base_s, aa_s]).drop_duplicates(columns)
+    rows = []
+    for key, group in _grouped(pairs, by):
+        cluster = group["session"].astype(str) + "/" + group["repeat"].astype(str)
+        prompt = group["suite"].astype(str) + "/" + group["temperature"].astype(str) + "/" + group["request"].astype(str)
+        frame = group.assign(cluster=cluster, prompt=prompt)
+        base, aa = (frame.pivot(index="cluster", columns="prompt", values=v).to_numpy() for v in (base_s, aa_s))
+        ci = paired_ratio_ci(base, aa, n_boot, seed)
+        rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True)), "noise_aa": ci["micro"],
+                     "noise_aa_lo": ci["micro_lo"], "noise_aa_hi": ci["micro_hi"], "noise_rounds": len(group)})
+    return pd.DataFrame(rows, columns=[*by, *NOISE_COLUMNS])
+
+
+def clear_of_noise(lo: pd.Series, hi: pd.Series, noise_lo: pd.Series, noise_hi: pd.Series) -> pd.Series:
+    """Whether a speed-up's CI [lo, hi] lies clear of the A/A band [noise_lo, noise_hi]: False when
+    they overlap (the speed-up cannot be told from 1 on this machine), NA when either is unknown."""
+    known = lo.notna() & hi.notna() & noise_lo.notna() & noise_hi.notna()
+    clear = pd.Series(pd.NA, index=lo.index, dtype="boolean")
+    clear[known] = (lo[known] > noise_hi[known]) | (hi[known] < noise_lo[known])
+    return clear
 
 
 def is_ar(requests: pd.DataFrame) -> pd.Series:
@@ -342,11 +453,14 @@ def summarize(
     max_depth: int | None = None,
     n_boot: int = 1000,
     seed: int = 0,
+    interleaved: bool = False,
 ) -> pd.DataFrame:
     """The summary table: one row per cell, every column derived from the raw rows.
 
     Joins `acceptance_stats`, `time_stats`, `baseline_stats` and `quality_stats` (see each for
-    its formulas) on `keys`. Column order: keys..., n_requests, n_steps, drafted, accepted,
+    its formulas) on `keys`. ``interleaved``: the speed-ups divide by the baseline timed beside
+    each request in its round (`interleaved_speedups`, what a sweep records) instead of by the
+    baseline cell that shares `pair_keys`. Column order: keys..., n_requests, n_steps, drafted, accepted,
     accepted_raw, tau, accepted_per_step, tau_per_draft, alpha, budget_efficiency, draft_passes,
     draft_entries, draft_flops, verify_flops, a_1..a_D, p_1..p_D, accept_hist, rank1_faithful, draft_depth,
     new_tokens, tokens_per_s,
@@ -359,9 +473,11 @@ def summarize(
         quality[[*keys, "n_requests"]],
         acceptance_stats(steps, keys, max_depth),
         time_stats(steps, requests, keys, cells),
-        baseline_stats(requests, keys, pair_keys, is_baseline, n_boot, seed),
+        baseline_stats(requests, keys, pair_keys, is_baseline, 0 if interleaved else n_boot, seed),
         quality.drop(columns="n_requests"),
     ]
+    if interleaved:
+        parts[3] = parts[3][[*keys, "baseline_accuracy"]].merge(interleaved_speedups(requests, keys, n_boot, seed), on=keys)
     out = parts[0]
     for part in parts[1:]:
         out = out.merge(part, on=keys, how="outer")

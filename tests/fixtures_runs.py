@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from jetflow_bench.metrics import summarize
+from jetflow_bench.sweep.tables import evidence
 
 CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat"]
 PAIR_KEYS = ["suite", "batch_size", "repeat"]
@@ -67,6 +68,16 @@ def _cell_rows(
     return steps, requests, wall_s
 
 
+def _paired(requests: pd.DataFrame) -> pd.DataFrame:
+    """The requests with the times a sweep pairs with each: the AR request's, and an A/A copy of it."""
+    keys = ["suite", "batch_size", "repeat", "request"]
+    base = requests.loc[requests["drafter"] == "ar", [*keys, "decode_s", "ttft_s"]].rename(
+        columns={"decode_s": "base_decode_s", "ttft_s": "base_ttft_s"})
+    out = requests.merge(base, on=keys, how="left")
+    wobble = 1.0 + 0.01 * (out["request"] % 3 - 1)  # within 1%: a quiet machine
+    return out.assign(aa_decode_s=out["base_decode_s"] * wobble, aa_ttft_s=out["base_ttft_s"], session="s1")
+
+
 def _ablation(summary: pd.DataFrame) -> pd.DataFrame:
     """Variant minus default per drafter × suite × budget × batch size (the sweep's ablation table
     columns), repeats averaged, with a made-up CI of ± 0.1."""
@@ -92,9 +103,14 @@ def write_fixture_run(
     repeats: int = 1,
     variants: Sequence[str] = ("default",),
     seed: int = 0,
+    interleaved: bool = True,
 ) -> Path:
     """Write a run folder at `path` (summary, steps, requests, manifest; ablation when `variants`
-    holds more than "default") and return `path`. Same arguments → identical folder."""
+    holds more than "default") and return `path`. Same arguments → identical folder.
+
+    ``interleaved``: every request carries its AR baseline's time and an A/A copy within 1% of it,
+    as a sweep that times them in rounds records them (the synthetic clock has no drift, so the AR
+    cell's own times are that baseline); False writes a run recorded before in-session pairing."""
     rng = np.random.default_rng(seed)
     tokens = [30 + 7 * r for r in range(N_REQUESTS)]
     cells = [
@@ -112,8 +128,14 @@ def write_fixture_run(
         requests += cell_requests
     steps_df, requests_df = pd.DataFrame(steps), pd.DataFrame(requests)
     requests_df = requests_df.astype({"first_divergence": "Int64", "correct": "boolean"})
+    if interleaved:
+        requests_df = _paired(requests_df)
     summary = summarize(steps_df, requests_df, CELL_KEYS, PAIR_KEYS, cells=pd.DataFrame(cells),
-                        max_depth=MAX_DEPTH, n_boot=200)
+                        max_depth=MAX_DEPTH, n_boot=200, interleaved=interleaved)
+    if interleaved:
+        summary = summary.assign(temperature=0.0, pairing="interleaved", session="s1").merge(
+            evidence(requests_df.assign(temperature=0.0), pd.DataFrame(cells).assign(temperature=0.0), 200, 0),
+            on=[*CELL_KEYS[:-1], "temperature"], how="left")
     summary["budget_fill"] = 1.0
     summary["peak_mem_bytes"] = 50_000_000 + 10_000 * summary["budget"]
     summary["engine"] = "hf"

@@ -12,7 +12,7 @@ import pytest
 
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.report.check import check_run, update_baseline
-from jetflow_bench.report.loading import with_cell_keys
+from jetflow_bench.report.loading import paired_only, with_cell_keys
 from jetflow_bench.runtime import cpu_numerics
 from tests.fixtures_runs import write_fixture_run
 
@@ -88,6 +88,18 @@ def test_speedup_drop_only_warns(reference: Path, tmp_path: Path, cli) -> None:
     report = json.loads(out)
     assert report["passed"] is True
     assert [(f["level"], f["metric"]) for f in report["findings"]] == [("warn", "speed-up")]
+
+
+def test_a_baseline_recorded_before_pairing_is_gated_on_tau_and_says_why_not_on_speedup(reference: Path,
+                                                                                      tmp_path: Path) -> None:
+    """The committed CI reference predates in-session pairing: its speed-ups (paired across cells
+    that may come from other sessions) are not compared, and the check says so, once per side."""
+    old = write_fixture_run(tmp_path / "old", drafters=("jetflow", "ngram"), batch_sizes=(1,), interleaved=False)
+    slower = tampered(reference, tmp_path, speedup_decode_micro=0.01)
+    result = check_run(old, slower)
+    (info,) = [f for f in result.findings if f.metric == "speed-up"]  # no warning on the drop
+    assert not result.failed and info.level == "info" and "of the baseline have no speed-up (its baseline was not timed beside it" in info.message
+    assert result.cells["speedup_decode_micro_base"].isna().all() and result.cells["tau_base"].notna().all()
 
 
 def test_missing_and_new_cells_are_reported(reference: Path, tmp_path: Path) -> None:
@@ -168,9 +180,10 @@ def test_update_baseline_copies_summary_and_manifest(reference: Path, tmp_path: 
                              "--baseline", str(baseline))
     assert code == 0 and "commit it" in err
     assert sorted(p.name for p in baseline.iterdir()) == ["manifest.json", "summary.csv", "summary.parquet"]
-    # The reference predates the temperature key; the copy carries it with its implied value (0).
+    # The copy is the summary as readers see it: keys a run predates carry their implied values, and
+    # every cell says why it has no speed-up ("" when it has one).
     pd.testing.assert_frame_equal(pd.read_parquet(baseline / "summary.parquet"),
-                                  with_cell_keys(pd.read_parquet(reference / "summary.parquet")))
+                                  paired_only(with_cell_keys(pd.read_parquet(reference / "summary.parquet"))))
     assert not check_run(baseline, reference).failed
 
 

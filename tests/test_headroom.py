@@ -73,7 +73,7 @@ def test_headroom_replays_the_measured_tau_of_block_drafters(learned_heads, micr
     drafters = ",".join(f"{name}={learned_heads[name.removesuffix('-refine')]}" for name in names)
     code, _, err = cli("sweep", "--target", str(micro_target), "--out", str(out), "--drafters", drafters, "--suites", "gsm8k",
                        "--budgets", "16,48", "--limit", "3", "--max-new-tokens", "20", "--repeats", "1",
-                       "--threads", "1", "--no-progress")
+                       "--threads", "1", "--no-progress", "--data-dir", str(benchmark_data_dir()))
     assert code == 0, err
     steps = pd.read_parquet(out / "steps.parquet")
     deep = steps[steps["drafter"].isin(["dflash", "jetflow"])].groupby(["drafter", "budget"])["accepted"].max()

@@ -10,6 +10,8 @@ import pytest
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.metrics import (
     acceptance_stats,
+    clear_of_noise,
+    noise_floor,
     paired_ratio_ci,
     quality_stats,
     speedup,
@@ -176,6 +178,46 @@ def test_speedup_edge_cases() -> None:
     assert math.isnan(paired_ratio_ci(np.array([1.0]), np.array([0.0]))["macro"])
     with pytest.raises(JfbenchError, match="same prompts"):
         speedup(make_requests([1.0, 2.0], [0.1, 0.1]), make_requests([1.0, 2.0, 3.0], [0.1] * 3))
+
+
+def test_the_speedup_ci_resamples_repeats_as_well_as_prompts() -> None:
+    """The bug: the bootstrap resampled prompts only, so a baseline that ran 30% slower in one repeat
+    than in another left the CI as narrow as if every repeat had seen the same machine."""
+    rng = np.random.default_rng(0)
+    base = rng.uniform(1.0, 2.0, size=(3, 40))  # (repeats, prompts)
+    method = base / 1.5 * np.array([[1.0], [1.3], [0.8]])  # the method's time drifts per repeat
+    pooled = paired_ratio_ci(base, method, n_boot=500, seed=1)
+    flat = paired_ratio_ci(base.ravel(), method.ravel(), n_boot=500, seed=1)  # every pair as a prompt
+    assert pooled["micro"] == pytest.approx(flat["micro"]) and pooled["macro"] == pytest.approx(flat["macro"])
+    assert pooled["micro_hi"] - pooled["micro_lo"] > 2 * (flat["micro_hi"] - flat["micro_lo"])
+    assert paired_ratio_ci(base[:1], method[:1], 300, 2) == paired_ratio_ci(base[0], method[0], 300, 2)  # 1 repeat
+    holes = method.copy()
+    holes[1, :5] = np.nan  # pairs a repeat lacks are left out, not counted as zero
+    kept = ~np.isnan(holes)
+    assert paired_ratio_ci(base, holes, 0)["micro"] == pytest.approx(base[kept].sum() / holes[kept].sum())
+
+
+def test_the_noise_floor_counts_each_rounds_aa_pair_once_per_batch_size() -> None:
+    def rows(drafter: str, batch_size: int, base: list[float], aa: list[float], session: str = "s1") -> pd.DataFrame:
+        return pd.DataFrame({"suite": "g", "drafter": drafter, "temperature": 0.0, "batch_size": batch_size,
+                             "repeat": 0, "request": range(len(base)), "session": session,
+                             "base_decode_s": base, "aa_decode_s": aa})
+
+    requests = pd.concat([
+        rows("ar", 1, [1.0, 2.0], [2.0, 2.0]), rows("ngram", 1, [1.0, 2.0], [2.0, 2.0]),  # one round's pair, twice
+        rows("ngram", 1, [3.0, 3.0], [1.0, 1.0], session="s2"),  # another session's rounds count
+        rows("ar", 4, [1.0, 1.0], [np.nan, np.nan]),  # a τ-only run's rows have no A/A copy
+    ])
+    floor = noise_floor(requests, ["batch_size"], n_boot=200).set_index("batch_size")
+    assert list(floor.index) == [1]
+    assert floor.loc[1, "noise_aa"] == pytest.approx(9.0 / 6.0) and floor.loc[1, "noise_rounds"] == 4
+    assert floor.loc[1, "noise_aa_lo"] <= floor.loc[1, "noise_aa"] <= floor.loc[1, "noise_aa_hi"]
+
+
+def test_a_speedup_is_distinct_only_when_its_ci_clears_the_aa_band() -> None:
+    lo, hi = pd.Series([1.05, 0.99, 0.80, np.nan]), pd.Series([1.10, 1.04, 0.90, 1.2])
+    clear = clear_of_noise(lo, hi, pd.Series([0.97] * 4), pd.Series([1.03] * 4))
+    assert clear.tolist() == [True, False, True, pd.NA]
 
 
 def test_quality_counts_and_unscored_accuracy_is_nan() -> None:

@@ -188,10 +188,10 @@ def test_calibrated_model_uses_the_measured_table(tmp_path: Path):
 
 def _run(tmp_path: Path, drafters: dict[str, dict], budgets=(16, 64, 256)) -> Path:
     rows = [{"suite": "gsm8k", "drafter": "ar", "variant": "default", "budget": 1, "batch_size": 1, "repeat": 0,
-             "tau": 1.0, "speedup_decode_micro": 1.0}]
+             "tau": 1.0, "speedup_decode_micro": 1.0, "pairing": "interleaved"}]
     for name, cols in drafters.items():
         rows += [{"suite": "gsm8k", "drafter": name, "variant": "default", "budget": b, "batch_size": 1, "repeat": 0,
-                  "tau": 2.0 + b / 64, "speedup_decode_micro": 1.5, **cols} for b in budgets]
+                  "tau": 2.0 + b / 64, "speedup_decode_micro": 1.5, "pairing": "interleaved", **cols} for b in budgets]
     folder = tmp_path / "run"
     folder.mkdir()
     pd.DataFrame(rows).to_csv(folder / "summary.csv", index=False)

@@ -6,6 +6,7 @@ with no explanation anywhere; an unknown --columns name ignored or a traceback.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -16,7 +17,6 @@ from rich.console import Console
 
 from jetflow_bench.cli.output import print_table, rich_table
 from jetflow_bench.cli.summary_view import COLUMNS, COMPACT, LEGEND
-from jetflow_bench.sweep.tables import timed_apart
 from tests.fixtures_runs import write_fixture_run
 
 
@@ -73,36 +73,20 @@ def test_a_table_wider_than_the_terminal_keeps_its_values_whole(tmp_path: Path) 
     assert "…" not in text and text.count("1.00 [0.95, 1.05]") == 8
 
 
-def test_speedups_paired_across_sweep_sessions_are_flagged(run: Path, tmp_path: Path, cli) -> None:
-    """The bug: an arm added to a finished run was paired with a plain-decoding cell timed in an
-    earlier session, under another load, and nothing said so."""
-    def cell(drafter: str, started: float, baseline: str = "ar", batch_size: int = 1) -> dict:
-        return {"suite": "gsm8k", "drafter": drafter, "variant": "default", "budget": 1 if drafter == "ar" else 16,
-                "batch_size": batch_size, "repeat": 0, "temperature": 0.0, "started": started, "baseline": baseline}
-
-    cells = pd.DataFrame([cell("ar", 100.0), cell("ngram", 110.0), cell("jetflow", 1000.0),
-                          cell("ar", 1010.0, batch_size=4), cell("jetflow", 1020.0, batch_size=4),
-                          cell("eagle", 1030.0, baseline="jetflow")])
-    assert timed_apart(cells, [50.0]).empty  # one session: nothing to flag
-    apart = timed_apart(cells, [50.0, 900.0])
-    assert list(zip(apart["drafter"], apart["batch_size"], strict=True)) == [("jetflow", 1)]  # not ar, ngram, bs 4, eagle
-
-    spans = cells.assign(finished=cells["started"] + 5.0)
-    spans.loc[1, "finished"] = 950.0  # ngram, resumed in session 2
-    spans.loc[3, ["started", "finished"]] = [890.0, 1015.0]  # so was bs 4's baseline
-    apart = timed_apart(spans, [50.0, 900.0])
-    assert sorted(zip(apart["drafter"], apart["batch_size"], strict=True)) == [("jetflow", 1), ("jetflow", 4), ("ngram", 1)]
-
-    folder = Path(shutil.copytree(run, tmp_path / "run"))
-    cells.to_parquet(folder / "cells.parquet", index=False)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    sessions = [{"started": "1970-01-01T00:00:50+00:00"}, {"started": "1970-01-01T00:15:00+00:00"}]
-    (folder / "manifest.json").write_text(json.dumps({**manifest, "sessions": sessions}))
-    code, out, err = cli("show", str(folder))
+def test_a_run_recorded_before_in_session_pairing_shows_no_speedup_and_says_why(tmp_path: Path, cli) -> None:
+    """The bug: an arm was paired with a plain-decoding cell timed in another session, under another
+    load, and its ratio was printed as a speed-up. A folder recorded before in-session pairing stays
+    readable: τ as before, no speed-up anywhere, and a line that says why."""
+    old = write_fixture_run(tmp_path / "old", drafters=("ngram",), budgets=(16,), batch_sizes=(1,), interleaved=False)
+    code, out, err = cli("show", str(old))
     assert code == 0, err
-    assert "speed-up: 1 cell(s) are paired with a baseline cell timed in another session" in out
-    code, out, _ = cli("show", str(run))
-    assert code == 0 and "another session" not in out
+    ngram = next(line for line in out.splitlines() if " ngram " in line)
+    assert "– unpaired" in ngram and "1.4" not in ngram.split("–")[1]
+    assert "– unpaired: no speed-up: its baseline was not timed beside it in its session" in out
+    assert "noise floor" not in out
+    code, out, _ = cli("show", str(old), "--format", "csv")
+    frame = pd.read_csv(io.StringIO(out))
+    assert frame.loc[frame["drafter"] == "ngram", "speedup_decode_micro"].isna().all() and frame["tau"].notna().all()
 
 
 def test_a_head_trained_under_the_old_jetflow_default_is_labelled(run: Path, tmp_path: Path, cli) -> None:
@@ -128,3 +112,20 @@ def test_a_head_trained_under_the_old_jetflow_default_is_labelled(run: Path, tmp
     assert "jetflow[head=bidirectional]: head" not in out
     items = dict(manifest_items(load_run(folder)))
     assert json.loads(items["heads under an old recipe"]) == {"jetflow": "old jetflow recipe (packed layout)"}
+
+
+def test_an_interleaved_run_shows_its_noise_floor_and_marks_speedups_within_it(run: Path, tmp_path: Path, cli) -> None:
+    code, out, err = cli("show", str(run))
+    assert code == 0, err
+    assert "noise floor at batch 1: A/A 1.00× [" in out and "noise floor at batch 4: A/A" in out
+    assert "1 repeat(s), 1 session(s)" in out and "unpaired" not in out
+    folder = Path(shutil.copytree(run, tmp_path / "run"))
+    summary = pd.read_parquet(folder / "summary.parquet")
+    ngram = summary["drafter"] == "ngram"
+    summary["speedup_distinct"] = ~ngram  # as if only ngram's CI overlapped the A/A band
+    summary.to_parquet(folder / "summary.parquet", index=False)
+    code, out, _ = cli("show", str(folder))
+    rows = [line for line in out.splitlines() if " ngram " in line]
+    assert rows and all("]~" in line for line in rows)
+    assert not any("]~" in line for line in out.splitlines() if " jetflow " in line)
+    assert "~: its CI overlaps the A/A noise floor: not distinguishable from 1 here" in out

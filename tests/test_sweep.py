@@ -149,49 +149,45 @@ def test_show_formats(base_run):
 
 
 def test_resume_after_crashes_between_and_inside_cells(target, base_run, tmp_path, monkeypatch):
-    """A crash between cells keeps the finished ones; a crash inside a cell keeps its decoded batches
-    (the journal), and the resume decodes only the rest, to the same rows an unbroken run gives."""
+    """A crash between pairing groups keeps the stored cells; a crash inside a group keeps the rounds
+    it finished (each cell's journal), and the resume decodes only the rest, to the same rows an
+    unbroken run gives."""
     out = tmp_path / "run"
-    real_run_cell, calls = driver.run_cell, []
+    real_decode, calls = driver.decode_batch, []
 
     def counting(crash_at: int | None):
-        def run_cell(engine, cell, prompts, drafter, warmup_tokens, progress=None, **kwargs):
+        def decode_batch(engine, cell, chunk, *args, **kwargs):
             calls.append(cell.cell_id)
             if len(calls) == crash_at:
-                raise KeyboardInterrupt  # dies between cells: the earlier ones are stored
-            return real_run_cell(engine, cell, prompts, drafter, warmup_tokens, progress, **kwargs)
+                raise KeyboardInterrupt
+            return real_decode(engine, cell, chunk, *args, **kwargs)
 
-        return run_cell
+        return decode_batch
 
-    monkeypatch.setattr(driver, "run_cell", counting(crash_at=3))
+    # bs 1: 3 rounds x 4 slots (AR, ngram B4, ngram B16, AR's A/A copy); the 13th decode is bs 2's first
+    monkeypatch.setattr(driver, "decode_batch", counting(crash_at=13))
     assert jfbench(*sweep_args(target, out))[0] == 130  # Ctrl-C
-    assert len(list((out / "cells").glob("*.json"))) == 2
-
-    def dies_mid_cell(engine, cell, prompts, drafter, warmup_tokens, progress=None, **kwargs):
-        def crash(requests, tokens):
-            raise RuntimeError("killed inside the cell, after its first prompt batch")
-
-        return real_run_cell(engine, cell, prompts, drafter, warmup_tokens, crash, **kwargs)
-
-    monkeypatch.setattr(driver, "run_cell", dies_mid_cell)
-    with pytest.raises(RuntimeError, match="inside the cell"):
-        jfbench(*sweep_args(target, out))
-    assert len(list((out / "cells").glob("*.json"))) == 2  # the half-run cell left nothing that counts
-    (half,) = (out / "partial").iterdir()
-    assert [p.name for p in half.iterdir()] == ["batch-0000.json"]  # ... but its first batch is kept
-    code, shown, _ = jfbench("show", out)
-    assert code == 0 and "2/6 cells (+ 1 unfinished, 1 prompt batch(es) decoded so far" in shown
+    assert len(list((out / "cells").glob("*.json"))) == 3 and not (out / "partial").exists()
 
     calls.clear()
-    monkeypatch.setattr(driver, "run_cell", counting(crash_at=None))
+    monkeypatch.setattr(driver, "decode_batch", counting(crash_at=5))  # dies in bs 2's second round
+    assert jfbench(*sweep_args(target, out))[0] == 130
+    assert len(list((out / "cells").glob("*.json"))) == 3  # the half-run group left nothing that counts
+    halves = sorted((out / "partial").iterdir())
+    assert len(halves) == 3 and all([p.name for p in h.iterdir()] == ["batch-0000.json"] for h in halves)
+    code, shown, _ = jfbench("show", out)
+    assert code == 0 and "3/6 cells (+ 3 unfinished, 3 prompt batch(es) decoded so far" in shown
+
+    calls.clear()
+    monkeypatch.setattr(driver, "decode_batch", counting(crash_at=None))
     code, _, err = jfbench(*sweep_args(target, out))
     assert code == 0, err
-    assert len(calls) == 4 and "4 cell(s) run, 2 already done" in err  # finished cells not recomputed
-    assert err.count("1 prompt batch(es) decoded by an earlier session were reused") == 1, err
+    assert len(calls) == 4 and "3 cell(s) run, 3 already done" in err  # one round left; finished cells kept
+    assert err.count("1 prompt batch(es) decoded by an earlier session were reused") == 3, err
     assert not (out / "partial").exists()  # the journal goes once its cell is stored
     sessions = json.loads((out / "manifest.json").read_text())["sessions"]
     assert len(sessions) == 3
-    record = json.loads((out / "cells" / f"{half.name}.json").read_text())
+    record = json.loads((out / "cells" / f"{halves[1].name}.json").read_text())
     assert record["resumed"] == {sessions[1]["session"]: 1} and record["session"] == sessions[2]["session"]
     t, base = _tables(out), _tables(base_run)
     assert len(t["summary"]) == 6 and not t["requests"].duplicated([*CELL_KEYS, "request"]).any()
@@ -200,6 +196,10 @@ def test_resume_after_crashes_between_and_inside_cells(target, base_run, tmp_pat
         mine, theirs = (frame[name].sort_values(keys).reset_index(drop=True) for frame in (t, base))
         assert mine[keys + columns].astype(str).equals(theirs[keys + columns].astype(str)), name  # same rows as unbroken
     assert (t["cells"]["wall_s"] > 0).all()
+    resumed = t["requests"][t["requests"]["batch_size"] == 2]
+    # each batch keeps the session that timed it and its own round's baseline, whichever session that was
+    assert resumed.groupby("request")["session"].first().tolist() == [sessions[1]["session"]] * 2 + [sessions[2]["session"]]
+    assert resumed["base_decode_s"].notna().all() and t["summary"]["speedup_decode_micro"].notna().all()
 
 
 def test_show_says_how_far_a_first_cell_got_before_any_cell_finished(tmp_path):

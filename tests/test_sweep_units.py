@@ -377,20 +377,23 @@ def test_a_given_head_trained_with_another_setting_is_refused(tmp_path):
     assert with_checkpoints(specs, {"loss=rkl": released}, train=None)[1].checkpoint == str(released)
 
 
-def _requests(drafter: str, variant: str, accepted: list[int], decode_s: list[float], budget: int = 16) -> pd.DataFrame:
+def _requests(drafter: str, variant: str, accepted: list[int], decode_s: list[float], budget: int = 16,
+              base_s: list[float] | None = None) -> pd.DataFrame:
+    """An arm's request rows; ``base_s``: the AR times paired with them in their rounds (default: their own)."""
     n = len(accepted)
     return pd.DataFrame({
         "suite": "gsm8k", "drafter": drafter, "variant": variant, "budget": budget, "batch_size": 1, "repeat": 0,
         "request": range(n), "accepted": accepted, "emitted": [a + 10 for a in accepted], "steps": [10] * n,
-        "decode_s": decode_s,
+        "decode_s": decode_s, "base_decode_s": decode_s if base_s is None else base_s,
     })
 
 
 def test_ablation_deltas_are_paired_over_prompts():
-    ar = _requests("ar", "default", [0] * 6, [2.0, 4, 6, 8, 10, 12], budget=1)
-    default = _requests("jetflow", "default", [20, 20, 20, 20, 20, 20], [1.0, 2, 3, 4, 5, 6])
-    same = _requests("jetflow", "refine_passes=1", [20] * 6, [1.0, 2, 3, 4, 5, 6])
-    worse = _requests("jetflow", "head=bidirectional", [10] * 6, [2.0, 4, 6, 8, 10, 12])
+    ar_s = [2.0, 4, 6, 8, 10, 12]
+    ar = _requests("ar", "default", [0] * 6, ar_s, budget=1)
+    default = _requests("jetflow", "default", [20, 20, 20, 20, 20, 20], [1.0, 2, 3, 4, 5, 6], base_s=ar_s)
+    same = _requests("jetflow", "refine_passes=1", [20] * 6, [1.0, 2, 3, 4, 5, 6], base_s=ar_s)
+    worse = _requests("jetflow", "head=bidirectional", [10] * 6, [2.0, 4, 6, 8, 10, 12], base_s=ar_s)
     table = ablation_table(pd.concat([ar, default, same, worse]), n_boot=200).set_index("variant")
     assert table.loc["refine_passes=1", "tau_delta"] == 0 and table.loc["refine_passes=1", "tau_delta_hi"] == 0
     row = table.loc["head=bidirectional"]
@@ -399,6 +402,12 @@ def test_ablation_deltas_are_paired_over_prompts():
     # per-prompt ratios are constant, so pairing leaves no spread: the CI collapses onto the delta
     assert np.isclose(row.speedup_delta_lo, -1.0) and np.isclose(row.speedup_delta_hi, -1.0)
     assert set(table.index) == {"refine_passes=1", "head=bidirectional"}
+    # a variant timed in another session, beside its own (slower) baseline, divides by that one
+    later = worse.assign(base_decode_s=worse["base_decode_s"] * 1.5)
+    row = ablation_table(pd.concat([ar, default, later]), n_boot=0).set_index("variant").loc["head=bidirectional"]
+    assert (row.speedup_decode_micro, row.speedup_default) == (1.5, 2.0)
+    unpaired = ablation_table(pd.concat([ar, default, worse]).drop(columns="base_decode_s"), n_boot=0)
+    assert unpaired["speedup_decode_micro"].isna().all() and unpaired["tau"].notna().all()  # recorded before pairing
 
 
 def test_checkpoint_pairs_accept_variant_names_with_equals():

@@ -270,11 +270,23 @@ def test_vllm_arms_speedups_divide_by_vllm_plain_decoding():
     # Bug: vLLM arms' speed-ups divided by jfbench's AR (another engine), hiding vLLM's own gain.
     import pandas as pd
 
+    from jetflow_bench.budget_policy import Budget
+    from jetflow_bench.sweep.driver import GroupRunner
+    from jetflow_bench.sweep.grid import Cell
     from jetflow_bench.sweep.tables import summary_table
 
-    arms = [("ar", 1, "ar", 4.0), ("vllm:none", 1, "ar", 2.0), ("vllm:ngram", 4, "vllm:none", 1.0)]
+    class Plain:  # the vLLM engine's rule: vLLM arms divide by vllm:none, the rest by AR
+        def baseline_arm(self, drafter):
+            return "vllm:none" if drafter not in (None, "vllm:none") else "ar"
+
+    runner = GroupRunner.__new__(GroupRunner)
+    runner.engine, runner.drafter = Plain(), lambda cell: None if cell.is_baseline else cell.drafter
+    members = [Cell("s", name, "default", Budget.fixed(1), 1, 0) for name in ("ar", "vllm:none", "vllm:ngram")]
+    assert [runner.base(c, members).drafter for c in members] == ["ar", "ar", "vllm:none"]  # timed in one round
+
+    arms = [("ar", 1, "ar", 4.0, 4.0), ("vllm:none", 1, "ar", 2.0, 4.0), ("vllm:ngram", 4, "vllm:none", 1.0, 2.0)]
     steps, requests, cells = [], [], []
-    for drafter, budget, baseline, decode_s in arms:
+    for drafter, budget, baseline, decode_s, base_s in arms:
         keys = {"suite": "s", "drafter": drafter, "variant": "default", "budget": budget, "batch_size": 1,
                 "repeat": 0, "temperature": 0.0}
         for request in range(2):
@@ -283,9 +295,11 @@ def test_vllm_arms_speedups_divide_by_vllm_plain_decoding():
                           "verify_s": 0.0, "other_s": 0.0})
             requests.append({**keys, "request": request, "prompt_tokens": 3, "new_tokens": 2, "ttft_s": 0.0,
                              "decode_s": decode_s, "steps": 1, "correct": pd.NA, "lossless": True,
-                             "excused": False})
+                             "excused": False, "session": "s1", "base_decode_s": base_s, "base_ttft_s": 0.0,
+                             "aa_decode_s": 4.0, "aa_ttft_s": 0.0})
         cells.append({**keys, "wall_s": 2 * decode_s, "drafted_mean": 0.0, "drafted_max": 0, "budget_fill": 0.0,
-                      "peak_mem_bytes": 0, "engine": "x", "baseline": baseline, "config_hash": "h"})
+                      "peak_mem_bytes": 0, "engine": "x", "baseline": baseline, "config_hash": "h", "session": "s1",
+                      "pairing": "interleaved"})
     summary = summary_table(pd.DataFrame(steps), pd.DataFrame(requests).astype({"correct": "boolean"}),
                             pd.DataFrame(cells), n_boot=10, seed=0).set_index("drafter")
     assert summary.loc["vllm:ngram", "speedup_decode_micro"] == pytest.approx(2.0)  # vs vllm:none

@@ -35,7 +35,10 @@ AutoBudgetsOpt = Annotated[
 BatchSizesOpt = Annotated[
     str, typer.Option("--batch-sizes", help="Comma-separated batch sizes; the AR baseline runs at each.")
 ]
-RepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="Timing repeats (>= 3 for reported speed-ups).")]
+RepeatsOpt = Annotated[int, typer.Option(
+    "--repeats", min=1, help="Timing repeats; each times the AR baseline and the arms interleaved (>= 3 for reported speed-ups).")]
+TauOnlyOpt = Annotated[bool, typer.Option(
+    "--tau-only", help="Record τ and counters only: one repeat, no baseline timed beside the arms, no speed-up claimed.")]
 LimitOpt = Annotated[int | None, typer.Option("--limit", min=1, help="Prompts per suite. Default: all.")]
 MaxNewOpt = Annotated[
     int | None, typer.Option("--max-new-tokens", min=1, help="New tokens per prompt. Default: each suite's own.")
@@ -77,6 +80,7 @@ class GridFlags:
     auto_budgets: str = "1,4,16,64,256"
     batch_sizes: str = "1"
     repeats: int = 3
+    tau_only: bool = False
     limit: int | None = None
     max_new_tokens: int | None = None
     temperature: float = 0.0
@@ -124,6 +128,8 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     from jetflow_bench.sweep.grid import DEFAULT_TIE_EPS, SweepConfig, parse_budgets, parse_ints, parse_names
 
     temperatures = grid_temperatures(grid)
+    if grid.tau_only and grid.repeats not in (1, GRID.repeats):
+        raise JfbenchError(f"--tau-only runs one repeat (τ does not depend on timing): drop --repeats {grid.repeats}")
     budgets = parse_budgets(grid.budgets, grid.auto_budgets)
     if any(b.policy for b in budgets):
         check_auto_budgets(drafters)
@@ -146,12 +152,12 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     tie_eps = DEFAULT_TIE_EPS[dtype] if grid.tie_eps is None else grid.tie_eps
     return SweepConfig(
         target=resolve_target(target), drafters=tuple(drafters), suites=suites, budgets=budgets,
-        batch_sizes=sizes, repeats=grid.repeats, device=str(dev),
+        batch_sizes=sizes, repeats=1 if grid.tau_only else grid.repeats, device=str(dev),
         dtype=dtype, threads=torch.get_num_threads(),
         limit=grid.limit, max_new_tokens=grid.max_new_tokens, temperatures=temperatures,
         top_p=grid.top_p, top_k=grid.top_k,
         sample_seed=grid.sample_seed, seed=grid.seed, engine=engine, tie_eps=tie_eps, attention=grid.attention,
-        profile=grid.profile, compile=grid.compile, extra=extra,
+        profile=grid.profile, compile=grid.compile, tau_only=grid.tau_only, extra=extra,
     )
 
 

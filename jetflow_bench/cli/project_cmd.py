@@ -80,6 +80,7 @@ def project(
     from jetflow_bench.projection.project import project_run, run_context, warn, write_projection
     from jetflow_bench.projection.resolve import build_cost_model
     from jetflow_bench.report.loading import load_run
+    from jetflow_bench.report.tables import evidence_notes
 
     loaded = load_run(run)
     sizes = parse_sizes(batch_sizes, "--batch-sizes")
@@ -93,7 +94,8 @@ def project(
     table, notes = project_run(loaded, model, sizes, head_layers, head_taps, require_counters, hw_name)
     written = write_projection(table, out or loaded.path)
     warn(notes)
-    lines = assumptions(model, table)
+    lines = assumptions(model, table) + [line.replace("no speed-up", "no measured speed-up", 1)
+                                          for line in evidence_notes(loaded.summary) if line.startswith("no speed-up")]
     _print(table, lambda: projection_table(table, hw_name), lines, written, fmt)
 
 

@@ -66,7 +66,7 @@ def _read(run: Path, name: str) -> pd.DataFrame:
     from jetflow_bench.report.loading import CELL_KEYS, REBUILD, with_cell_keys
 
     try:
-        return with_cell_keys(pd.read_parquet(path))
+        return _paired(name, with_cell_keys(pd.read_parquet(path)))
     except READ_ERRORS as err:
         problem = f"{path} is unreadable ({reason(err)})"
     twin = path.with_suffix(".csv")
@@ -78,7 +78,14 @@ def _read(run: Path, name: str) -> pd.DataFrame:
     if missing:
         raise JfbenchError(f"{problem}, and {twin.name} lacks the columns {missing}: {REBUILD}")
     warn(f"{problem}; showing {twin.name} instead")
-    return frame
+    return _paired(name, frame)
+
+
+def _paired(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """A summary with no speed-up where its cell had no baseline timed beside it (`paired_only`)."""
+    from jetflow_bench.report.loading import paired_only
+
+    return paired_only(frame) if name == "summary" else frame
 
 
 def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) -> str:
@@ -98,10 +105,7 @@ def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) ->
     lines += [f"{arm}: head trained under the {old}" for arm, old in old_recipe_heads(run, manifest).items()]
     if config.get("device", "").startswith("cpu"):
         lines.append("CPU: verification cost grows with B, so τ is the hardware-independent figure")
-    apart = _timed_apart(run, manifest)
-    if apart:
-        lines.append(f"speed-up: {apart} cell(s) are paired with a baseline cell timed in another session of the "
-                     "sweep (the machine's load may have changed between them); --force re-times every cell")
+    lines.extend(evidence_lines(summary))
     return "\n".join(lines)
 
 
@@ -115,21 +119,16 @@ def _unfinished(run: Path) -> str:
     return f"{len(batches)} unfinished, {sum(batches)} prompt batch(es) decoded so far: a re-run resumes them"
 
 
-def _timed_apart(run: Path, manifest: dict) -> int:
-    """How many cells' speed-ups pair decode times from two sweep sessions; 0 when unknown."""
-    from datetime import datetime
+def evidence_lines(summary: pd.DataFrame) -> list[str]:
+    """What the speed-ups rest on (`report.tables.evidence_notes`), with the decode column's marks."""
+    from jetflow_bench.cli.summary_view import NOISE_MARK, UNPAIRED_MARKS
+    from jetflow_bench.report.loading import NO_SPEEDUP
+    from jetflow_bench.report.tables import evidence_notes
 
-    import pandas as pd
-
-    from jetflow_bench.integrity import READ_ERRORS
-    from jetflow_bench.sweep.tables import timed_apart
-
-    try:
-        starts = [datetime.fromisoformat(s["started"]).timestamp() for s in manifest.get("sessions", [])]
-        cells = pd.read_parquet(run / "cells.parquet")
-    except (*READ_ERRORS, FileNotFoundError, KeyError, TypeError, ValueError):
-        return 0
-    return len(timed_apart(cells, starts))
+    lines = evidence_notes(summary, dict(zip(NO_SPEEDUP, UNPAIRED_MARKS, strict=True)))
+    if "speedup_distinct" in summary and summary["speedup_distinct"].eq(False).any():
+        lines.append(f"{NOISE_MARK}: its CI overlaps the A/A noise floor: not distinguishable from 1 here")
+    return lines
 
 
 def _tree_rows(shape: pd.DataFrame, what: str) -> list[dict[str, str]]:

@@ -53,8 +53,21 @@ def _budget(g: pd.DataFrame, arm: dict) -> str:
 
 
 def _speedup(g: pd.DataFrame, arm: dict) -> str:
-    s = "speedup_decode_micro"
-    return f"{_f(g[s].mean(), 2)} [{_f(g[f'{s}_lo'].mean(), 2)}, {_f(g[f'{s}_hi'].mean(), 2)}]"
+    """The arm's pooled speed-up and CI (repeats and prompts resampled), `NOISE_MARK` when the CI
+    overlaps the A/A noise floor; where the arm has no in-session baseline, a dash and why."""
+    import pandas as pd
+
+    from jetflow_bench.report.loading import NO_SPEEDUP
+
+    notes = [n for n in g.get("speedup_note", []) if isinstance(n, str) and n]
+    if notes:
+        return f"– {dict(zip(NO_SPEEDUP.values(), UNPAIRED_MARKS, strict=True))[notes[0]]}"
+    if "speedup_arm" not in g or g["speedup_arm"].isna().all():
+        return ""
+    row = g.iloc[0]
+    distinct = row.get("speedup_distinct")
+    mark = NOISE_MARK if distinct is not None and not pd.isna(distinct) and not distinct else ""
+    return f"{_f(row['speedup_arm'], 2)} [{_f(row['speedup_arm_lo'], 2)}, {_f(row['speedup_arm_hi'], 2)}]{mark}"
 
 
 def _spread(g: pd.DataFrame, arm: dict) -> str:
@@ -74,6 +87,8 @@ def _chosen(g: pd.DataFrame, arm: dict) -> str:
 
 
 SAMPLED = "sampled"  # `diverged` at T > 0, where exactness is distributional (the caption says so)
+NOISE_MARK = "~"  # a speed-up whose CI overlaps the A/A noise floor: not distinguishable from 1
+UNPAIRED_MARKS = ("τ-only", "unpaired")  # in the decode column, for `report.loading.NO_SPEEDUP`'s reasons in order
 COLUMNS: tuple[Column, ...] = (
     Column("suite", "suite", "benchmark suite", lambda g, arm: str(arm["suite"])),
     Column("arm", "arm", "drafter arm; options that differ from its defaults in brackets", _arm_name),
@@ -95,7 +110,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("tok_s", "tok/s", "generated tokens per second of wall clock", _mean("tokens_per_s", 1)),
     Column("tpot", "TPOT ms", "time per output token after the first", _mean("tpot_s", 2, 1e3)),
     Column("ttft", "TTFT ms", "time to the first token (prefill)", _mean("ttft_s", 1, 1e3)),
-    Column("decode", "decode × [95% CI]", "decode speed-up over AR on the same prompts, bootstrap 95% CI", _speedup),
+    Column("decode", "decode × [95% CI]", "decode speed-up over AR timed beside it on the same prompts, repeats "
+           f"pooled, 95% CI over prompts and repeats ({NOISE_MARK}: within the A/A noise floor)", _speedup),
     Column("sd", "sd", "standard deviation of that speed-up across repeats (blank: one repeat)", _spread),
     Column("e2e", "e2e ×", "end-to-end speed-up (prefill included)", _mean("speedup_e2e_micro", 2)),
     Column("accuracy", "acc arm/AR", "share of answers the suite's checker accepts, this arm / AR",
@@ -115,7 +131,7 @@ COLUMNS: tuple[Column, ...] = (
 )
 BY_NAME = {c.name: c for c in COLUMNS}
 COMPACT = ("suite", "arm", "budget", "batch", "tau", "alpha", "decode", "diverged")
-LEGEND = "τ tokens/verify step · α accepted/drafted · decode × vs AR [95% CI] · diverged unexcused+excused"
+LEGEND = "τ tokens/step · α accepted/drafted · decode × vs in-session AR [95% CI] · diverged unexcused+excused"
 
 
 def pick_columns(wide: bool, columns: str | None) -> list[str] | None:
@@ -138,7 +154,8 @@ def summary_rows(summary: pd.DataFrame, names: Sequence[str] | None = None) -> l
     """One row per arm of ``summary`` (repeats pooled), headers as printed, values as text.
 
     ``names`` None: the compact columns, plus T when the run samples. Numbers are means over
-    repeats; the decode speed-up's bracket is the mean of its per-repeat bootstrap 95% bounds.
+    repeats, except the decode speed-up: the arm's pooled ratio with its hierarchical bootstrap
+    95% CI over prompts and repeats (`metrics.pooled_speedups`).
     """
     if names is None:
         names = [*COMPACT[:4], *(["temperature"] if summary["temperature"].ne(0).any() else []), *COMPACT[4:]]

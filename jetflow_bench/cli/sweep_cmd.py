@@ -33,6 +33,7 @@ from jetflow_bench.cli.grid_options import (
     SeedOpt,
     StrictOpt,
     SuitesOpt,
+    TauOnlyOpt,
     TieEpsOpt,
     grid_config,
     grid_temperatures,
@@ -70,6 +71,7 @@ def sweep(
     auto_budgets: AutoBudgetsOpt = GRID.auto_budgets,
     batch_sizes: BatchSizesOpt = GRID.batch_sizes,
     repeats: RepeatsOpt = GRID.repeats,
+    tau_only: TauOnlyOpt = GRID.tau_only,
     limit: LimitOpt = GRID.limit,
     max_new_tokens: MaxNewOpt = GRID.max_new_tokens,
     temperature: TemperatureOpt = GRID.temperature,
@@ -101,8 +103,11 @@ def sweep(
 ) -> None:
     """Run a grid of drafters × suites × budgets × batch sizes × repeats into a run folder.
 
-    Every batch size also runs the AR baseline on the same prompts (warm-up first), and every
-    drafter request is checked token for token against it. Re-running the same command resumes an
+    Every batch size also runs the AR baseline on the same prompts, timed interleaved with the arms:
+    prompt batch by prompt batch, the AR baseline, every arm and the AR baseline again (an A/A pair:
+    the noise floor `show` prints), in an order rotated per repeat, each cell warmed up first. A
+    speed-up divides only by the baseline timed beside it in the same session; --tau-only times no
+    baseline and claims none. Every drafter request is checked token for token against the AR cell. Re-running the same command resumes an
     interrupted run without recomputing finished cells, and a cell it left half-done decodes only
     its missing prompt batches (kept in RUN/partial/); re-running it with only the grid changed
     (more budgets, another drafter, fewer repeats) keeps the finished cells still in the grid.
@@ -193,6 +198,7 @@ def ablate(
     auto_budgets: AutoBudgetsOpt = GRID.auto_budgets,
     batch_sizes: BatchSizesOpt = GRID.batch_sizes,
     repeats: RepeatsOpt = GRID.repeats,
+    tau_only: TauOnlyOpt = GRID.tau_only,
     limit: LimitOpt = GRID.limit,
     max_new_tokens: MaxNewOpt = GRID.max_new_tokens,
     temperature: TemperatureOpt = GRID.temperature,

@@ -34,7 +34,7 @@ import pandas as pd
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.report import DEFAULT_BASELINE
-from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run, align, load_run
+from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run, align, load_run, paired_only
 from jetflow_bench.runtime import numerics_difference
 
 GATED_DEPTHS = ("a_1", "a_2", "a_3")
@@ -199,6 +199,11 @@ def compare(base: Run, run: Run, tau_tol: float = 0.05, speedup_warn: float = 0.
                                     "the AR baseline"))
     if not (joined["_merge"] == "both").any():
         findings.append(Finding("fail", None, "cell", "no cell of the run matches the baseline"))
+    for side, which in ((base, "baseline"), (run, "run")):
+        notes = paired_only(side.summary).loc[side.summary["drafter"] != AR_ARM, "speedup_note"]
+        for note, count in notes[notes != ""].value_counts().items():
+            findings.append(Finding("info", None, "speed-up", f"{count} drafter cell(s) of the {which} have no speed-up "
+                                                           f"({note}): their speed-up is not compared"))
     hashes = base.manifest.get("config_hash"), run.manifest.get("config_hash")
     note = None
     if None not in hashes and hashes[0] != hashes[1]:

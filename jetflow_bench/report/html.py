@@ -22,6 +22,7 @@ from jetflow_bench.report.tables import (
     delta_table,
     depth_table,
     divergent_cells,
+    evidence_notes,
     frame_table,
     headline,
     manifest_items,
@@ -46,6 +47,7 @@ class RunSection:
 
     run: Run
     headline: Table
+    evidence: list[str]  # what the speed-ups rest on: repeats, sessions, noise floor, why some have none
     figures: list[tuple[ReportFigure, str]]  # (figure, base64 PNG); the ablation figure excluded
     skipped: list[Skipped]  # figures with nothing to show in this run, each with its reason
     summary: Table
@@ -77,6 +79,7 @@ def _section(run: Run, first: Run | None) -> RunSection:
     return RunSection(
         run=run,
         headline=headline(run),
+        evidence=evidence_notes(run.summary),
         figures=[(f, f.png_base64()) for f in figures if f is not ablation_fig],
         skipped=skipped,
         summary=summary_table(run),

@@ -29,6 +29,10 @@ ADDED_KEYS = {"temperature": 0.0}  # cell keys newer than some recorded runs, wi
 # checked by the test suite rather than a per-request token comparison.
 SAMPLED_LOSSLESS = "distribution-preserving (tested)"
 SPEEDUP = "speedup_decode_micro"  # the headline speed-up: decode-only, time-weighted (docs/methodology.md)
+# A cell record's `pairing`: timed in rounds beside its baseline and an A/A copy (the speed-up
+# divides by that baseline), or in a `--tau-only` run (no baseline timed, no speed-up claimed).
+INTERLEAVED, TAU_ONLY = "interleaved", "tau-only"
+NO_SPEEDUP = {TAU_ONLY: "a τ-only run times no baseline", None: "its baseline was not timed beside it in its session"}
 
 
 REBUILD = "re-run the sweep (the same command) to rebuild the tables from cells/"
@@ -51,6 +55,26 @@ def with_cell_keys(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with the `ADDED_KEYS` a run recorded before they existed (greedy runs: temperature 0)."""
     missing = {k: v for k, v in ADDED_KEYS.items() if k not in frame.columns}
     return frame.assign(**missing) if missing else frame
+
+
+def paired_only(summary: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` with no speed-up for a cell whose baseline was not timed beside it in its session.
+
+    Runs recorded before in-session pairing paired each arm with a baseline cell that may have been
+    timed in another session, under another load; τ-only runs time no baseline. Their speed-up
+    columns become NaN and `speedup_note` says why ("" where the speed-up stands), so that `show`,
+    `report`, `check` and `project` print none for them.
+    """
+    recorded = summary["pairing"].tolist() if "pairing" in summary else [None] * len(summary)
+    pairing = [p if p in (INTERLEAVED, TAU_ONLY) else None for p in recorded]
+    unpaired = pd.Series([p != INTERLEAVED for p in pairing], index=summary.index)
+    speedups = [c for c in summary.columns if c.startswith("speedup_") and c != "speedup_note"]
+    out = summary.assign(pairing=pd.Series(pairing, index=summary.index),
+                         speedup_note=[NO_SPEEDUP[p] if p != INTERLEAVED else "" for p in pairing])
+    if unpaired.any():
+        for column in speedups:  # NaN, or NA for the boolean `speedup_distinct`
+            out[column] = out[column].where(~unpaired)
+    return out
 
 
 def _columns(path: Path, wanted: list[str]) -> list[str]:
@@ -172,7 +196,7 @@ def load_run(path: str | Path) -> Run:
         raise JfbenchError(f"{str(folder)!r} has no usable summary ({'; '.join(problems)}): {REBUILD}")
     if summary is None:
         raise JfbenchError(f"{str(folder)!r} is not a run folder (no summary.parquet or summary.csv): {fix}")
-    summary = with_cell_keys(summary)
+    summary = paired_only(with_cell_keys(summary))
     missing = [key for key in (*CELL_KEYS, "tau") if key not in summary.columns]
     if missing:
         raise JfbenchError(

@@ -17,7 +17,15 @@ from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import budget_label
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.integrity import warn
-from jetflow_bench.report.loading import CELL_KEYS, SAMPLED_LOSSLESS, SPEEDUP, Run, align, old_recipe_heads
+from jetflow_bench.report.loading import (
+    CELL_KEYS,
+    NO_SPEEDUP,
+    SAMPLED_LOSSLESS,
+    SPEEDUP,
+    Run,
+    align,
+    old_recipe_heads,
+)
 from jetflow_bench.report.palette import drafter_color, drafter_order
 from jetflow_bench.report.tree_shape import by_depth, tree_shape
 
@@ -89,6 +97,30 @@ def headline(run: Run) -> Table:
     order = {name: k for k, name in enumerate(drafter_order(means["drafter"]))}
     table.rows.sort(key=lambda row: (row[0].text, order[row[1].text]))
     return table
+
+
+def evidence_notes(summary: pd.DataFrame, marks: dict[str | None, str] | None = None) -> list[str]:
+    """What a run's speed-ups rest on, one line each: the repeats and sessions of the in-session
+    pairs, the A/A noise floor per batch size, and why cells have no speed-up (prefixed by the
+    ``marks`` a table shows for each reason in `NO_SPEEDUP`'s keys, when given)."""
+    lines = []
+    notes = summary["speedup_note"] if "speedup_note" in summary else pd.Series("", index=summary.index)
+    paired = summary[notes.eq("")]
+    if len(paired):
+        sessions = paired["session"].nunique() if "session" in paired else 0
+        lines.append(f"speed-ups: vs the AR baseline timed beside each arm in its session; {paired['repeat'].nunique()} "
+                     f"repeat(s), {sessions} session(s)")
+    noise = summary.dropna(subset=["noise_aa"]) if "noise_aa" in summary else summary.iloc[:0]
+    noise = noise.drop_duplicates("batch_size").sort_values("batch_size")
+    for r in noise.itertuples():
+        at = f" at batch {r.batch_size}" if len(noise) > 1 else ""
+        lines.append(f"noise floor{at}: A/A {r.noise_aa:.2f}× [{r.noise_aa_lo:.2f}, {r.noise_aa_hi:.2f}] "
+                     f"(AR timed against itself, {int(r.noise_rounds)} pairs)")
+    for key, note in NO_SPEEDUP.items():
+        count = int(notes.eq(note).sum())
+        if count:
+            lines.append(f"– {marks[key]}: no speed-up: {note}" if marks else f"no speed-up for {count} cell(s): {note}")
+    return lines
 
 
 def frame_table(frame: pd.DataFrame, bad: dict[str, float] | None = None) -> Table:

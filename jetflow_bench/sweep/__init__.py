@@ -33,20 +33,28 @@ steps:    run_id, <cell keys>, request, step, batch_step, active, drafted, accep
 requests: run_id, <cell keys>, request, record_id, prompt, prompt_hash, prompt_tokens (count),
           output_ids, output, new_tokens, finish_reason, ttft_s, decode_s, steps, drafted,
           accepted, accepted_raw, emitted (sums of the step rows), tau (= emitted / steps), lossless, excused, first_divergence (index into the generated tokens,
-          NA when lossless), tie_gap, correct (NA when the suite does not score), config_hash
+          NA when lossless), tie_gap, correct (NA when the suite does not score), config_hash,
+          session and batch_started (the session and start of the request's timed batch),
+          base_decode_s, base_ttft_s (its baseline arm's times in the same round), aa_decode_s,
+          aa_ttft_s (the AR baseline's A/A copy in that round; all NaN in a --tau-only run)
 cells:    run_id, <cell keys>, cell_id, config_hash, engine, n_requests, wall_s, peak_mem_bytes,
           drafted_mean, drafted_max, budget_fill, started, finished, baseline (the arm its
-          speed-ups divide by: AR, or vllm:none for vLLM arms)
+          speed-ups divide by: AR, or vllm:none for vLLM arms), session (the one that stored it),
+          pairing ("interleaved", or "tau-only")
 summary:  <cell keys>, then `jetflow_bench.metrics.summarize`'s columns (tau, accepted_per_step,
           tau_per_draft, alpha, draft_passes, draft_entries, draft_flops, verify_flops,
           budget_efficiency, a_1..a_D, p_1..p_D, accept_hist, rank1_faithful, tokens_per_s, tpot_s, ttft_s,
           other_share, speedup_{decode,e2e}_{micro,macro}{,_lo,_hi}, accuracy, baseline_accuracy,
           lossless_unexcused, lossless_excused, ...), then drafted_mean, drafted_max,
-          budget_fill, peak_mem_bytes, engine (hf, or "vllm <version>"), baseline, config_hash
+          budget_fill, peak_mem_bytes, engine (hf, or "vllm <version>"), baseline, config_hash,
+          session, pairing, the arm's pooled speed-up (speedup_arm{,_lo,_hi}, speedup_repeats,
+          speedup_sessions), the A/A noise floor at its batch size (noise_aa{,_lo,_hi},
+          noise_rounds), speedup_distinct (its CI clear of that floor) and speedup_note (why a
+          cell has no speed-up; "" when it has one)
 ablation: see `jetflow_bench.sweep.ablation`.
 
 `request` is the prompt's position in its suite's selected records, so it pairs arms, batch
-sizes and repeats. Speed-ups pair each cell with the AR cell of the same suite, batch size and
-repeat. `peak_mem_bytes` is the device peak on GPUs and the process's resident high-water mark
+sizes and repeats. Speed-ups divide by the baseline timed in the same round of the same
+session (`base_*`), never by a cell timed in another session. `peak_mem_bytes` is the device peak on GPUs and the process's resident high-water mark
 on CPU (monotonic over a run there).
 """

@@ -18,9 +18,10 @@ ablation table — one row per drafter × variant × suite × budget × batch si
     tau, tau_default, tau_delta (+ _lo, _hi)        (``_default`` = the compared arm's value)
     speedup_decode_micro, speedup_default, speedup_delta (+ _lo, _hi)
 with tau = Σemitted / Σsteps and speedup = Σ AR decode_s / Σ arm decode_s over the prompts
-(both arms' sums pool all repeats). The CI is a paired percentile bootstrap over prompts: each
-resample draws prompts with replacement and uses the same draw for the variant, the default
-and the AR baseline, so prompt difficulty cancels out of the deltas.
+(both arms' sums pool all repeats), each arm divided by the AR baseline timed beside it in its
+own rounds (``base_decode_s``; NaN for runs recorded before in-session pairing). The CI is a
+paired percentile bootstrap over prompts: each resample draws prompts with replacement and uses
+the same draw for the variant and the default, so prompt difficulty cancels out of the deltas.
 """
 
 from __future__ import annotations
@@ -244,17 +245,20 @@ def _join_seed(variant: str, seed: int | None) -> str:
 
 
 def _per_prompt(requests: pd.DataFrame) -> pd.DataFrame:
-    """Sums over repeats per prompt: emitted, steps, decode_s (index: request)."""
-    return requests.groupby("request")[["emitted", "steps", "decode_s"]].sum()
+    """Sums over repeats per prompt: emitted, steps, decode_s and the AR decode_s timed beside each
+    request in its round (base_decode_s; NaN when a request lacks it: no in-session baseline)."""
+    frame = requests.assign(base_decode_s=requests.get("base_decode_s", np.nan))
+    columns = ["emitted", "steps", "decode_s", "base_decode_s"]
+    return frame.groupby("request")[columns].agg(lambda values: values.sum(skipna=False))
 
 
-def _stats(arm: np.ndarray, ar: np.ndarray, seeds: np.ndarray, prompts: np.ndarray) -> dict[str, np.ndarray]:
-    """tau and micro speed-up for each row of draws: ``arm`` (S, n, 3) = emitted, steps, decode_s per
-    seed and prompt, ``ar`` (n,) AR decode_s; ``seeds`` (R, S) and ``prompts`` (R, n) index them."""
-    picked = arm[seeds[:, :, None], prompts[:, None, :]]  # (R, S, n, 3)
-    emitted, steps, time = (picked[..., k].sum(axis=(1, 2)) for k in range(3))
-    ar_time = ar[prompts].sum(axis=-1) * seeds.shape[1]  # the AR baseline, once per drawn seed
-    return {"tau": tau(emitted, steps), "speedup": rate(ar_time, time)}
+def _stats(arm: np.ndarray, seeds: np.ndarray, prompts: np.ndarray) -> dict[str, np.ndarray]:
+    """tau and micro speed-up for each row of draws: ``arm`` (S, n, 4) = emitted, steps, decode_s,
+    base_decode_s per seed and prompt; ``seeds`` (R, S) and ``prompts`` (R, n) index them. The
+    speed-up divides by the baseline timed beside the arm itself, in its own session."""
+    picked = arm[seeds[:, :, None], prompts[:, None, :]]  # (R, S, n, 4)
+    emitted, steps, time, base = (picked[..., k].sum(axis=(1, 2)) for k in range(4))
+    return {"tau": tau(emitted, steps), "speedup": rate(base, time)}
 
 
 def ablation_table(
@@ -281,30 +285,27 @@ def ablation_table(
         comparison = comparisons.get(variant, Comparison(variant, variant))
         same = ((requests["suite"] == suite) & (requests["batch_size"] == batch_size)
                 & (requests["temperature"] == temperature))
-        ar = requests[same & (requests["drafter"] == AR_ARM)]
         mine = requests[same & (requests["drafter"] == drafter) & (requests["budget"] == budget)]
         seeds = list(dict.fromkeys(split_seed(v)[1] for v in arm["variant"]))
         pairs = [(arm[arm["variant"] == _join_seed(variant, s)], mine[mine["variant"] == _join_seed(comparison.reference, s)])
                  for s in seeds]
         pairs = [(v, d) for v, d in pairs if not v.empty and not d.empty]
-        if not pairs or ar.empty:
+        if not pairs:
             continue
         frames = [(_per_prompt(v), _per_prompt(d)) for v, d in pairs]
-        base = _per_prompt(ar)
-        prompts = base.index
+        prompts = frames[0][0].index
         for v, d in frames:
             prompts = prompts.intersection(v.index).intersection(d.index)
-        var = np.stack([v.loc[prompts].to_numpy(float) for v, _ in frames])  # (S, n, 3)
-        ref = np.stack([d.loc[prompts].to_numpy(float) for _, d in frames])  # (S, n, 3)
-        ar_s = base.loc[prompts, "decode_s"].to_numpy(float)  # (n,)
+        var = np.stack([v.loc[prompts].to_numpy(float) for v, _ in frames])  # (S, n, 4)
+        ref = np.stack([d.loc[prompts].to_numpy(float) for _, d in frames])  # (S, n, 4)
         n_seeds, n = var.shape[:2]
         all_seeds, all_prompts = np.arange(n_seeds)[None, :], np.arange(n)[None, :]
         draws = bootstrap_draws(n, n_seeds, n_boot, seed)  # seeds (n_boot, S), prompts (n_boot, n)
-        v_point, d_point = _stats(var, ar_s, all_seeds, all_prompts), _stats(ref, ar_s, all_seeds, all_prompts)
-        v_boot, d_boot = _stats(var, ar_s, *draws), _stats(ref, ar_s, *draws)
+        v_point, d_point = _stats(var, all_seeds, all_prompts), _stats(ref, all_seeds, all_prompts)
+        v_boot, d_boot = _stats(var, *draws), _stats(ref, *draws)
         one = [np.array([[k]]) for k in range(n_seeds)]
-        per_seed_v = [_stats(var, ar_s, k, all_prompts)["tau"][0] for k in one]
-        per_seed_d = [_stats(ref, ar_s, k, all_prompts)["tau"][0] for k in one]
+        per_seed_v = [_stats(var, k, all_prompts)["tau"][0] for k in one]
+        per_seed_d = [_stats(ref, k, all_prompts)["tau"][0] for k in one]
         row = {"drafter": drafter, "variant": variant, "suite": suite, "budget": budget, "batch_size": batch_size,
                "temperature": temperature, "n_prompts": n, "seeds": n_seeds, "repeats": arm["repeat"].nunique(),
                "factor": comparison.factor,

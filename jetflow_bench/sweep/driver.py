@@ -1,11 +1,16 @@
 """Running a whole grid: load once, run every unfinished cell, store it, rebuild the tables.
 
-Per cell: torch seed, untimed warm-up, timed decode of every prompt batch (`runner.run_cell`),
-each batch journaled as it finishes (`journal.CellJournal`), then — outside the timed region —
-losslessness against the paired AR cell, answer checks, and an atomic write of the cell
-(`store.RunStore`). Finished cells of an earlier, interrupted run of the same config are skipped,
-and their AR outputs still serve as references; a cell it left half-done decodes only the batches
-its journal lacks.
+The grid is run by pairing group (`groups.pairing_groups`: suite × batch size × temperature) and,
+inside a group, repeat by repeat in rounds: each round decodes one prompt batch for the AR
+baseline, every pending arm and a second, A/A copy of the baseline, in an order rotated per repeat
+(`round_order`), so that load drift hits both sides of every ratio alike. Each pending cell's batch
+is journaled after its round (`journal.CellJournal`) with the timings of its round's baseline and
+A/A copy (`DecodedBatch.paired`): a cell's speed-up divides only by a baseline timed beside it, in
+its own session, and an arm added to a finished run gets a freshly timed baseline. When a repeat's
+rounds are done, each pending cell is judged (losslessness against the AR cell, answer checks,
+outside the timed region) and written atomically (`store.RunStore`), the AR cell first. Finished
+cells of an earlier run of the same config are skipped, and their AR outputs still serve as
+references; a cell it left half-done decodes only the batches its journal lacks.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -29,9 +34,10 @@ import torch
 
 from drafters import Drafter
 from jetflow_bench.arms import arm_label
-from jetflow_bench.budget_policy import AUTO_COLUMN
+from jetflow_bench.budget_policy import AUTO_COLUMN, BudgetPolicy
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.report.loading import INTERLEAVED, TAU_ONLY
 from jetflow_bench.runtime import cpu_numerics
 from jetflow_bench.sweep.engines import ENGINES, Engine
 from jetflow_bench.sweep.grid import (
@@ -48,11 +54,20 @@ from jetflow_bench.sweep.grid import (
     spec_for,
     stable_hash,
 )
+from jetflow_bench.sweep.groups import PairingGroup, pairing_groups
 from jetflow_bench.sweep.journal import CellJournal
 from jetflow_bench.sweep.lossless import Verdict, judge, sampled_verdict
 from jetflow_bench.sweep.memory import check_memory
 from jetflow_bench.sweep.progress import SweepProgress
-from jetflow_bench.sweep.runner import Prompt, run_cell
+from jetflow_bench.sweep.runner import (
+    DecodedBatch,
+    Prompt,
+    batches,
+    cell_run,
+    decode_batch,
+    request_times,
+    warm_up,
+)
 from jetflow_bench.sweep.store import HOLDER, LOCK, Derived, RunStore, now_iso
 from jetflow_bench.sweep.tables import cell_frames, optional_frames
 from suites import Record, Request, Suite, get_suite, sandbox
@@ -148,7 +163,8 @@ def run_sweep(
 
     ``derived`` adds tables computed from the requests rows (the ablation), rebuilt with the rest.
     ``max_memory`` (bytes) replaces the available memory the grid's KV caches are checked against.
-    ``engine_options`` go to the engine factory (e.g. where a vLLM server runs; not hashed). The
+    ``engine_options`` go to the engine factory (e.g. where a vLLM server runs; not hashed).
+    The
     engine is closed (its servers stopped) however the run ends. Every check (target, suites,
     data, memory, every drafter built once) passes before the manifest and the first cell are
     written.
@@ -168,26 +184,28 @@ def run_sweep(
         manifest["sessions"][-1]["cells_done_before"] = len(finished)
         _record_adopted(manifest, store, finished)
         todo = [c for c in grid if c.cell_id not in finished]
-        sweep = _CellLoop(engine, store, config, manifest, workloads)
+        runner = GroupRunner(engine, store, config, manifest, workloads)
         for cell in todo:  # a missing or mismatched head fails now, not after the AR cells ran
-            sweep.drafter(cell)
+            runner.drafter(cell)
         if any(w.suite.executes_code and w.suite.scored for w in workloads.values()):
             manifest["code_sandbox"] = sandbox.isolation()  # says whether generated code had a network
             sandbox.announce()
         store.write_manifest(manifest)
-        rebuilt_at, rebuild_s = 0.0, 0.0
+        rebuilt = {"at": 0.0, "cost": 0.0}
+
+        def stored(cell: Cell) -> None:
+            finished.add(cell.cell_id)
+            # The combined tables are a convenience (cells/ is the record): refresh them after a
+            # cell unless that would spend over 1/REBUILD_RATIO of the run rebuilding big tables.
+            if time.perf_counter() - rebuilt["at"] >= REBUILD_RATIO * rebuilt["cost"]:
+                started = time.perf_counter()
+                store.rebuild([c.cell_id for c in grid if c.cell_id in finished], config.n_boot, config.seed, derived)
+                rebuilt["at"], rebuilt["cost"] = time.perf_counter(), time.perf_counter() - started
+
+        pending = {c.cell_id for c in todo}
         with SweepProgress(len(grid), len(finished), show_progress) as progress:
-            for cell in todo:
-                progress.start_cell(cell, len(workloads[cell.suite].prompts))
-                sweep.run(cell, hashes[cell.cell_id], progress)
-                finished.add(cell.cell_id)
-                # The combined tables are a convenience (cells/ is the record): refresh them after a
-                # cell unless that would spend over 1/REBUILD_RATIO of the run rebuilding big tables.
-                if time.perf_counter() - rebuilt_at >= REBUILD_RATIO * rebuild_s:
-                    started = time.perf_counter()
-                    store.rebuild([c.cell_id for c in grid if c.cell_id in finished], config.n_boot, config.seed, derived)
-                    rebuilt_at, rebuild_s = time.perf_counter(), time.perf_counter() - started
-                progress.end_cell()
+            for group in pairing_groups(grid):
+                runner.run_group(group, pending, hashes, progress, stored)
         summary = store.rebuild([c.cell_id for c in grid], config.n_boot, config.seed, derived)
         manifest["sessions"][-1]["finished"] = manifest["finished"] = now_iso()
         store.write_manifest(manifest)
@@ -270,15 +288,37 @@ def _record_adopted(manifest: dict[str, Any], store: RunStore, finished: set[str
               "the manifest's adopted_cells keeps each one's command", file=sys.stderr)
 
 
-class _CellLoop:
-    """Runs single cells with shared state: engine, drafters (built once), prompts, the store."""
+@dataclass(frozen=True)
+class Slot:
+    """One timed place in a round: a cell, or the AR cell's second (A/A) copy."""
+
+    cell: Cell
+    twin: bool = False
+
+
+def round_order(members: Sequence[Cell], repeat: int, index: int, tau_only: bool = False) -> list[Slot]:
+    """The order round ``index`` of a repeat times its cells in: the AR cell, the arms, then the AR
+    cell's A/A copy (none in a τ-only run), rotated by ``repeat`` so that no arm always runs first
+    or last. The two AR decodes swap roles every other round, so that neither the AR cell's own
+    time (the one the arms divide by) nor the A/A copy always runs right after the arms."""
+    ar = [c for c in members if c.is_baseline]
+    slots = [Slot(c) for c in ar] + [Slot(c) for c in members if not c.is_baseline] + ([] if tau_only else [Slot(ar[0], True)])
+    if index % 2:
+        slots = [Slot(s.cell, not s.twin) if s.cell.is_baseline and not tau_only else s for s in slots]
+    shift = repeat % len(slots)
+    return slots[shift:] + slots[:shift]
+
+
+class GroupRunner:
+    """Times the unfinished cells of pairing groups (`run_group`), sharing engine, drafters (built once),
+    prompts and the store; a cluster executor calls `run_group` once per group."""
 
     def __init__(
         self, engine: Engine, store: RunStore, config: SweepConfig, manifest: dict[str, Any],
         workloads: dict[str, Workload],
     ) -> None:
         self.engine, self.store, self.config, self.workloads = engine, store, config, workloads
-        self.run_id = manifest["run_id"]
+        self.run_id, self.tau_only = manifest["run_id"], config.tau_only
         self.session = {"session": manifest["sessions"][-1]["session"], "command": manifest["command"]}  # in each record
         self.drafters: dict[DrafterSpec, Drafter] = {}
 
@@ -291,13 +331,86 @@ class _CellLoop:
             self.drafters[spec] = self.engine.build_drafter(spec, checkpoint)
         return self.drafters[spec]
 
-    def run(self, cell: Cell, chash: str, progress: SweepProgress) -> None:
-        """Decode (timed), then judge losslessness and answers (untimed), then store the cell."""
-        work, config = self.workloads[cell.suite], self.config
-        torch.manual_seed(config.seed)
-        journal = CellJournal(self.store.folder, cell.cell_id, chash, cell.label(), self.session["session"])
-        run = run_cell(self.engine, cell, work.prompts, self.drafter(cell), config.warmup_tokens, progress.advance,
-                       sampling=sampling_for(config, cell), journal=journal)
+    def base(self, cell: Cell, members: Sequence[Cell]) -> Cell:
+        """The cell of ``members`` whose timing ``cell``'s speed-up divides by: its engine's plain
+        decoding when the grid has it (vLLM arms: vllm:none), else the AR cell (the AR cell: itself)."""
+        name = self.engine.baseline_arm(self.drafter(cell))
+        ar = next(c for c in members if c.is_baseline)
+        return next((c for c in members if c.drafter == name and c != cell), ar)
+
+    def run_group(
+        self, group: PairingGroup, todo: Collection[str], hashes: dict[str, str], progress: SweepProgress,
+        stored: Callable[[Cell], None] = lambda cell: None,
+    ) -> None:
+        """Time the cells of ``group`` whose ids are in ``todo``, repeat by repeat, and store each one.
+
+        Per repeat, the rounds go over the prompt batches; each round decodes the batch once for
+        every slot of `round_order` that a pending cell needs: the pending cells, the cells they are
+        paired with (timed again even when finished, so that every pair shares its round) and the
+        AR cell's A/A copy. Each slot's cell is warmed up (untimed) before its first timed batch,
+        at the start of that round.
+        After the round, each pending cell's batch is journaled with its round's paired timings, so
+        a killed run resumes at its next round. Once all rounds ran, the cells are judged and stored,
+        the AR cell first (the arms are judged against its outputs); ``stored`` is told of each.
+        """
+        work = self.workloads[group.suite]
+        chunks = batches(work.prompts, group.batch_size)
+        ids = [[p.request for p in chunk] for chunk in chunks]
+        for repeat in sorted({c.repeat for c in group.cells}):
+            members = [c for c in group.cells if c.repeat == repeat]
+            pending = [c for c in members if c.cell_id in todo]
+            if not pending:
+                continue
+            progress.start(f"{group.label()} r{repeat}: {len(pending)} cell(s) interleaved", len(chunks))
+            torch.manual_seed(self.config.seed)
+            session = self.session["session"]
+            journals = {c: CellJournal(self.store.folder, c.cell_id, hashes[c.cell_id], c.label(), session) for c in pending}
+            done = {c: journals[c].load(ids) for c in pending}
+            policies: dict[Cell, BudgetPolicy | None] = {}
+            for index, chunk in enumerate(chunks):
+                need = [c for c in pending if index not in done[c]]
+                order = round_order(members, repeat, index, self.tau_only)
+                timed = self._round(order, need, members, chunk, index, work, policies)
+                for cell in need:
+                    done[cell][index] = self._paired(timed, cell, members)
+                    journals[cell].save(done[cell][index])
+                progress.advance(1, sum(len(r.output_tokens) for b in timed.values() for r in b.result.requests))
+            for cell in sorted(pending, key=lambda c: not c.is_baseline):
+                self.finalize(cell, hashes[cell.cell_id], [done[cell][i] for i in range(len(chunks))], journals[cell], progress)
+                stored(cell)
+
+    def _round(
+        self, order: list[Slot], need: list[Cell], members: list[Cell], chunk: list[Prompt], index: int,
+        work: Workload, policies: dict[Cell, BudgetPolicy | None],
+    ) -> dict[Slot, DecodedBatch]:  # fmt: skip
+        """One prompt batch decoded, timed, for every slot that the cells in ``need`` pair with; a cell
+        timed for the first time in this repeat is warmed up first, before the round's first clock."""
+        wanted = {Slot(c) for c in need}
+        if need and not self.tau_only:
+            wanted |= {Slot(self.base(c, members)) for c in need} | {s for s in order if s.twin}
+        slots = [s for s in order if s in wanted]
+        for cell in dict.fromkeys(s.cell for s in slots if s.cell not in policies):
+            policies[cell] = warm_up(self.engine, cell, work.prompts, self.drafter(cell), self.config.warmup_tokens,
+                                     sampling_for(self.config, cell))
+        return {slot: decode_batch(self.engine, slot.cell, chunk, index, self.drafter(slot.cell), self.session["session"],
+                                   sampling_for(self.config, slot.cell), policies[slot.cell]) for slot in slots}
+
+    def _paired(self, timed: dict[Slot, DecodedBatch], cell: Cell, members: list[Cell]) -> DecodedBatch:
+        """``cell``'s batch of this round with the round's timings of its baseline and the A/A copy."""
+        own = timed[Slot(cell)]
+        if self.tau_only:
+            return own
+        base, twin = timed[Slot(self.base(cell, members))], next(b for s, b in timed.items() if s.twin)
+        paired = {f"{prefix}_{field}": request_times(batch, field)
+                  for prefix, batch in (("base", base), ("aa", twin)) for field in ("decode_s", "ttft_s")}
+        return replace(own, paired=paired)
+
+    def finalize(
+        self, cell: Cell, chash: str, decoded: list[DecodedBatch], journal: CellJournal, progress: SweepProgress
+    ) -> None:
+        """Judge losslessness and answers (untimed), then store the cell and drop its journal."""
+        work = self.workloads[cell.suite]
+        run = cell_run(decoded, self.session["session"], self.drafter(cell))
         if run.resumed:
             progress.note(f"note: {cell.label()}: {sum(run.resumed.values())} prompt batch(es) decoded by an earlier "
                           "session were reused; the cell's record names them under 'resumed'")
@@ -313,10 +426,10 @@ class _CellLoop:
         labels = {i: (work.requests[i].record_id, work.requests[i].prompt, texts[i]) for i in ids}
         engine, baseline = self.engine.label(self.drafter(cell)), self.engine.baseline_arm(self.drafter(cell))
         steps, requests, row = cell_frames(self.run_id, cell, chash, engine, run, labels, verdicts, correct, baseline)
-        resumed = {"resumed": run.resumed} if run.resumed else {}
-        self.store.write_cell(cell.cell_id, steps, requests, {**row, **self.session, **resumed},
-                              **optional_frames(cell, run))
+        extra = {"pairing": TAU_ONLY if self.tau_only else INTERLEAVED, **({"resumed": run.resumed} if run.resumed else {})}
+        self.store.write_cell(cell.cell_id, steps, requests, {**row, **self.session, **extra}, **optional_frames(cell, run))
         journal.clear()
+        progress.end_cell(cell.label())
         bad = [v for v in verdicts.values() if not v.lossless and not v.excused]
         if bad:
             progress.note(f"warning: {cell.label()}: {len(bad)} request(s) diverge from the AR baseline "

@@ -99,6 +99,7 @@ class SweepConfig:
     attention: str = "sdpa"  # attention backend of the target and heads (jetflow_bench.engine.attention)
     profile: bool = False  # time each step's draft / verify / other split on a GPU (`--profile`)
     compile: bool = False  # target forwards through torch.compile at bucketed shapes (jetflow_bench.engine.compiled)
+    tau_only: bool = False  # time no baseline beside the arms: τ and counters, no speed-up claimed (`--tau-only`)
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)  # e.g. the ablation's flags
 
 
@@ -185,6 +186,8 @@ def _identity(config: SweepConfig) -> dict[str, Any]:
         del identity["profile"]
     if not identity["compile"]:
         del identity["compile"]
+    if not identity["tau_only"]:  # timed runs hash as they did before `--tau-only` existed
+        del identity["tau_only"]
     return identity
 
 
@@ -233,10 +236,10 @@ def spec_for(config: SweepConfig, cell: Cell) -> DrafterSpec:
 
 
 def cells(config: SweepConfig) -> Iterator[Cell]:
-    """The grid in run order: repeat → suite → temperature → batch size → [AR, drafter × budget].
+    """The grid: repeat → suite → temperature → batch size → [AR, drafter × budget].
 
-    Repeats are outermost so that the spread across repeats also covers slow drift of the
-    machine (thermal, other load); each baseline runs right before the arms it is paired with.
+    The sweep runs it by pairing group (`jetflow_bench.sweep.groups`), timing a group's AR baseline
+    and arms interleaved batch by batch; this order fixes the order of the cells inside a round.
     """
     for repeat, suite, temperature, batch_size in itertools.product(
         range(config.repeats), config.suites, config.temperatures, config.batch_sizes

@@ -11,7 +11,9 @@ once its record is written.
 A batch is reused only if it was written for this cell's config hash and the same request ids;
 anything else (another config, a file cut short, a record from an older code version) is named
 in one line and decoded again. Each batch keeps the session that decoded it, so a cell's record
-can say which of its batches were timed in an earlier session (its `resumed` key).
+can say which of its batches were timed in an earlier session (its `resumed` key), and the
+baseline timings of its own round (`DecodedBatch.paired`), so its speed-up never divides by a
+baseline timed in another session.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class CellJournal:
                 data = json.loads(path.read_text())
                 if data.get("config_hash") != self.config_hash:
                     problem = "it belongs to another config"
+                elif "paired" not in data:
+                    problem = "it predates in-session pairing (it keeps no baseline timed beside it)"
                 else:
                     batch = _batch_from(data)
                     expected = batches[batch.index] if 0 <= batch.index < len(batches) else None

@@ -13,11 +13,11 @@ from rich.console import Console
 from rich.progress import Progress, TaskID, TextColumn
 
 from jetflow_bench.progress import progress_bar
-from jetflow_bench.sweep.grid import Cell
 
 
 class SweepProgress:
-    """Overall cells (with ETA), the current cell's requests and its tokens/s."""
+    """Overall cells (with ETA), the prompt batches of the repeat being timed and its tokens/s
+    (the sweep times a pairing group's cells interleaved, so progress is per repeat of a group)."""
 
     def __init__(self, total_cells: int, done_cells: int, enabled: bool = True) -> None:
         self.console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -44,21 +44,22 @@ class SweepProgress:
         if self._bar is not None:
             self._bar.__exit__(exc_type, exc, tb)
 
-    def start_cell(self, cell: Cell, n_requests: int) -> None:
-        self._label, self._cell_tokens, self._cell_start = cell.label(), 0, time.perf_counter()
+    def start(self, label: str, n_rounds: int) -> None:
+        self._label, self._cell_tokens, self._cell_start = label, 0, time.perf_counter()
         if self._bar is not None:
             if self._cell is not None:
                 self._bar.remove_task(self._cell)
-            self._cell = self._bar.add_task(self._label, total=n_requests, rate="")
+            self._cell = self._bar.add_task(self._label, total=n_rounds, rate="")
 
-    def advance(self, requests: int, tokens: int) -> None:
-        """Called after each prompt batch of the current cell."""
+    def advance(self, rounds: int, tokens: int) -> None:
+        """Called after each round (one prompt batch, every interleaved slot) with the tokens it decoded."""
         self._cell_tokens += tokens
         if self._bar is not None and self._cell is not None:
             rate = self._cell_tokens / max(time.perf_counter() - self._cell_start, 1e-9)
-            self._bar.update(self._cell, advance=requests, rate=f"{rate:,.0f} tok/s")
+            self._bar.update(self._cell, advance=rounds, rate=f"{rate:,.0f} tok/s")
 
-    def end_cell(self) -> None:
+    def end_cell(self, cell: str) -> None:
+        """Called as each cell is stored; the log line's rate covers its repeat's interleaved slots."""
         self.done += 1
         elapsed = time.perf_counter() - self._cell_start
         if self._bar is not None:
@@ -66,8 +67,8 @@ class SweepProgress:
         elif self.enabled:
             rate = self._cell_tokens / max(elapsed, 1e-9)
             self.console.print(
-                f"[{self.done}/{self.total}] {self._label}: {self._cell_tokens} tokens, {rate:,.0f} tok/s "
-                f"(incl. warm-up and checks), {elapsed:.1f} s"
+                f"[{self.done}/{self.total}] {cell} ({self._label}: {self._cell_tokens} tokens, {rate:,.0f} tok/s "
+                f"incl. warm-ups and checks, {elapsed:.1f} s)"
             )
 
     def note(self, text: str) -> None:

@@ -1,17 +1,18 @@
-"""Running one cell: warm up, decode every prompt batch, and return raw, tidy rows.
+"""The pieces a sweep times a cell with: warm up, decode one prompt batch, assemble the batches.
 
-It drives any `Engine` (`jetflow_bench.sweep.engines`); the rows it returns are engine-neutral.
-Each decoded batch can be kept in the cell's journal (`jetflow_bench.sweep.journal`), so a cell
-killed midway decodes only its missing batches when the sweep is run again.
+They drive any `Engine` (`jetflow_bench.sweep.engines`); the rows they return are engine-neutral.
+The driver (`jetflow_bench.sweep.driver`) interleaves the batches of a pairing group's cells and
+keeps each decoded batch in its cell's journal (`jetflow_bench.sweep.journal`), so a cell killed
+midway decodes only its missing batches when the sweep is run again.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from drafters import Drafter
 from jetflow_bench.engine.loop import BatchResult, NodeBlock, RequestResult, StepRecord
@@ -23,7 +24,6 @@ from jetflow_bench.sweep.grid import Cell
 if TYPE_CHECKING:
     from jetflow_bench.budget_policy import BudgetPolicy
     from jetflow_bench.engine.loop import MarginalBlock, RankBlock
-    from jetflow_bench.sweep.journal import CellJournal
 
 
 @dataclass
@@ -50,6 +50,7 @@ class CellRun:
     marginals: list[tuple[int, MarginalBlock]] = field(default_factory=list)  # (global request id, pass-1 children)
     replay_tree: dict | None = None  # the drafter's `replay_tree` options; None: its trees do not replay
     ranks: list[tuple[int, RankBlock]] = field(default_factory=list)  # (global request id, emitted tokens' ranks)
+    paired: dict[int, dict[str, Any]] = field(default_factory=dict)  # request -> session, batch start, paired times
 
 
 @dataclass
@@ -63,9 +64,15 @@ class DecodedBatch:
     peak_memory_bytes: int  # the engine's peak since this session's warm-up, read after this batch
     started: float  # unix time this batch started
     session: str  # the sweep session that decoded it
+    # Timings of the same prompts taken in the same round of the same session (`PAIRED_COLUMNS`:
+    # the baseline arm's and the AR baseline's second, A/A copy), one value per request in batch
+    # order; empty in a τ-only run, which claims no speed-up.
+    paired: dict[str, list[float]] = field(default_factory=dict)
 
 
-ProgressFn = Callable[[int, int], None]  # (requests finished, tokens generated) since the last call
+# A request's timings paired with it in its round: its baseline arm's decode (AR for the AR cell
+# itself) and the AR baseline's A/A copy. Speed-ups and the noise floor divide these (metrics).
+PAIRED_COLUMNS = ("base_decode_s", "base_ttft_s", "aa_decode_s", "aa_ttft_s")
 
 
 def batches(prompts: Sequence[Prompt], batch_size: int) -> list[list[Prompt]]:
@@ -80,84 +87,84 @@ def _stop_of(chunk: Sequence[Prompt]) -> StopRule:
     return stops.pop()
 
 
-def run_cell(
-    engine: Engine,
-    cell: Cell,
-    prompts: Sequence[Prompt],
-    drafter: Drafter | None,
-    warmup_tokens: int,
-    progress: ProgressFn | None = None,
+def warm_up(
+    engine: Engine, cell: Cell, prompts: Sequence[Prompt], drafter: Drafter | None, warmup_tokens: int,
     sampling: SamplingParams = GREEDY,
-    journal: CellJournal | None = None,
-) -> CellRun:
-    """Decode all ``prompts`` for ``cell``; the first batch is first run once untimed (warm-up).
+) -> BudgetPolicy | None:
+    """Decode the cell's first batch once, untimed and cut to ``warmup_tokens``; returns its budget
+    policy when the cell's budget is the per-step policy (None otherwise).
 
-    A cell whose budget is the per-step policy warms up at its largest candidate, then gets one
-    policy (`BudgetPolicy`, priced on this device, untimed) whose calibration carries over the
-    cell's prompt batches.
+    A policy cell warms up at its largest candidate, then gets one policy (`BudgetPolicy`, priced on
+    this device, untimed) whose calibration carries over the cell's prompt batches.
+    """
+    chunk = batches(prompts, cell.batch_size)[0]
+    stop = _stop_of(chunk)
+    stop = StopRule(min(warmup_tokens, stop.max_new_tokens), stop.eos_token_ids)
+    engine.generate([p.tokens for p in chunk], stop, cell.budget.nodes, drafter, sampling=sampling,
+                    request_ids=[p.request for p in chunk])
+    if not cell.budget.policy:
+        return None
+    context = round(sum(len(p.tokens) for p in prompts) / len(prompts))
+    return engine.budget_policy(cell.budget.sizes, cell.batch_size, context)
+
+
+def decode_batch(
+    engine: Engine, cell: Cell, chunk: list[Prompt], index: int, drafter: Drafter | None, session: str,
+    sampling: SamplingParams = GREEDY, policy: BudgetPolicy | None = None,
+) -> DecodedBatch:
+    """Decode one prompt batch under the clock (compile warm-ups it met kept out).
 
     Each prompt samples (at temperature > 0) with the stream of its suite-wide request id, so every
-    arm, batch size and repeat draws the same numbers for it. The engine resets the drafter's per-request state at every batch (``Drafter.reset``). Step
-    rows get cell-wide ``batch_step`` indices, so that rows of one batched forward — and only
-    those — share an index (metrics sum each forward's time once).
-
-    With a ``journal``, batches it holds are reused instead of decoded, and every batch decoded
-    here is written to it (outside the timed region) before the next one starts.
+    arm, batch size and repeat draws the same numbers for it. The engine resets the drafter's
+    per-request state at every batch (``Drafter.reset``). The memory peak is reset before the clock
+    starts and read after it stops, so each batch's peak is its own.
     """
-    chunks = batches(prompts, cell.batch_size)
-    ids = [[p.request for p in chunk] for chunk in chunks]
-    done = journal.load(ids) if journal is not None else {}
-    policy = None
-    if len(done) < len(chunks):
-        warm_stop = _stop_of(chunks[0])
-        warm_stop = StopRule(min(warmup_tokens, warm_stop.max_new_tokens), warm_stop.eos_token_ids)
-        engine.generate([p.tokens for p in chunks[0]], warm_stop, cell.budget.nodes, drafter, sampling=sampling,
-                        request_ids=ids[0])
-        if cell.budget.policy:
-            context = round(sum(len(p.tokens) for p in prompts) / len(prompts))
-            policy = engine.budget_policy(cell.budget.sizes, cell.batch_size, context)
-        engine.reset_peak_memory()
-    steps: list[tuple[int, StepRecord]] = []
-    nodes: list[tuple[int, NodeBlock]] = []
-    marginals: list[tuple[int, MarginalBlock]] = []
-    ranks: list[tuple[int, RankBlock]] = []
-    outputs: dict[int, RequestResult] = {}
-    offset = 0  # cell-wide batch_step of the current chunk's first forward
-    decoded: list[DecodedBatch] = []
+    requests = [p.request for p in chunk]
+    engine.reset_peak_memory()
     engine.synchronize()
-    for index, chunk in enumerate(chunks):
-        batch = done.get(index) or _decode(engine, cell, chunk, ids[index], index, drafter, sampling, policy, journal)
-        result = batch.result
-        for record in result.steps:
-            steps.append((ids[index][record.request], replace(record, batch_step=record.batch_step + offset)))
-        nodes.extend((ids[index][block.request], block) for block in result.nodes)
-        marginals.extend((ids[index][block.request], block) for block in result.marginals)
-        ranks.extend((ids[index][block.request], block) for block in result.ranks)
-        offset += 1 + max((r.batch_step for r in result.steps), default=-1)
-        for res in result.requests:
-            outputs[ids[index][res.request]] = res
-        decoded.append(batch)
-        if progress is not None:
-            progress(len(chunk), sum(len(r.output_tokens) for r in result.requests))
-    resumed = dict(Counter(batch.session for batch in done.values()))
-    peak = max(b.peak_memory_bytes for b in decoded)  # each read after its batch: this session's peak is the last
-    replay = drafter.replay_tree() if isinstance(drafter, Drafter) else None  # another engine's arms do not replay
-    return CellRun(steps, outputs, sum(b.wall_s for b in decoded), peak, min(b.started for b in decoded), time.time(),
-                   nodes, resumed, marginals, None if replay is None else asdict(replay), ranks)
-
-
-def _decode(
-    engine: Engine, cell: Cell, chunk: list[Prompt], requests: list[int], index: int, drafter: Drafter | None,
-    sampling: SamplingParams, policy: BudgetPolicy | None, journal: CellJournal | None,
-) -> DecodedBatch:  # fmt: skip
-    """Decode one batch under the clock (compile warm-ups it met kept out), and journal it."""
     started = time.time()
     t0 = time.perf_counter()
     result = engine.generate([p.tokens for p in chunk], _stop_of(chunk), cell.budget.nodes, drafter,
                              sampling=sampling, request_ids=requests, policy=policy)
     wall_s = time.perf_counter() - t0 - result.compile_s  # generate() synchronises before its last clock read
-    batch = DecodedBatch(index, requests, result, wall_s, engine.peak_memory_bytes(), started,
-                         journal.session if journal is not None else "")
-    if journal is not None:
-        journal.save(batch)
-    return batch
+    return DecodedBatch(index, requests, result, wall_s, engine.peak_memory_bytes(), started, session)
+
+
+def request_times(batch: DecodedBatch, field: str) -> list[float]:
+    """``field`` (decode_s or ttft_s) of each request of ``batch``, in batch order."""
+    return [getattr(r, field) for r in sorted(batch.result.requests, key=lambda r: r.request)]
+
+
+def cell_run(decoded: Sequence[DecodedBatch], session: str, drafter: Drafter | None) -> CellRun:
+    """A finished cell's raw output from its batches in order (decoded in ``session`` or reused) by
+    ``drafter``, whose tree options it keeps when its trees replay (`Drafter.replay_tree`).
+
+    Step rows get cell-wide ``batch_step`` indices, so that rows of one batched forward — and only
+    those — share an index (metrics sum each forward's time once). Each request keeps the session
+    and start time of its batch and the batch's paired timings (`DecodedBatch.paired`).
+    """
+    steps: list[tuple[int, StepRecord]] = []
+    nodes: list[tuple[int, NodeBlock]] = []
+    marginals: list[tuple[int, MarginalBlock]] = []
+    ranks: list[tuple[int, RankBlock]] = []
+    outputs: dict[int, RequestResult] = {}
+    paired: dict[int, dict[str, Any]] = {}
+    offset = 0  # cell-wide batch_step of the current batch's first forward
+    for batch in decoded:
+        result, ids = batch.result, batch.requests
+        for record in result.steps:
+            steps.append((ids[record.request], replace(record, batch_step=record.batch_step + offset)))
+        nodes.extend((ids[block.request], block) for block in result.nodes)
+        marginals.extend((ids[block.request], block) for block in result.marginals)
+        ranks.extend((ids[block.request], block) for block in result.ranks)
+        offset += 1 + max((r.batch_step for r in result.steps), default=-1)
+        for res in result.requests:
+            outputs[ids[res.request]] = res
+        for k, request in enumerate(ids):
+            paired[request] = {"session": batch.session, "batch_started": batch.started,
+                               **{column: values[k] for column, values in batch.paired.items()}}
+    resumed = dict(Counter(b.session for b in decoded if b.session != session))
+    replay = drafter.replay_tree() if isinstance(drafter, Drafter) else None  # another engine's arms do not replay
+    return CellRun(steps, outputs, sum(b.wall_s for b in decoded), max(b.peak_memory_bytes for b in decoded),
+                   min(b.started for b in decoded), time.time(), nodes, resumed, marginals,
+                   None if replay is None else asdict(replay), ranks, paired)

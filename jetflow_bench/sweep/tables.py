@@ -18,11 +18,21 @@ import pandas as pd
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import AUTO_COLUMN
 from jetflow_bench.calibration import calibration_by
-from jetflow_bench.metrics import DRAFT_COST_COLUMNS, baseline_stats, rate, summarize, tau
+from jetflow_bench.metrics import (
+    ARM_KEYS,
+    DRAFT_COST_COLUMNS,
+    clear_of_noise,
+    noise_floor,
+    pooled_speedups,
+    rate,
+    summarize,
+    tau,
+)
+from jetflow_bench.report.loading import paired_only
 from jetflow_bench.report.tree_shape import NODE_CAP
 from jetflow_bench.sweep.grid import CELL_KEYS, PAIR_KEYS, Cell
 from jetflow_bench.sweep.lossless import Verdict
-from jetflow_bench.sweep.runner import CellRun
+from jetflow_bench.sweep.runner import PAIRED_COLUMNS, CellRun
 
 STEP_COLUMNS = [
     "run_id", *CELL_KEYS, "request", "step", "batch_step", "active", "drafted", "accepted", "accepted_raw",
@@ -33,12 +43,18 @@ REQUEST_COLUMNS = [
     "run_id", *CELL_KEYS, "request", "record_id", "prompt", "prompt_hash", "prompt_tokens",
     "output_ids", "output", "new_tokens", "finish_reason", "ttft_s", "decode_s", "steps", "drafted",
     "accepted", "accepted_raw", "emitted", "tau", "lossless", "excused", "first_divergence", "tie_gap", "correct", "config_hash",
+    "session", "batch_started", *PAIRED_COLUMNS,
 ]
+# Request columns newer than some recorded cells (their cells stay readable, with no speed-up):
+# the session and start of each request's batch and the times paired with it in its round.
+PAIRING_COLUMNS = ("session", "batch_started", *PAIRED_COLUMNS)
 CELL_COLUMNS = [
     "run_id", *CELL_KEYS, "cell_id", "config_hash", "engine", "n_requests", "wall_s", "peak_mem_bytes",
-    "drafted_mean", "drafted_max", "budget_fill", "started", "finished", "baseline",
+    "drafted_mean", "drafted_max", "budget_fill", "started", "finished", "baseline", "session", "pairing",
 ]
-CELL_EXTRAS = ["drafted_mean", "drafted_max", "budget_fill", "peak_mem_bytes", "engine", "baseline", "config_hash"]
+CELL_EXTRAS = [
+    "drafted_mean", "drafted_max", "budget_fill", "peak_mem_bytes", "engine", "baseline", "config_hash", "session", "pairing",
+]
 # One row per verified drafted node (root excluded) of drafters whose node scores are log-probs: the
 # acceptance calibration's and the tree shape's raw data. At most NODE_CAP nodes per tree and step,
 # the first in build order, so the table at a budget <= NODE_CAP holds every node the drafter would
@@ -92,6 +108,7 @@ def cell_frames(
             "tau": float(tau(counts["emitted"], result.steps)),
             "lossless": verdict.lossless, "excused": verdict.excused, "first_divergence": verdict.first_divergence,
             "tie_gap": verdict.tie_gap, "correct": correct[request], "config_hash": config_hash,
+            **{c: run.paired.get(request, {}).get(c, np.nan) for c in PAIRING_COLUMNS},
         })
     requests = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
     requests["first_divergence"] = requests["first_divergence"].astype("Int64")
@@ -179,27 +196,42 @@ def summary_table(
     nodes: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per cell: `metrics.summarize` columns, then the cell's budget fill, memory, engine, hash,
-    the acceptance calibration (`ece`, `calibration_nodes`; NaN / 0 without node rows) and, for
-    `--budgets auto` cells, `chosen_budgets` (share of step rows per chosen budget, "16:0.62,64:0.38").
+    pairing, the arm's pooled speed-up and noise floor (`evidence`), the acceptance calibration
+    (`ece`, `calibration_nodes`; NaN / 0 without node rows) and, for `--budgets auto` cells,
+    `chosen_budgets` (share of step rows per chosen budget, "16:0.62,64:0.38").
 
-    Speed-ups pair every cell with its `baseline` arm's cell of the same suite, batch size and
-    repeat: the AR cell, or for another engine's arms that engine's plain decoding (vLLM arms
-    divide by ``vllm:none``, whose own speed-up is then vLLM's plain decoding over jfbench's AR).
-    A cell whose baseline arm is not in the run falls back to the AR cell.
+    Speed-ups divide by the baseline timed beside each request in its round (the sweep records it):
+    the AR arm, or for another engine's arms that engine's plain decoding (vLLM arms divide by
+    ``vllm:none``, whose own speed-up is then vLLM's plain decoding over jfbench's AR). A cell
+    without such timings (a τ-only run, or recorded before in-session pairing) has no speed-up, and
+    its `speedup_note` says why (`report.loading.paired_only`).
     """
     if requests.empty:
         return pd.DataFrame(columns=[*CELL_KEYS])
-    summary = summarize(
-        steps, requests, CELL_KEYS, PAIR_KEYS, cells=cells[[*CELL_KEYS, "wall_s"]], n_boot=n_boot, seed=seed
-    )
-    summary = _other_baselines(summary, requests, cells, n_boot, seed)
+    summary = summarize(steps, requests, CELL_KEYS, PAIR_KEYS, cells=cells[[*CELL_KEYS, "wall_s"]], n_boot=n_boot,
+                        seed=seed, interleaved=True)
     summary = summary.merge(cells[[*CELL_KEYS, *CELL_EXTRAS]], on=CELL_KEYS, how="left")
+    summary = summary.merge(evidence(requests, cells, n_boot, seed), on=ARM_KEYS, how="left")
     if nodes is not None and len(nodes):
         summary = summary.merge(calibration_by(nodes, CELL_KEYS), on=CELL_KEYS, how="left")
     else:
         summary["ece"] = np.nan
     summary["calibration_nodes"] = summary.get("calibration_nodes", pd.Series(0, index=summary.index)).fillna(0).astype(int)
-    return summary.merge(chosen_budgets(steps), on=CELL_KEYS, how="left")
+    return paired_only(summary.merge(chosen_budgets(steps), on=CELL_KEYS, how="left"))
+
+
+def evidence(requests: pd.DataFrame, cells: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
+    """Per arm (repeats pooled): its decode speed-up with the hierarchical CI (`metrics.pooled_speedups`),
+    the A/A noise floor at its batch size (`metrics.noise_floor`, from the rounds whose baseline is
+    the AR arm) and whether the speed-up's CI is clear of it (`speedup_distinct`)."""
+    base = cells[[*CELL_KEYS, "baseline"]] if "baseline" in cells else cells[CELL_KEYS].assign(baseline=AR_ARM)
+    rows = requests.merge(base, on=CELL_KEYS, how="left")
+    noise = noise_floor(rows[rows["baseline"].fillna(AR_ARM) == AR_ARM], ["batch_size"], n_boot, seed)
+    arms = pooled_speedups(requests, ARM_KEYS, n_boot, seed).merge(noise, on="batch_size", how="left")
+    arms["speedup_distinct"] = clear_of_noise(arms["speedup_arm_lo"], arms["speedup_arm_hi"],
+                                              arms["noise_aa_lo"], arms["noise_aa_hi"])
+    arms.loc[arms["drafter"] == AR_ARM, "speedup_distinct"] = pd.NA  # the baseline over itself: 1 by definition
+    return arms
 
 
 def chosen_budgets(steps: pd.DataFrame) -> pd.DataFrame:
@@ -211,47 +243,3 @@ def chosen_budgets(steps: pd.DataFrame) -> pd.DataFrame:
         rows.append({**dict(zip(CELL_KEYS, key, strict=True)),
                      "chosen_budgets": ",".join(f"{int(b)}:{share:.2f}" for b, share in shares.items())})
     return pd.DataFrame(rows, columns=[*CELL_KEYS, "chosen_budgets"])
-
-
-def _other_baselines(
-    summary: pd.DataFrame, requests: pd.DataFrame, cells: pd.DataFrame, n_boot: int, seed: int
-) -> pd.DataFrame:
-    """Re-pair the cells whose baseline arm is not AR (and is in the run) with that arm's cells."""
-    if "baseline" not in cells:  # cells written before the column existed
-        return summary
-    present = set(requests["drafter"])
-    for base, group in cells[(cells["baseline"].fillna(AR_ARM) != AR_ARM) & (cells["drafter"] != cells["baseline"])].groupby(
-        "baseline"
-    ):
-        if base not in present:
-            continue
-        keys = group[CELL_KEYS]
-        rows = pd.concat([requests.merge(keys, on=CELL_KEYS), requests[requests["drafter"] == base]])
-        stats = baseline_stats(rows, CELL_KEYS, PAIR_KEYS, lambda r, b=base: r["drafter"] == b, n_boot, seed)
-        stats = stats.merge(keys, on=CELL_KEYS)
-        columns = [c for c in stats.columns if c not in CELL_KEYS]
-        indexed = summary.set_index(CELL_KEYS)
-        indexed.loc[stats.set_index(CELL_KEYS).index, columns] = stats.set_index(CELL_KEYS)[columns]
-        summary = indexed.reset_index()
-    return summary
-
-
-def timed_apart(cells: pd.DataFrame, session_starts: Sequence[float]) -> pd.DataFrame:
-    """The cells whose speed-up pairs them with a baseline cell timed in another sweep session.
-
-    A resumed or widened sweep keeps its finished cells, so a new arm's decode times can meet a
-    plain-decoding cell timed hours earlier, under another machine load: τ is unaffected, the
-    speed-up is not. A cell resumed midway (`jetflow_bench.sweep.journal`) starts in one session
-    and finishes in another: its own time already mixes loads, so it and the cells paired with it
-    are flagged too. ``session_starts`` are the manifest sessions' start times (epoch seconds).
-    """
-    if cells.empty or "started" not in cells or len(session_starts) < 2:
-        return cells.iloc[0:0]
-    starts = np.sort(np.asarray(session_starts, dtype=float))
-    session = np.searchsorted(starts, cells["started"], side="right") - 1
-    ended = np.searchsorted(starts, cells.get("finished", cells["started"]).fillna(cells["started"]), side="right") - 1
-    session = np.where(session == ended, session, -1 - np.arange(len(cells)))  # a cell spanning sessions matches none
-    cells = cells.assign(_session=session, _base=cells.get("baseline", pd.Series(AR_ARM, index=cells.index)).fillna(AR_ARM))
-    bases = cells[["drafter", *PAIR_KEYS, "_session"]].rename(columns={"drafter": "_base", "_session": "_base_session"})
-    paired = cells[cells["drafter"] != cells["_base"]].merge(bases, on=["_base", *PAIR_KEYS])
-    return paired[paired["_session"] != paired["_base_session"]].drop(columns=["_session", "_base", "_base_session"])
