@@ -35,6 +35,12 @@ def runners(layers: int = 1) -> tuple[TargetRunner, TargetRunner]:
     return TargetRunner(model, None, "random"), TargetRunner(model, None, "random", compile=True)
 
 
+def uncompiled(runner: TargetRunner) -> TargetRunner:
+    """The static-shape step with its layers run as written (what Inductor would compile, uncompiled)."""
+    runner.static_layer = runner._static_layer
+    return runner
+
+
 def test_buckets_round_up_and_stop_at_the_largest():
     assert [tree_bucket(n) for n in (1, 2, 16, 17, 64, 65, 256, 1024)] == [1, 16, 16, 64, 64, 256, 256, 1024]
     assert buckets_up_to(1) == (1,) and buckets_up_to(17) == (1, 16, 64)
@@ -64,7 +70,7 @@ def test_padded_forward_matches_eager_without_the_compiler():
     """The padding, the whole-cache mask and the scratch slots, run uncompiled: a padding node that
     leaked into a real node's attention, or a real node written over, would change the logits."""
     eager, static = runners(layers=2)
-    static.static.fn = static._static_forward  # the body torch.compile would trace, run as is
+    uncompiled(static)
     prompts = repetitive_prompts(2)
     tree = [DraftTree([5, 6, 7, 8, 9], [-1, 0, 0, 1, 1]), DraftTree([3, 4], [-1, 0])]
     for runner in (eager, static):
@@ -110,7 +116,7 @@ def test_a_compiled_runner_runs_its_warm_up_and_every_batch_on_one_cache(monkeyp
     holds reallocates (a new graph anyway), marked again; a reused cache decodes as a new one."""
     on_fake_cuda(monkeypatch)
     eager, static = runners(layers=2)
-    seen = recording_addresses(static.static, static._static_forward, at=4)
+    seen = recording_addresses(uncompiled(static).static, static._static_forward, at=4)
     static.warm_up(3, 16, 64)
     warmed = len(seen)
     tree = [DraftTree([5, 6, 7], [-1, 0, 0])] * 3
@@ -133,7 +139,7 @@ def test_score_during_a_compiled_batch_leaves_its_cache_and_capacity_alone(monke
     compiled graph was warmed at (a new graph, compiled inside a timed step)."""
     on_fake_cuda(monkeypatch)
     eager, static = runners(layers=2)
-    static.static.fn = static._static_forward
+    uncompiled(static)
     prompts = repetitive_prompts(2)
     for runner in (eager, static):
         runner.prefill(prompts, capacity=64)

@@ -43,6 +43,15 @@ def needs_static_addresses(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
+def write_entries(keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Store one layer's new keys/values at per-row slots of its (B, H_kv, T_cap, hd) tensors, in
+    place. slots: (B, N) long; k, v: (B, H_kv, N, hd)."""
+    rows = torch.arange(slots.shape[0], device=slots.device)[:, None]  # (B, 1)
+    # Advanced indices on dims 0 and 2 put (B, N) first: the target view is (B, N, H_kv, hd).
+    keys[rows, :, slots] = k.transpose(1, 2)
+    values[rows, :, slots] = v.transpose(1, 2)
+
+
 class KVCache:
     """Keys and values for every layer: ``k[layer]``, ``v[layer]`` of (batch, kv_heads, capacity, head_dim)."""
 
@@ -130,10 +139,7 @@ class KVCache:
 
         slots: (B, N) long; k, v: (B, H_kv, N, hd).
         """
-        rows = torch.arange(slots.shape[0], device=slots.device)[:, None]  # (B, 1)
-        # Advanced indices on dims 0 and 2 put (B, N) first: the target view is (B, N, H_kv, hd).
-        self.k[layer][rows, :, slots] = k.transpose(1, 2)
-        self.v[layer][rows, :, slots] = v.transpose(1, 2)
+        write_entries(self.k[layer], self.v[layer], slots, k, v)
 
     def write_span(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """`write` when every row's slots are start .. start + N - 1: a slice copy, which on a CPU
