@@ -41,7 +41,10 @@ def baseline(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     attention: AttentionOpt = "sdpa",
-    compile: CompileOpt = False,
+    compile: CompileOpt = None,
+    hf_static_cache: Annotated[bool, typer.Option(
+        "--hf-static-cache", help="transformers generate with its static cache (its fast path: on a GPU it also "
+        "compiles the forward, in the untimed warm-up).")] = False,
     data_dir: DataDirOpt = None,
     threads: ThreadsOpt = None,
     fmt: TableFormatOpt = TableFormat.table,
@@ -70,7 +73,8 @@ def baseline(
         raise JfbenchError(f"suite {suite!r} has only {len(prompts)} prompts: lower --batch-sizes")
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("timing ours vs transformers.generate", total=len(sizes) * pairs)
-        rows = compare_with_hf(runner, prompts, max_new_tokens, sizes, pairs, lambda: progress.advance(task))
+        rows = compare_with_hf(runner, prompts, max_new_tokens, sizes, pairs, lambda: progress.advance(task),
+                               hf_static_cache)
     emit([{
         "batch": r.batch_size, "pairs": len(r.ratios),
         "ours tok/s": f"{statistics.median(r.ours_tok_s):.1f}", "HF tok/s": f"{statistics.median(r.hf_tok_s):.1f}",
@@ -79,7 +83,8 @@ def baseline(
         "same tokens": "yes" if r.same_tokens else "no",
     } for r in rows], fmt, title=f"AR baseline vs transformers generate — {runner.name}, {max_new_tokens} new tokens",
         caption=f"device {runner.device}, dtype {runner.dtype}, torch threads {torch.get_num_threads()}"
-                + (f"; ours compiled (warm-up {sum(r.compile_s for r in rows):.1f} s, untimed)" if compile else ""))
+                + (f"; ours --compile {runner.compile_mode} (warm-up {sum(r.compile_s for r in rows):.1f} s, untimed)"
+                   if runner.compile_mode else "") + ("; HF with its static cache" if hf_static_cache else ""))
     if not all(r.resolved for r in rows):
         Console(stderr=True).print("note: for some batch size the ratio's CI spans 1.0: rerun on an idle "
                                    "machine or with more --pairs before concluding")

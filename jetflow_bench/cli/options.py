@@ -60,12 +60,17 @@ AttentionOpt = Annotated[
     ),
 ]
 CompileOpt = Annotated[
-    bool,
+    str | None,
     typer.Option(
-        "--compile/--no-compile",
-        help="Run the target's decode and verify forwards, and learned drafters' head forwards, through torch.compile "
-        "at bucketed static shapes (CUDA graphs on a GPU); compile time is spent in an untimed warm-up. Needs "
-        "--attention sdpa (and a C compiler on a CPU). Off by default: results/baselines/compile-cpu/README.md has the measurements behind that choice.",
+        "--compile",
+        is_flag=False,
+        flag_value="inductor",
+        metavar="[graphs]",
+        help="Run the target's decode and verify forwards, and learned drafters' head forwards, at bucketed static "
+        "shapes: plain --compile builds one decoder layer with Inductor and reuses it for every layer (CUDA graphs on a "
+        "GPU); --compile graphs records the steps as CUDA graphs with no compiler (a GPU only, seconds to build). The "
+        "build is an untimed warm-up. Needs --attention sdpa (and a C compiler for Inductor on a CPU). Off by default: "
+        "results/baselines/compile-cpu/README.md has the measurements behind that choice.",
     ),
 ]
 ThreadsOpt = Annotated[

@@ -83,6 +83,7 @@ def _read(run: Path, name: str) -> pd.DataFrame:
 def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) -> str:
     """The legend (compact view), then where the numbers come from, one line each."""
     from jetflow_bench.report.loading import SAMPLED_LOSSLESS
+    from jetflow_bench.sweep.efficiency import efficiency_line
 
     config = manifest.get("config", {})
     done = len(list((run / "cells").glob("*.json")))
@@ -94,6 +95,9 @@ def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) ->
     lines.append("; ".join([cells, f"config {manifest.get('config_hash')}",
                             f"{manifest.get('device')}"]) + (" · --wide: every column" if compact else ""))
     lines.append(f"target {config.get('target')}")
+    efficiency = efficiency_line(manifest.get("engine_efficiency"))
+    if efficiency:
+        lines.append(efficiency)
     if config.get("device", "").startswith("cpu"):
         lines.append("CPU: verification cost grows with B, so τ is the hardware-independent figure")
     apart = _timed_apart(run, manifest)
