@@ -383,16 +383,108 @@ def graphs_after(drafter: Drafter, method: str) -> list[int]:
     return seen
 
 
-@pytest.mark.parametrize(("device", "runs"), [("cpu", 1), ("cuda", 2)])
-def test_warm_up_runs_a_cuda_graph_until_it_is_recorded(monkeypatch, device, runs):
-    """CUDA-graph trees run a function's first call without graphs and record the second: a single
-    warm-up run left every recording to the decode's first timed step (CUDA branch run on a CPU)."""
+def fake_cuda_graphs(monkeypatch) -> list[tuple]:
+    """Static-shape steps recorded as "CUDA graphs" on the CPU: a recording runs the step on its
+    input buffers, and a replay runs it again on whatever those buffers and the cache hold then,
+    writing into the recorded outputs — what a real replay does at the recorded addresses. Returns
+    the list each recording is appended to."""
     from jetflow_bench.engine import compiled
 
-    monkeypatch.setattr(compiled, "synchronize", lambda device: None)
-    calls = []
-    compiled.timed_warm_up(lambda: calls.append(1), torch.device(device))
-    assert len(calls) == runs
+    recorded = []
+
+    def record(run, pool):
+        run()  # the side-stream run before the capture
+        outputs = run()
+
+        def replay():
+            for out, new in zip(outputs, run(), strict=True):
+                if out is not None:
+                    out.copy_(new)
+
+        recorded.append(tuple(None if t is None else tuple(t.shape) for t in outputs))
+        return outputs, replay, "pool"
+
+    monkeypatch.setattr(compiled, "records_cuda_graphs", lambda device: True)
+    monkeypatch.setattr(compiled, "record_cuda_graph", record)
+    return recorded
+
+
+def test_graphs_need_cuda_and_say_so_in_one_line(cli, tmp_path):
+    model = random_model("qwen3", seed=1, layers=1)
+    with pytest.raises(JfbenchError, match="--graphs records CUDA graphs, which need a CUDA device, not cpu"):
+        TargetRunner(model, None, "random", compile="graphs")
+    for flags, said in ((["--graphs"], "need a CUDA device"), (["--graphs", "--compile"], "pick one")):
+        code, out, err = cli("sweep", "--target", "no-org/no-such-model", "--out", str(tmp_path / "run"), "--device",
+                             "cpu", *flags, "--drafters", "ngram", "--suites", "gsm8k")
+        assert code == 2 and out == "" and err.count("\n") == 1 and said in err, err
+
+
+def test_graph_mode_decodes_what_eager_decodes_and_records_only_in_the_warm_up(monkeypatch):
+    """`--graphs` on fake CUDA graphs: greedy AR and ngram outputs equal the eager engine's,
+    with drafts accepted, and every recording happens in the untimed warm-up (a second decode
+    records nothing). Bugs caught: a replay on stale input buffers (the new step's tokens not
+    copied in), outputs read after the next replay overwrote them, a recording keyed without the
+    cache's addresses (a reallocated cache replayed into the old one), no layer left uncompiled."""
+    recorded = fake_cuda_graphs(monkeypatch)
+    model = random_model("qwen3", seed=1, layers=2)
+    eager, graphs = TargetRunner(model, None, "random"), TargetRunner(model, None, "random", compile="graphs")
+    assert graphs.static_layer == graphs._static_layer  # graphs compile nothing
+    stop = StopRule(max_new_tokens=24, eos_token_ids=frozenset({1}))
+    for prompts in (repetitive_prompts(3), repetitive_prompts(4, seed=1)):  # the second batch reallocates the cache
+        reference = [r.output_tokens for r in generate(eager, prompts, stop, budget=16,
+                                                      drafter=DRAFTERS.get("ngram")()).requests]
+        result = generate(graphs, prompts, stop, budget=16, drafter=DRAFTERS.get("ngram")())
+        assert [r.output_tokens for r in result.requests] == reference
+        assert sum(s.accepted for s in result.steps) > 0 and result.compile_s > 0
+    widths = {shape[0][1] for shape in recorded}
+    assert widths == {1, 16} and len(recorded) == len(graphs.static.graphs) == 2 * (3 + 4)  # batches 1..3, then 1..4
+    again = generate(graphs, repetitive_prompts(2), stop)
+    assert again.compile_s == 0.0 and len(recorded) == 14
+    assert [r.output_tokens for r in again.requests] == [r.output_tokens for r in generate(eager, repetitive_prompts(2),
+                                                                                              stop).requests]
+
+
+@pytest.mark.parametrize("name", ["jetflow", "dflash"])
+def test_graph_mode_block_heads_draft_what_eager_heads_draft(tmp_path, monkeypatch, name):
+    """The block heads' pass under `--graphs` (fake CUDA graphs): the same trees and greedy
+    decode as the eager head, drafts accepted, the head's recordings made in its warm-up."""
+    from tests.test_drafters_head import HEADS, make_head, save_target
+
+    recorded = fake_cuda_graphs(monkeypatch)
+    eager = TargetRunner.load(save_target(tmp_path / "target"), device="cpu")
+    graphs = TargetRunner(eager.model, eager.tokenizer, eager.name, compile="graphs")
+    checkpoint = make_head(eager, tmp_path / "head", name, HEADS[name])
+    on_eager, on_graphs = (DRAFTERS.get(name).build(r, checkpoint) for r in (eager, graphs))
+    assert on_graphs.static is not None and on_graphs.static.forward.fn == on_graphs.static._body
+    prompts = repetitive_prompts(2)
+    stop = StopRule(max_new_tokens=16)
+    reference = generate(eager, prompts, stop, budget=16, drafter=on_eager)
+    result = generate(graphs, prompts, stop, budget=16, drafter=on_graphs)
+    assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in reference.requests]
+    assert sum(s.accepted for s in result.steps) > 0 and on_graphs.static.forward.graphs
+    warmed = len(recorded)
+    generate(graphs, prompts, stop, budget=16, drafter=on_graphs)
+    assert len(recorded) == warmed
+
+
+def test_regional_compilation_traces_one_layer_for_every_layer(monkeypatch):
+    """`--compile` traces the decoder layer once per shape and every layer reuses it (Dynamo's
+    eager backend stands in for Inductor, so the test compiles nothing). Bug: a region that
+    depends on which layer calls it (its index, a per-layer closure), traced once per layer."""
+    import functools
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    torch._dynamo.reset()
+    eager, compiled = runners(layers=3)
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    compiled.warm_up(1, 16, 64)  # batch 1, buckets 1 and 16
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 2
+    prompts = repetitive_prompts(1)
+    stop = StopRule(max_new_tokens=12)
+    reference = generate(eager, prompts, stop, budget=16, drafter=DRAFTERS.get("ngram")())
+    result = generate(compiled, prompts, stop, budget=16, drafter=DRAFTERS.get("ngram")())
+    assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in reference.requests]
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 2
 
 
 def test_free_memory_check_on_cuda_asks_the_driver(monkeypatch):

@@ -86,7 +86,8 @@ class GridFlags:
     device: str | None = None
     dtype: str | None = None
     attention: str = "sdpa"
-    compile: str | None = None  # --compile [graphs]: inductor | graphs | None (eager)
+    compile: bool = False  # --compile: Inductor (`engine.compiled`)
+    graphs: bool = False  # --graphs: CUDA graphs, no compiler
     data_dir: Path | None = None
     sample_seed: int | None = None
     threads: int | None = None
@@ -134,9 +135,9 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     if grid.attention != "sdpa" and engine != "hf":
         raise JfbenchError(f"--attention {grid.attention} applies to the hf engine only: drop it for --engine {engine}")
     get_attention(grid.attention, dev)  # unknown or unavailable backends fail before any model loads
-    from jetflow_bench.engine.compiled import check_compile, compile_mode
+    from jetflow_bench.engine.compiled import check_compile, compile_flags
 
-    compile = compile_mode(grid.compile)
+    compile = compile_flags(grid.compile, grid.graphs)
     if compile:
         if engine != "hf":
             raise JfbenchError(f"--compile applies to the hf engine only: drop it for --engine {engine}")

@@ -60,17 +60,21 @@ AttentionOpt = Annotated[
     ),
 ]
 CompileOpt = Annotated[
-    str | None,
+    bool,
     typer.Option(
-        "--compile",
-        is_flag=False,
-        flag_value="inductor",
-        metavar="[graphs]",
+        "--compile/--no-compile",
         help="Run the target's decode and verify forwards, and learned drafters' head forwards, at bucketed static "
-        "shapes: plain --compile builds one decoder layer with Inductor and reuses it for every layer (CUDA graphs on a "
-        "GPU); --compile graphs records the steps as CUDA graphs with no compiler (a GPU only, seconds to build). The "
-        "build is an untimed warm-up. Needs --attention sdpa (and a C compiler for Inductor on a CPU). Off by default: "
+        "shapes through Inductor, one decoder layer built and reused for every layer (and recorded as CUDA graphs on a "
+        "GPU); the build is an untimed warm-up. Needs --attention sdpa (and a C compiler on a CPU). Off by default: "
         "results/baselines/compile-cpu/README.md has the measurements behind that choice.",
+    ),
+]
+GraphsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--graphs",
+        help="Like --compile with no compiler: the static-shape steps are recorded as CUDA graphs and replayed (a GPU "
+        "only; recording every shape takes seconds, not an Inductor build). Needs --attention sdpa.",
     ),
 ]
 ThreadsOpt = Annotated[

@@ -103,15 +103,23 @@ def pad_visibility(seen: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def compile_mode(value: bool | str | None) -> str | None:
-    """The static-shape mode asked for: True (the plain ``--compile`` flag) is ``inductor``; False,
-    None or ``off`` is eager (None); otherwise one of `COMPILE_MODES`."""
+    """The static-shape mode asked for: True (a run's config from before ``--graphs``) is
+    ``inductor``; False or None is eager (None); otherwise one of `COMPILE_MODES`."""
     if value is True:
         return "inductor"
-    if value in (False, None, "", "off"):
+    if value in (False, None):
         return None
     if value not in COMPILE_MODES:
-        raise JfbenchError(f"--compile {value!r} is not a mode: use --compile (Inductor), --compile graphs, or drop it")
+        raise JfbenchError(f"compile mode {value!r} is unknown: use one of {', '.join(COMPILE_MODES)}")
     return value
+
+
+def compile_flags(compile: bool, graphs: bool) -> str | None:
+    """The mode of the ``--compile`` and ``--graphs`` flags (one at most)."""
+    if compile and graphs:
+        raise JfbenchError("--compile and --graphs: pick one (--compile already records CUDA graphs on a GPU, "
+                           "--graphs records them without an Inductor build)")
+    return "inductor" if compile else "graphs" if graphs else None
 
 
 def records_cuda_graphs(device: torch.device) -> bool:
@@ -122,15 +130,15 @@ def records_cuda_graphs(device: torch.device) -> bool:
 def check_compile(device: torch.device, attention: str, mode: bool | str | None = "inductor") -> None:
     """Fail at the edge, before any model loads, when `--compile` (in ``mode``) cannot work here."""
     mode = compile_mode(mode)
-    flag = "--compile" if mode == "inductor" else f"--compile {mode}"
+    flag = "--compile" if mode == "inductor" else "--graphs"
     if attention != "sdpa":
         raise JfbenchError(
             f"{flag} runs the target with sdpa attention; --attention {attention!r} is not compiled: "
             f"drop {flag} or use --attention sdpa"
         )
     if mode == "graphs" and not records_cuda_graphs(device):
-        raise JfbenchError(f"--compile graphs records CUDA graphs, which need a CUDA device, not {device.type}: "
-                           "run it on a GPU, or use --compile (Inductor) or no --compile here")
+        raise JfbenchError(f"--graphs records CUDA graphs, which need a CUDA device, not {device.type}: "
+                           "run it on a GPU, or use --compile (Inductor) or neither here")
     if mode == "inductor" and device.type == "cpu" and not any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "c++")):
         raise JfbenchError("--compile on a CPU needs a C/C++ compiler (Inductor builds C++ kernels): install gcc or drop --compile")
 

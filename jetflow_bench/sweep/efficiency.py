@@ -89,7 +89,7 @@ def efficiency_line(eff: dict[str, Any] | None) -> str | None:
             f"{eff['bandwidth_gb_s']:.1f} GB/s, {eff['peak_gflop_s']:.0f} GFLOP/s peak, {eff['device']})")
     if eff["ratio"] <= OVERHEAD_BOUND:
         return line
-    fix = "--compile graphs" if eff["device"].startswith("cuda") else "--compile"
-    used = {"inductor": "--compile", "graphs": "--compile graphs"}.get(eff.get("compile"))
+    fix = "--graphs" if eff["device"].startswith("cuda") else "--compile"
+    used = {"inductor": "--compile", "graphs": "--graphs"}.get(eff.get("compile"))
     remedy = f"even under {used}" if used == fix else f"rerun with {fix}"
     return f"{line}\noverhead-bound engine: speed-ups overstate what a compiled server would see ({remedy})"

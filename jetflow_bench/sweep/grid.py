@@ -98,7 +98,7 @@ class SweepConfig:
     n_boot: int = 1000  # bootstrap resamples for speed-up CIs
     attention: str = "sdpa"  # attention backend of the target and heads (jetflow_bench.engine.attention)
     profile: bool = False  # time each step's draft / verify / other split on a GPU (`--profile`)
-    # target forwards at bucketed static shapes: "inductor" (True in runs made before "graphs"), "graphs"; None: eager
+    # target forwards at bucketed static shapes: "inductor" (--compile; True in runs made before --graphs), "graphs"; None: eager
     compile: bool | str | None = None
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)  # e.g. the ablation's flags
 
