@@ -34,6 +34,7 @@ def test_measured_roofline_reads_every_weight_but_the_embedding_table():
 
 def test_overhead_bound_engines_are_labelled_with_the_flag_that_fixes_them():
     assert efficiency_line(None) is None
+    assert "this roofline does not bind" in efficiency_line(figure(0.6))  # a model that fits the CPU's cache
     assert "overhead-bound" not in efficiency_line(figure(1.9)) and "(1.9x;" in efficiency_line(figure(1.9))
     label = "overhead-bound engine: speed-ups overstate what a compiled server would see"
     assert f"{label} (rerun with --compile)" in efficiency_line(figure(3.0))

@@ -85,8 +85,10 @@ def efficiency_line(eff: dict[str, Any] | None) -> str | None:
     if not eff:
         return None
     line = (f"engine efficiency: plain step {eff['plain_step_ms']:.2f} ms vs its {eff['bound']} roofline "
-            f"{eff['roofline_ms']:.2f} ms ({eff['ratio']:.1f}x; {eff['weight_bytes'] / 1e6:.0f} MB of weights at "
+            f"{eff['roofline_ms']:.2f} ms ({eff['ratio']:.1f}x; {eff['weight_bytes'] / 1e6:.1f} MB of weights at "
             f"{eff['bandwidth_gb_s']:.1f} GB/s, {eff['peak_gflop_s']:.0f} GFLOP/s peak, {eff['device']})")
+    if eff["ratio"] < 1:  # e.g. a toy model on a CPU: its weights stay in a cache faster than the copy probe's memory
+        return f"{line}; under 1x: the weights fit a cache faster than the measured bandwidth, so this roofline does not bind"
     if eff["ratio"] <= OVERHEAD_BOUND:
         return line
     fix = "--graphs" if eff["device"].startswith("cuda") else "--compile"
