@@ -14,6 +14,10 @@ limit and log, and prints one summary line as it ends (also in summary.md):
   sweep     the deep sweep of every arm (AR, ngram, eagle, dflash, jetflow, jetflow-refine) at
             B = 16/64/256, batch 1 and 8, 32 GSM8K prompts, --graphs first, then eager
   kernels   Triton / flex tree-attention tests on CUDA, then `bench kernels` (bf16) against SDPA
+  calibrate verify-cost calibrations (N = 1/4/16/64/256, batch 1/4/8, bf16) of the two shapes:
+            `jfbench project RUN --target-config qwen3-8b --calibration verify-cost-qwen3-8b.json`
+  projection `bench verify-cost` of deep on this GPU, then `jfbench project` of the graphs sweep with
+            that calibration and with the device's nominal profile, beside its measured speed-ups
 
 The machine reaches no registry: nothing is installed, the checkout runs through PYTHONPATH. A
 missing piece stops the run in the preflight; a part over its limit is killed and marked FAIL.
@@ -44,7 +48,8 @@ HEADS = ("jetflow", "dflash", "eagle")
 ARMS = ("ngram", "eagle", "dflash", "jetflow", "jetflow-refine")  # AR is every sweep's baseline
 NO_GPU = "asked for a GPU but none is available"  # jetflow_bench.runtime.resolve_device's error
 DRY_RUN_SLACK = 10  # a dry run's or rehearsal's limits are this many times the GPU's: a loaded 2-core CPU is slow
-LIMITS = {"preflight": 20, "steps": 420, "baseline": 150, "sweep": 420, "kernels": 180}  # seconds on the GPU
+LIMITS = {"preflight": 20, "steps": 420, "baseline": 150, "sweep": 420, "kernels": 180, "calibrate": 60,
+          "projection": 60}  # seconds on the GPU
 PARTS = tuple(part for part in LIMITS if part != "preflight")  # in order of value
 # Qwen3-8B's and SmolLM2-135M's published config.json (the fields that set the shapes and the attention)
 QWEN3_8B = dict(model_type="qwen3", vocab_size=151936, hidden_size=4096, intermediate_size=12288,
@@ -189,6 +194,32 @@ for name, config in configs.items():
 """
 
 
+CALIBRATE = """
+import json, sys, torch
+from pathlib import Path
+from transformers import AutoConfig, AutoModelForCausalLM
+""" + DEVICE + """
+from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.projection.measure import measure
+from jetflow_bench.projection.shapes import shape_from_config
+from jetflow_bench.projection.verify_cost import write_calibration
+shapes, mode, out = json.loads(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+# context 171: the SmolLM2 runs' committed tokens per sequence (mean prompt + half the new tokens)
+sizes, batches, repeats = ([1, 4], [1, 2], 3) if mode == 'rehearse' else ([1, 4, 16, 64, 256], [1, 4, 8], 10)
+for name, fields in shapes.items():
+    config = AutoConfig.for_model(**fields)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16 if device == 'cuda' else torch.float32)
+    runner = TargetRunner(model, None, name)
+    write_calibration(out / f'verify-cost-{name}.json', measure(runner, shape_from_config(config.to_dict(), name),
+                                                                sizes, batches, 171, repeats))
+    print(f'{name}: calibration written', flush=True)
+    del model, runner
+    if device == 'cuda':
+        torch.cuda.empty_cache()
+"""
+
+
 def summarise_steps(out: Path) -> str:
     """Per shape: the AR step of each mode against the roofline, and N = 256 vs N = 1 at batch 1."""
     parts = []
@@ -298,7 +329,27 @@ def main() -> int:
         [*JFBENCH, "bench", "kernels", *device, "--backends", "sdpa,triton,flex", "--tree-sizes", "16,64,256",
          "--prefix-lens", prefix, "--batch-sizes", "1,8", "--format", "json"],
     ], summarise_kernels)
+    check.run("calibrate", [check.python(CALIBRATE, json.dumps(shapes), mode, str(out))],
+              lambda _: "written: " + ", ".join(sorted(p.name for p in out.glob("verify-cost-*.json"))))
+    hardware = "h200" if "H200" in gpu_name(args.on_cpu) else "h100-sxm"
+    sweep_graphs = str(out / "sweep-graphs")
+    check.run("projection", [
+        [*JFBENCH, "bench", "verify-cost", "--target", deep, *device, "--sizes", "1,16,64,256", "--batch-sizes", "1,8",
+         "--repeats", "10", "--out", str(out / "verify-cost.json")],
+        [*JFBENCH, "project", sweep_graphs, "--calibration", str(out / "verify-cost.json"), "--batch-sizes", "1,8",
+         "--out", str(out / "projection-measured"), "--format", "markdown"],
+        [*JFBENCH, "project", sweep_graphs, "--hardware", hardware, "--batch-sizes", "1,8",
+         "--out", str(out / "projection-nominal"), "--format", "markdown"],
+    ], lambda outputs: f"{len(outputs)} of 3 commands done (projection-measured/, projection-nominal/)")
     return finish(check)
+
+
+def gpu_name(on_cpu: bool) -> str:
+    if on_cpu:
+        return ""
+    import torch
+
+    return torch.cuda.get_device_name()
 
 
 def finish(check: Check) -> int:

@@ -12,7 +12,7 @@ import pytest
 from tests.random_models import save_random_model
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("steps", "baseline", "sweep", "kernels")
+PARTS = ("steps", "baseline", "sweep", "kernels", "calibrate", "projection")
 
 
 def check_args(tmp_path: Path, heads: Path | None = None) -> list[str]:
@@ -35,7 +35,7 @@ def test_dry_run_reaches_the_gpu_in_every_part(tmp_path):
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1800)
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert done.returncode == 0, summary
-    for part in ("steps", "baseline", "sweep"):
+    for part in ("steps", "baseline", "sweep", "calibrate", "projection"):
         assert f"| {part} | dry-run ok (stopped at the first CUDA call)" in summary
     assert "| kernels | dry-run ok" in summary
     missing = subprocess.run([*args, "--heads", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out2")],
