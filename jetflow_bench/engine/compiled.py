@@ -148,10 +148,11 @@ class CompiledRegion:
 
     Regional compilation: the region's code is traced once per shape, and since Dynamo inlines
     modules and takes their parameters as graph inputs, every layer of the model calls the same
-    compiled graph (a 36-layer model builds one layer, not 36). Automatic dynamic shapes are off:
-    a dimension is dynamic only where marked here (dim 0, the batch, of every tensor argument and
-    of a `KVCache`'s tensors), so each bucket and capacity gets its own specialised graph instead
-    of one generic one.
+    compiled graph (a 36-layer model builds one layer, not 36). Called inside a `StaticForward`,
+    which turns automatic dynamic shapes off for the whole step (once per step: a config patch per
+    layer cost about 0.1 ms each on a CPU): a dimension is dynamic only where marked here (dim 0,
+    the batch, of every tensor argument and of a `KVCache`'s tensors), so each bucket and capacity
+    gets its own specialised graph instead of one generic one.
     """
 
     def __init__(self, fn: Callable) -> None:
@@ -165,8 +166,13 @@ class CompiledRegion:
         for arg in args:
             for t in (*arg.k, *arg.v) if isinstance(arg, KVCache) else (arg,) if isinstance(arg, torch.Tensor) else ():
                 torch._dynamo.maybe_mark_dynamic(t, 0)
-        with torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=RECOMPILE_LIMIT):
-            return self.fn(*args)
+        return self.fn(*args)
+
+
+def static_shape_settings():
+    """Dynamo's settings for a static-shape step: no automatic dynamic shapes (`CompiledRegion`),
+    room for every bucket's graphs."""
+    return torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=RECOMPILE_LIMIT)
 
 
 class StaticForward:
@@ -188,13 +194,15 @@ class StaticForward:
         hashable rest (e.g. the tapped layers)."""
         rows = tuple(graph_input(t) for t in rows)
         if self.graphs is None:
-            return self.fn(*rows, cache, *static)
+            with static_shape_settings():
+                return self.fn(*rows, cache, *static)
         blocks = (*cache.k, *cache.v)
         key = (tuple((t.shape, t.dtype) for t in rows), tuple(t.data_ptr() for t in blocks), blocks[0].shape, static)
         graph = self.graphs.get(key)
         if graph is None:
             inputs = tuple(t.clone() for t in rows)  # the graph's input buffers, outside its pool
-            outputs, replay, self.pool = record_cuda_graph(lambda: self.fn(*inputs, cache, *static), self.pool)
+            with static_shape_settings():
+                outputs, replay, self.pool = record_cuda_graph(lambda: self.fn(*inputs, cache, *static), self.pool)
             graph = self.graphs[key] = RecordedGraph(inputs, outputs, replay)
         return graph(rows)
 
