@@ -71,7 +71,7 @@ def matmul_peak(device, dtype) -> float:
 
     from jetflow_bench.projection.measure import interleaved
 
-    n = 4096 if device.type == "cuda" else 1024
+    n = 4096 if device.type == "cuda" else 512  # a CPU: a few ms per product, not seconds per sweep
     a = torch.randn(n, n, dtype=dtype, device=device)
     b = torch.randn(n, n, dtype=dtype, device=device)
     run = [lambda: a @ b]
