@@ -397,6 +397,19 @@ def fake_cuda_graphs(monkeypatch) -> list[tuple]:
     return recorded
 
 
+def recordings_after(owner, recorded: list) -> list[int]:
+    """Wrap ``owner.warm_up`` to note how many recordings existed when it returned; fills as it runs."""
+    seen, original = [], owner.warm_up
+
+    def wrapped(*args, **kwargs):
+        out = original(*args, **kwargs)
+        seen.append(len(recorded))
+        return out
+
+    owner.warm_up = wrapped
+    return seen
+
+
 def test_graphs_need_cuda_and_say_so_in_one_line(cli, tmp_path):
     model = random_model("qwen3", seed=1, layers=1)
     with pytest.raises(JfbenchError, match="--graphs records CUDA graphs, which need a CUDA device, not cpu"):
@@ -418,12 +431,14 @@ def test_graph_mode_decodes_what_eager_decodes_and_records_only_in_the_warm_up(m
     eager, graphs = TargetRunner(model, None, "random"), TargetRunner(model, None, "random", compile="graphs")
     assert graphs.static_layer == graphs._static_layer  # graphs compile nothing
     stop = StopRule(max_new_tokens=24, eos_token_ids=frozenset({1}))
+    warmed = recordings_after(graphs, recorded)
     for prompts in (repetitive_prompts(3), repetitive_prompts(4, seed=1)):  # the second batch reallocates the cache
         reference = [r.output_tokens for r in generate(eager, prompts, stop, budget=16,
                                                       drafter=DRAFTERS.get("ngram")()).requests]
         result = generate(graphs, prompts, stop, budget=16, drafter=DRAFTERS.get("ngram")())
         assert [r.output_tokens for r in result.requests] == reference
         assert sum(s.accepted for s in result.steps) > 0 and result.compile_s > 0
+        assert len(recorded) == warmed[-1]  # nothing recorded inside the timed decode
     widths = {shape[0][1] for shape in recorded}
     assert widths == {1, 16} and len(recorded) == len(graphs.static.graphs) == 2 * (3 + 4)  # batches 1..3, then 1..4
     again = generate(graphs, repetitive_prompts(2), stop)
@@ -446,13 +461,12 @@ def test_graph_mode_block_heads_draft_what_eager_heads_draft(tmp_path, monkeypat
     assert on_graphs.static is not None and on_graphs.static.forward.fn == on_graphs.static._body
     prompts = repetitive_prompts(2)
     stop = StopRule(max_new_tokens=16)
+    warmed = recordings_after(on_graphs, recorded)  # the drafter's warm-up is the last before the clock
     reference = generate(eager, prompts, stop, budget=16, drafter=on_eager)
     result = generate(graphs, prompts, stop, budget=16, drafter=on_graphs)
     assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in reference.requests]
     assert sum(s.accepted for s in result.steps) > 0 and on_graphs.static.forward.graphs
-    warmed = len(recorded)
-    generate(graphs, prompts, stop, budget=16, drafter=on_graphs)
-    assert len(recorded) == warmed
+    assert len(recorded) == warmed[-1]  # every head and target shape was recorded before the clock started
 
 
 def test_regional_compilation_traces_one_layer_for_every_layer(monkeypatch):
