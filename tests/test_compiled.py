@@ -168,6 +168,7 @@ def test_a_compiled_layer_writes_its_cache_entries_without_rewriting_the_cache()
     from torch._inductor import metrics
 
     layers = 3
+    torch._dynamo.reset()  # an earlier test's layer graph of the same shape would be reused, not compiled
     _, compiled = runners(layers)
     layer_weights = sum(p.numel() * p.element_size() for p in compiled.layers[0].parameters())
     metrics.reset()
