@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from drafters.base import SequenceView
 from jetflow_bench.engine.compiled import (
+    CompiledRegion,
     StaticForward,
     batch_classes,
     pad_visibility,
@@ -67,17 +68,19 @@ class SlotKV:
 
 
 class StaticHead:
-    """``--compile``: a head's draft layers through `StaticForward`, one graph per entry bucket.
+    """``--compile``: a head's draft layers through `StaticForward`, one graph (and on CUDA one
+    recording) per entry bucket.
 
     Lives as long as its drafter (the compiled function is bound to it, never to a batch's cache),
     and owns the context cache every batch reuses (`take`) and its capacity, so no timed forward
     meets a new shape or, on CUDA, a new address.
     """
 
-    def __init__(self, head: DraftHead, device: torch.device) -> None:
+    def __init__(self, head: DraftHead, device: torch.device, mode: str = "inductor") -> None:
         self.head = head
         self.device = device
-        self.forward = StaticForward(self._body, device)
+        # ``mode`` is the target's (`compiled.COMPILE_MODES`): Inductor compiles the head's layers as one region
+        self.forward = StaticForward(CompiledRegion(self._body) if mode == "inductor" else self._body, device)
         self.capacity = round_capacity(1)  # context-cache slots per row; raised by `warm_up`, never lowered
         cfg = head.cfg
         self.storage = PersistentCache(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, head.fc.weight.dtype, device)
@@ -90,7 +93,7 @@ class StaticHead:
     def _body(
         self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor, kv: KVCache
     ) -> tuple[torch.Tensor]:
-        """What `StaticForward` compiles: x (B, W, H_in), positions and slots (B, W), the additive
+        """What `StaticForward` runs: x (B, W, H_in), positions and slots (B, W), the additive
         mask (B, 1, W, capacity) -> the head's output features (B, W, H)."""
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, _: object, scale: float) -> torch.Tensor:

@@ -78,7 +78,7 @@ class LearnedDrafter(Drafter):
         cls.check_checkpoint(checkpoint)
         attention = options.pop("attention", target.attention_backend)  # the head follows the target
         if target.static is not None:  # --compile: the head's forwards too, through SDPA
-            check_compile(target.device, attention)
+            check_compile(target.device, attention, target.compile_mode)
         head, info = cls.load(Path(checkpoint), target, attention)
         cls.check_head(head, info)
         tree_keys = [f.name for f in dataclasses.fields(TreeOptions) if f.name != "max_depth"]
@@ -90,7 +90,7 @@ class LearnedDrafter(Drafter):
         except TypeError as err:
             raise JfbenchError(f"drafter {cls.name!r} got an unknown option: {err}") from err
         if target.static is not None:  # --compile: the head's forwards too
-            drafter.static = StaticHead(head, target.device)
+            drafter.static = StaticHead(head, target.device, target.compile_mode)
         return drafter
 
     @classmethod

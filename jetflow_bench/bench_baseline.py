@@ -60,8 +60,13 @@ class BaselineComparison:
         return "ours faster" if self.ratio_ci[0] > 1.0 else "HF faster"
 
 
-def hf_greedy(target: TargetRunner, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
-    """Left-padded batched greedy generate, forced to exactly ``max_new_tokens`` tokens."""
+def hf_greedy(
+    target: TargetRunner, prompts: Sequence[Sequence[int]], max_new_tokens: int, static_cache: bool = False
+) -> list[list[int]]:
+    """Left-padded batched greedy generate, forced to exactly ``max_new_tokens`` tokens.
+
+    ``static_cache``: transformers' own fast path, a preallocated static cache, with which
+    ``generate`` also compiles the model's forward on a GPU (its auto-compile; not on a CPU)."""
     width = max(len(p) for p in prompts)
     pad = 0
     ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=target.device)
@@ -70,6 +75,7 @@ def hf_greedy(target: TargetRunner, prompts: Sequence[Sequence[int]], max_new_to
         out = target.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
             do_sample=False, pad_token_id=pad, eos_token_id=None,
+            **({"cache_implementation": "static"} if static_cache else {}),
         )
     return out[:, width:].tolist()
 
@@ -95,22 +101,28 @@ def compare_with_hf(
     batch_sizes: Sequence[int] = (1, 4),
     pairs: int = 5,
     progress=None,
+    hf_static_cache: bool = False,
 ) -> list[BaselineComparison]:
     """Warm up both, then time ``pairs`` back-to-back pairs per batch size, alternating which
-    implementation goes first (AB, BA, ...), so that drifting machine load falls on both alike."""
+    implementation goes first (AB, BA, ...), so that drifting machine load falls on both alike;
+    ``hf_static_cache``: `hf_greedy`'s static cache (and on a GPU its compile)."""
     rows = []
+
+    def hf(target: TargetRunner, batch: Sequence[Sequence[int]], new: int) -> list[list[int]]:
+        return hf_greedy(target, batch, new, hf_static_cache)
+
     for b in batch_sizes:
         batch = list(prompts[:b])
         capacity = cache_capacity(max(len(p) for p in batch), max_new_tokens, target.tree_width(1))
         compile_s = target.warm_up(b, 1, capacity)  # compiled: every shape the timed runs meet
-        _ours(target, batch, 4)  # warm-up, untimed
-        hf_greedy(target, batch, 4)
+        _ours(target, batch, 4)  # warm-up, untimed (transformers compiles here under a static cache)
+        hf(target, batch, 4)
         tokens = b * max_new_tokens
         ours_rates, hf_rates, same = [], [], True
         for k in range(pairs):
-            order = (_ours, hf_greedy) if k % 2 == 0 else (hf_greedy, _ours)
+            order = (_ours, hf) if k % 2 == 0 else (hf, _ours)
             timed = {fn: _timed(fn, target, batch, max_new_tokens) for fn in order}
-            (t_ours, out_ours), (t_hf, out_hf) = timed[_ours], timed[hf_greedy]
+            (t_ours, out_ours), (t_hf, out_hf) = timed[_ours], timed[hf]
             ours_rates.append(tokens / t_ours)
             hf_rates.append(tokens / t_hf)
             same &= out_ours == out_hf

@@ -1,6 +1,7 @@
-"""Does `--compile` pay on this machine? Eager vs compiled target, paired in one run.
+"""Does `--compile` (or `--graphs`) pay on this machine? Eager vs static-shape target, paired in one run.
 
-Two runners share one model's weights, one eager and one compiled (`jetflow_bench.engine.compiled`).
+Two runners share one model's weights, one eager and one at static shapes, compiled by Inductor or
+recorded as CUDA graphs (`jetflow_bench.engine.compiled`); "compiled" below means either.
 
 * Forwards: for every batch size both prefill the same random context, then one verify step of
   each tree size N — `prepare` + `forward`, N = 1 being the AR step — is timed round-robin over

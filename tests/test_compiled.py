@@ -35,6 +35,12 @@ def runners(layers: int = 1) -> tuple[TargetRunner, TargetRunner]:
     return TargetRunner(model, None, "random"), TargetRunner(model, None, "random", compile=True)
 
 
+def uncompiled(runner: TargetRunner) -> TargetRunner:
+    """The static-shape step with its layers run as written (what Inductor would compile, uncompiled)."""
+    runner.static_layer = runner._static_layer
+    return runner
+
+
 def test_buckets_round_up_and_stop_at_the_largest():
     assert [tree_bucket(n) for n in (1, 2, 16, 17, 64, 65, 256, 1024)] == [1, 16, 16, 64, 64, 256, 256, 1024]
     assert buckets_up_to(1) == (1,) and buckets_up_to(17) == (1, 16, 64)
@@ -64,7 +70,7 @@ def test_padded_forward_matches_eager_without_the_compiler():
     """The padding, the whole-cache mask and the scratch slots, run uncompiled: a padding node that
     leaked into a real node's attention, or a real node written over, would change the logits."""
     eager, static = runners(layers=2)
-    static.static.fn = static._static_forward  # the body torch.compile would trace, run as is
+    uncompiled(static)
     prompts = repetitive_prompts(2)
     tree = [DraftTree([5, 6, 7, 8, 9], [-1, 0, 0, 1, 1]), DraftTree([3, 4], [-1, 0])]
     for runner in (eager, static):
@@ -84,17 +90,6 @@ def addresses(cache: KVCache) -> list[int]:
     return [t.data_ptr() for t in (*cache.k, *cache.v)]
 
 
-def marked(cache: KVCache) -> bool:
-    return all(getattr(t, "_dynamo_static_input_type", None) == "unguarded" for t in (*cache.k, *cache.v))
-
-
-def on_fake_cuda(monkeypatch) -> None:
-    """Static caches marked as on CUDA (the CUDA branch of `KVCache`, run on the CPU)."""
-    from jetflow_bench.engine import kv_cache
-
-    monkeypatch.setattr(kv_cache, "needs_static_addresses", lambda device: True)
-
-
 def recording_addresses(forward: StaticForward, body, at: int) -> list[list[int]]:
     """Run ``body`` uncompiled as ``forward``'s graph, noting the addresses of the cache it is given
     as argument ``at``: CUDA graphs replay only at the addresses they recorded."""
@@ -103,14 +98,13 @@ def recording_addresses(forward: StaticForward, body, at: int) -> list[list[int]
     return seen
 
 
-def test_a_compiled_runner_runs_its_warm_up_and_every_batch_on_one_cache(monkeypatch):
-    """Uncompiled bodies, the CUDA branch on the CPU. Bug: a new cache per batch (or a warm-up on a
+def test_a_compiled_runner_runs_its_warm_up_and_every_batch_on_one_cache():
+    """Uncompiled bodies. Bug: a new cache per batch (or a warm-up on a
     cache of its own), whose new addresses make CUDA graphs re-record inside the batch's first
     timed step, and past torch's re-record limit run without graphs. A batch larger than the cache
-    holds reallocates (a new graph anyway), marked again; a reused cache decodes as a new one."""
-    on_fake_cuda(monkeypatch)
+    holds reallocates (a new graph anyway); a reused cache decodes as a new one."""
     eager, static = runners(layers=2)
-    seen = recording_addresses(static.static, static._static_forward, at=4)
+    seen = recording_addresses(uncompiled(static).static, static._static_forward, at=4)
     static.warm_up(3, 16, 64)
     warmed = len(seen)
     tree = [DraftTree([5, 6, 7], [-1, 0, 0])] * 3
@@ -119,21 +113,20 @@ def test_a_compiled_runner_runs_its_warm_up_and_every_batch_on_one_cache(monkeyp
             runner.prefill(prompts, capacity=64)
         out_static, out_eager = static.verify(tree[: len(prompts)]), eager.verify(tree[: len(prompts)])
         torch.testing.assert_close(out_static.logits[:, :3], out_eager.logits, rtol=1e-5, atol=1e-5)
-        assert static.cache.lengths == eager.cache.lengths and marked(static.cache)
+        assert static.cache.lengths == eager.cache.lengths
         for runner in (eager, static):
             runner.release()
     assert len(seen) > warmed > 1 and all(a == seen[0] for a in seen)  # warm-up (batches 1, 3) and both decodes
     static.prefill(repetitive_prompts(4), capacity=64)
-    assert addresses(static.cache) != seen[0] and marked(static.cache) and static.cache.rows_held == 4
+    assert addresses(static.cache) != seen[0] and static.cache.rows_held == 4
 
 
-def test_score_during_a_compiled_batch_leaves_its_cache_and_capacity_alone(monkeypatch):
+def test_score_during_a_compiled_batch_leaves_its_cache_and_capacity_alone():
     """`score` (training targets, tie checks) runs on a fresh cache: on the persistent one it would
     overwrite the live batch's entries, and a long scored prompt once raised the capacity every
     compiled graph was warmed at (a new graph, compiled inside a timed step)."""
-    on_fake_cuda(monkeypatch)
     eager, static = runners(layers=2)
-    static.static.fn = static._static_forward
+    uncompiled(static)
     prompts = repetitive_prompts(2)
     for runner in (eager, static):
         runner.prefill(prompts, capacity=64)
@@ -164,29 +157,33 @@ def test_compiled_greedy_decoding_is_identical_to_eager():
     assert again.compile_s == 0.0 and torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 
 
-@pytest.mark.slow  # ~30 s: Inductor compiles one 3-layer graph with its caches off
+@pytest.mark.slow  # ~30 s: Inductor compiles one layer with its caches off
 @pytest.mark.skipif(not HAVE_COMPILER, reason="no C/C++ compiler on PATH: Inductor cannot build CPU kernels")
-def test_a_compiled_step_writes_its_cache_entries_without_rewriting_the_cache():
-    """The AR-step graph reads the weights and each layer's keys/values (attention spans the whole
-    cache) and writes one entry per layer: Inductor's byte count stays under weights + 2 x the
-    cache. Bug: a stacked (L, B, H_kv, T, hd) cache, whose per-layer writes functionalization turns
-    into scatters rebuilding the whole stack every layer (over 10x the weights here, 4x this bound)."""
+def test_a_compiled_layer_writes_its_cache_entries_without_rewriting_the_cache():
+    """Regional compilation: the AR step of 3 layers compiles ONE layer graph, which reads that
+    layer's weights and keys/values (attention spans the whole cache) and writes one entry:
+    Inductor's byte count stays under a layer's weights + 2 x its cache. Bugs: a graph per layer
+    (no reuse: 3 graphs), and a stacked (L, B, H_kv, T, hd) cache, whose per-layer writes
+    functionalization turns into scatters rebuilding the whole stack."""
     from torch._inductor import metrics
 
     layers = 3
+    torch._dynamo.reset()  # an earlier test's layer graph of the same shape would be reused, not compiled
     _, compiled = runners(layers)
-    weights = sum(p.numel() * p.element_size() for p in compiled.model.parameters())
+    layer_weights = sum(p.numel() * p.element_size() for p in compiled.layers[0].parameters())
     metrics.reset()
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     torch._logging.set_logs(inductor_metrics=True)  # Inductor counts bytes only while this log is on
     try:
         with torch._inductor.config.patch(force_disable_caches=True):  # a cached graph is not counted
             compiled.warm_up(1, 1, 64)
     finally:
         torch._logging.set_logs()
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 1
     cache = compiled._batch_cache(1, 64)
-    cache_bytes = sum(t.nbytes for t in (*cache.k, *cache.v))
-    assert cache_bytes == layers * 2 * 2 * 512 * 16 * 4  # K and V, 2 kv heads x 512 slots x 16 dims, float32
-    assert weights < metrics.num_bytes_accessed < weights + 2 * cache_bytes
+    layer_cache = cache.k[0].nbytes + cache.v[0].nbytes
+    assert layer_cache == 2 * 2 * 512 * 16 * 4  # K and V, 2 kv heads x 512 slots x 16 dims, float32
+    assert layer_weights < metrics.num_bytes_accessed < layer_weights + 2 * layer_cache
 
 
 def first_proposals(runner: TargetRunner, drafter: Drafter, prompts: list[list[int]], budget: int) -> list:
@@ -256,6 +253,7 @@ def test_compiled_budget_limits_are_checked_before_any_model_loads(cli, tmp_path
 
     head = tmp_path / "head"
     head.mkdir()
+    (head / "config.json").write_text("{}")  # read for its family before the budgets are checked; records none
     # a hub id that cannot load: the refusal must come before any model (or hub) is tried
     code, out, err = cli("sweep", "--target", "no-org/no-such-model", "--out", str(tmp_path / "run"), "--device", "cpu",
                          "--compile", "--drafters", f"jetflow-refine={head}", "--budgets", "16,600", "--suites", "gsm8k")
@@ -283,13 +281,12 @@ def test_head_warm_up_runs_each_shape_once_and_sizes_every_later_cache(tmp_path)
     assert drafter.new_cache([SequenceView(0, [1, 2], 2)]).kv.capacity == drafter.static.capacity
 
 
-def test_a_compiled_head_runs_its_warm_up_and_every_batch_on_one_context_cache(tmp_path, monkeypatch):
-    """`StaticHead`'s context cache, as the target's (uncompiled body, the CUDA branch on the CPU):
+def test_a_compiled_head_runs_its_warm_up_and_every_batch_on_one_context_cache(tmp_path):
+    """`StaticHead`'s context cache, as the target's (uncompiled body):
     warm-up and each batch's drafting forwards see the same addresses, a reused cache drafts the
-    eager head's trees, and a larger batch reallocates it, marked again."""
+    eager head's trees, and a larger batch reallocates it."""
     from tests.test_drafters_head import HEADS, make_head, save_target
 
-    on_fake_cuda(monkeypatch)
     runner = TargetRunner.load(save_target(tmp_path / "target"), device="cpu")
     checkpoint = make_head(runner, tmp_path / "head", "jetflow", HEADS["jetflow"])
     cls = DRAFTERS.get("jetflow-refine")
@@ -299,10 +296,9 @@ def test_a_compiled_head_runs_its_warm_up_and_every_batch_on_one_context_cache(t
     warmed = len(seen)
     for prompts in ([[3, 4, 5, 6, 7, 8, 9], [10, 11, 12], [4, 4, 5]], [[13, 14, 15, 16], [5, 6, 7, 8, 9]]):
         assert first_proposals(runner, static, prompts, 16) == first_proposals(runner, eager, prompts, 16)
-        assert marked(static.cache.kv)
     assert len(seen) > warmed > 1 and all(a == seen[0] for a in seen)  # warm-up (batches 1, 3) and both proposals
     kv = static.new_cache([SequenceView(i, [1, 2], 2) for i in range(4)]).kv
-    assert addresses(kv) != seen[0] and marked(kv) and kv.rows_held == 4
+    assert addresses(kv) != seen[0] and kv.rows_held == 4
 
 
 @pytest.mark.skipif(not HAVE_COMPILER, reason="no C/C++ compiler on PATH: a compiled runner cannot be built")
@@ -377,16 +373,122 @@ def graphs_after(drafter: Drafter, method: str) -> list[int]:
     return seen
 
 
-@pytest.mark.parametrize(("device", "runs"), [("cpu", 1), ("cuda", 2)])
-def test_warm_up_runs_a_cuda_graph_until_it_is_recorded(monkeypatch, device, runs):
-    """CUDA-graph trees run a function's first call without graphs and record the second: a single
-    warm-up run left every recording to the decode's first timed step (CUDA branch run on a CPU)."""
+def fake_cuda_graphs(monkeypatch) -> list[tuple]:
+    """Static-shape steps recorded as "CUDA graphs" on the CPU: a recording runs the step on its
+    input buffers, and a replay runs it again on whatever those buffers and the cache hold then,
+    writing into the recorded outputs — what a real replay does at the recorded addresses. Returns
+    the list each recording is appended to."""
     from jetflow_bench.engine import compiled
 
-    monkeypatch.setattr(compiled, "synchronize", lambda device: None)
-    calls = []
-    compiled.timed_warm_up(lambda: calls.append(1), torch.device(device))
-    assert len(calls) == runs
+    recorded = []
+
+    def record(run, pool):
+        run()  # the side-stream run before the capture
+        outputs = run()
+
+        def replay():
+            for out, new in zip(outputs, run(), strict=True):
+                if out is not None:
+                    out.copy_(new)
+
+        recorded.append(tuple(None if t is None else tuple(t.shape) for t in outputs))
+        return outputs, replay, "pool"
+
+    monkeypatch.setattr(compiled, "records_cuda_graphs", lambda device: True)
+    monkeypatch.setattr(compiled, "record_cuda_graph", record)
+    return recorded
+
+
+def recordings_after(owner, recorded: list) -> list[int]:
+    """Wrap ``owner.warm_up`` to note how many recordings existed when it returned; fills as it runs."""
+    seen, original = [], owner.warm_up
+
+    def wrapped(*args, **kwargs):
+        out = original(*args, **kwargs)
+        seen.append(len(recorded))
+        return out
+
+    owner.warm_up = wrapped
+    return seen
+
+
+def test_graphs_need_cuda_and_say_so_in_one_line(cli, tmp_path):
+    model = random_model("qwen3", seed=1, layers=1)
+    with pytest.raises(JfbenchError, match="--graphs records CUDA graphs, which need a CUDA device, not cpu"):
+        TargetRunner(model, None, "random", compile="graphs")
+    for flags, said in ((["--graphs"], "need a CUDA device"), (["--graphs", "--compile"], "pick one")):
+        code, out, err = cli("sweep", "--target", "no-org/no-such-model", "--out", str(tmp_path / "run"), "--device",
+                             "cpu", *flags, "--drafters", "ngram", "--suites", "gsm8k")
+        assert code == 2 and out == "" and err.count("\n") == 1 and said in err, err
+
+
+def test_graph_mode_decodes_what_eager_decodes_and_records_only_in_the_warm_up(monkeypatch):
+    """`--graphs` on fake CUDA graphs: greedy AR and ngram outputs equal the eager engine's,
+    with drafts accepted, and every recording happens in the untimed warm-up (a second decode
+    records nothing). Bugs caught: a replay on stale input buffers (the new step's tokens not
+    copied in), outputs read after the next replay overwrote them, a recording keyed without the
+    cache's addresses (a reallocated cache replayed into the old one), no layer left uncompiled."""
+    recorded = fake_cuda_graphs(monkeypatch)
+    model = random_model("qwen3", seed=1, layers=2)
+    eager, graphs = TargetRunner(model, None, "random"), TargetRunner(model, None, "random", compile="graphs")
+    assert graphs.static_layer == graphs._static_layer  # graphs compile nothing
+    stop = StopRule(max_new_tokens=24, eos_token_ids=frozenset({1}))
+    warmed = recordings_after(graphs, recorded)
+    for prompts in (repetitive_prompts(3), repetitive_prompts(4, seed=1)):  # the second batch reallocates the cache
+        reference = [r.output_tokens for r in generate(eager, prompts, stop, budget=16,
+                                                      drafter=DRAFTERS.get("ngram")()).requests]
+        result = generate(graphs, prompts, stop, budget=16, drafter=DRAFTERS.get("ngram")())
+        assert [r.output_tokens for r in result.requests] == reference
+        assert sum(s.accepted for s in result.steps) > 0 and result.compile_s > 0
+        assert len(recorded) == warmed[-1]  # nothing recorded inside the timed decode
+    widths = {shape[0][1] for shape in recorded}
+    assert widths == {1, 16} and len(recorded) == len(graphs.static.graphs) == 2 * (3 + 4)  # batches 1..3, then 1..4
+    again = generate(graphs, repetitive_prompts(2), stop)
+    assert again.compile_s == 0.0 and len(recorded) == 14
+    assert [r.output_tokens for r in again.requests] == [r.output_tokens for r in generate(eager, repetitive_prompts(2),
+                                                                                              stop).requests]
+
+
+@pytest.mark.parametrize("name", ["jetflow", "dflash"])
+def test_graph_mode_block_heads_draft_what_eager_heads_draft(tmp_path, monkeypatch, name):
+    """The block heads' pass under `--graphs` (fake CUDA graphs): the same trees and greedy
+    decode as the eager head, drafts accepted, the head's recordings made in its warm-up."""
+    from tests.test_drafters_head import HEADS, make_head, save_target
+
+    recorded = fake_cuda_graphs(monkeypatch)
+    eager = TargetRunner.load(save_target(tmp_path / "target"), device="cpu")
+    graphs = TargetRunner(eager.model, eager.tokenizer, eager.name, compile="graphs")
+    checkpoint = make_head(eager, tmp_path / "head", name, HEADS[name])
+    on_eager, on_graphs = (DRAFTERS.get(name).build(r, checkpoint) for r in (eager, graphs))
+    assert on_graphs.static is not None and on_graphs.static.forward.fn == on_graphs.static._body
+    prompts = repetitive_prompts(2)
+    stop = StopRule(max_new_tokens=16)
+    warmed = recordings_after(on_graphs, recorded)  # the drafter's warm-up is the last before the clock
+    reference = generate(eager, prompts, stop, budget=16, drafter=on_eager)
+    result = generate(graphs, prompts, stop, budget=16, drafter=on_graphs)
+    assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in reference.requests]
+    assert sum(s.accepted for s in result.steps) > 0 and on_graphs.static.forward.graphs
+    assert len(recorded) == warmed[-1]  # every head and target shape was recorded before the clock started
+
+
+def test_regional_compilation_traces_one_layer_for_every_layer(monkeypatch):
+    """`--compile` traces the decoder layer once per shape and every layer reuses it (Dynamo's
+    eager backend stands in for Inductor, so the test compiles nothing). Bug: a region that
+    depends on which layer calls it (its index, a per-layer closure), traced once per layer."""
+    import functools
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    torch._dynamo.reset()
+    eager, compiled = runners(layers=3)
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    compiled.warm_up(1, 16, 64)  # batch 1, buckets 1 and 16
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 2
+    prompts = repetitive_prompts(1)
+    stop = StopRule(max_new_tokens=12)
+    reference = generate(eager, prompts, stop, budget=16, drafter=DRAFTERS.get("ngram")())
+    result = generate(compiled, prompts, stop, budget=16, drafter=DRAFTERS.get("ngram")())
+    assert [r.output_tokens for r in result.requests] == [r.output_tokens for r in reference.requests]
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 2
 
 
 def test_free_memory_check_on_cuda_asks_the_driver(monkeypatch):

@@ -109,6 +109,8 @@ def test_grid_tables_are_complete_and_lossless(base_run):
     assert "cpu_vendor" in manifest["cpu_numerics"]  # without it, check could not tell Intel from AMD
     assert manifest["versions"]["torch"] and manifest["device"] and manifest["seeds"] == {"seed": 0, "sample_seed": None}
     assert len(manifest["config_hash"]) == 12 and manifest["finished"] and manifest["git_commit"] is not None
+    efficiency = manifest["engine_efficiency"]  # this engine's plain step against its roofline
+    assert efficiency["plain_step_ms"] > 0 and efficiency["ratio"] > 0 and efficiency["compile"] is None
     assert set(t["summary"]["config_hash"]) == set(t["requests"]["config_hash"])
 
 
@@ -132,6 +134,8 @@ def test_summary_rows_derive_from_step_rows(base_run):
 def test_show_formats(base_run):
     code, out, _ = jfbench("show", base_run)
     assert code == 0 and "ngram" in out and "τ" in out and "decode ×" in out
+    assert "engine efficiency: plain step" in out  # a random 2-layer model on a CPU is far from its roofline:
+    assert "overhead-bound engine: speed-ups overstate what a compiled server would see (rerun with --compile)" in out
     code, out, _ = jfbench("show", base_run, "--format", "markdown")
     assert code == 0 and out.splitlines()[2].startswith("| suite | arm |") and "| gsm8k | ngram | 16 |" in out
     code, out, _ = jfbench("show", base_run, "--format", "markdown", "--wide")

@@ -17,6 +17,7 @@ from jetflow_bench.cli.options import (
     DataDirOpt,
     DeviceOpt,
     DtypeOpt,
+    GraphsOpt,
     TargetOpt,
     ThreadsOpt,
 )
@@ -42,6 +43,10 @@ def baseline(
     dtype: DtypeOpt = None,
     attention: AttentionOpt = "sdpa",
     compile: CompileOpt = False,
+    graphs: GraphsOpt = False,
+    hf_static_cache: Annotated[bool, typer.Option(
+        "--hf-static-cache", help="transformers generate with its static cache (its fast path: on a GPU it also "
+        "compiles the forward, in the untimed warm-up).")] = False,
     data_dir: DataDirOpt = None,
     threads: ThreadsOpt = None,
     fmt: TableFormatOpt = TableFormat.table,
@@ -58,19 +63,22 @@ def baseline(
     import torch
 
     from jetflow_bench.bench_baseline import compare_with_hf
+    from jetflow_bench.engine.compiled import compile_flags
     from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.prompts import encode, suite_requests
 
     set_threads(threads)
     sizes = _int_list(batch_sizes, "--batch-sizes")
-    runner = TargetRunner.load(target, device=device, dtype=dtype, attention=attention, compile=compile)
+    runner = TargetRunner.load(target, device=device, dtype=dtype, attention=attention,
+                               compile=compile_flags(compile, graphs))
     requests = suite_requests(runner, suite, resolve_data_dir(data_dir), limit=max(sizes))
     prompts = [encode(runner, r.prompt) for r in requests]
     if len(prompts) < max(sizes):
         raise JfbenchError(f"suite {suite!r} has only {len(prompts)} prompts: lower --batch-sizes")
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("timing ours vs transformers.generate", total=len(sizes) * pairs)
-        rows = compare_with_hf(runner, prompts, max_new_tokens, sizes, pairs, lambda: progress.advance(task))
+        rows = compare_with_hf(runner, prompts, max_new_tokens, sizes, pairs, lambda: progress.advance(task),
+                               hf_static_cache)
     emit([{
         "batch": r.batch_size, "pairs": len(r.ratios),
         "ours tok/s": f"{statistics.median(r.ours_tok_s):.1f}", "HF tok/s": f"{statistics.median(r.hf_tok_s):.1f}",
@@ -79,7 +87,8 @@ def baseline(
         "same tokens": "yes" if r.same_tokens else "no",
     } for r in rows], fmt, title=f"AR baseline vs transformers generate — {runner.name}, {max_new_tokens} new tokens",
         caption=f"device {runner.device}, dtype {runner.dtype}, torch threads {torch.get_num_threads()}"
-                + (f"; ours compiled (warm-up {sum(r.compile_s for r in rows):.1f} s, untimed)" if compile else ""))
+                + (f"; ours --compile {runner.compile_mode} (warm-up {sum(r.compile_s for r in rows):.1f} s, untimed)"
+                   if runner.compile_mode else "") + ("; HF with its static cache" if hf_static_cache else ""))
     if not all(r.resolved for r in rows):
         Console(stderr=True).print("note: for some batch size the ratio's CI spans 1.0: rerun on an idle "
                                    "machine or with more --pairs before concluding")
@@ -231,6 +240,8 @@ def compile_(
     prompts: Annotated[int, typer.Option("--prompts", min=1, help="Prompts decoded together in each decode run.")] = 1,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per prompt (no early EOS).")] = 64,
     pairs: Annotated[int, typer.Option("--pairs", min=3, help="Timed (eager, compiled) decode pairs per arm.")] = 3,
+    graphs: Annotated[bool, typer.Option("--graphs", help="Compare eager with --graphs (CUDA graphs, no compiler; a "
+                                         "GPU only) instead of --compile (Inductor).")] = False,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     data_dir: DataDirOpt = None,
@@ -262,7 +273,7 @@ def compile_(
     specs = [arm_spec(name, options, ckpt) for text in drafters or () for name, options, ckpt in
              parse_drafters(text, "--drafter")]
     eager = TargetRunner.load(target, device=device, dtype=dtype)
-    compiled = TargetRunner(eager.model, eager.tokenizer, eager.name, compile=True)
+    compiled = TargetRunner(eager.model, eager.tokenizer, eager.name, compile="graphs" if graphs else "inductor")
     if context + max(tree_sizes) > eager.context_window:
         raise JfbenchError(f"--context {context} + tree size {max(tree_sizes)} exceeds the target's context window "
                            f"({eager.context_window}): lower --context or --sizes")
@@ -282,7 +293,7 @@ def compile_(
         decodes, decode_compile_s, heads_compile_s = compare_decodes(eager, compiled, encoded, StopRule(max_new_tokens),
                                                                      arms, pairs)
     caption = (f"device {eager.device}, dtype {eager.dtype}, torch threads {torch.get_num_threads()}, torch "
-               f"{torch.__version__}; compile (untimed warm-up): {forward_compile_s:.1f} s for the forwards, "
+               f"{torch.__version__}; {'--graphs' if graphs else '--compile'} (untimed warm-up): {forward_compile_s:.1f} s for the forwards, "
                f"{decode_compile_s:.1f} s more for the decodes' target shapes, {heads_compile_s:.1f} s for the draft heads")
     if fmt != TableFormat.table:  # json, csv and markdown have no caption: the compile time goes to stderr
         console.print(caption)

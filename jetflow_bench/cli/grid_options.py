@@ -90,7 +90,8 @@ class GridFlags:
     device: str | None = None
     dtype: str | None = None
     attention: str = "sdpa"
-    compile: bool = False
+    compile: bool = False  # --compile: Inductor (`engine.compiled`)
+    graphs: bool = False  # --graphs: CUDA graphs, no compiler
     data_dir: Path | None = None
     sample_seed: int | None = None
     threads: int | None = None
@@ -140,13 +141,14 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     if grid.attention != "sdpa" and engine != "hf":
         raise JfbenchError(f"--attention {grid.attention} applies to the hf engine only: drop it for --engine {engine}")
     get_attention(grid.attention, dev)  # unknown or unavailable backends fail before any model loads
-    if grid.compile:
-        from jetflow_bench.engine.compiled import check_compile
+    from jetflow_bench.engine.compiled import check_compile, compile_flags
 
+    compile = compile_flags(grid.compile, grid.graphs)
+    if compile:
         if engine != "hf":
             raise JfbenchError(f"--compile applies to the hf engine only: drop it for --engine {engine}")
         check_compiled_budgets(drafters, budgets)
-        check_compile(dev, grid.attention)
+        check_compile(dev, grid.attention, compile)
     set_threads(grid.threads)
     dtype = str(resolve_dtype(grid.dtype, dev)).removeprefix("torch.")
     tie_eps = DEFAULT_TIE_EPS[dtype] if grid.tie_eps is None else grid.tie_eps
@@ -157,7 +159,7 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
         limit=grid.limit, max_new_tokens=grid.max_new_tokens, temperatures=temperatures,
         top_p=grid.top_p, top_k=grid.top_k,
         sample_seed=grid.sample_seed, seed=grid.seed, engine=engine, tie_eps=tie_eps, attention=grid.attention,
-        profile=grid.profile, compile=grid.compile, tau_only=grid.tau_only, extra=extra,
+        profile=grid.profile, compile=compile, tau_only=grid.tau_only, extra=extra,
     )
 
 

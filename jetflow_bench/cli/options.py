@@ -71,9 +71,18 @@ CompileOpt = Annotated[
     bool,
     typer.Option(
         "--compile/--no-compile",
-        help="Run the target's decode and verify forwards, and learned drafters' head forwards, through torch.compile "
-        "at bucketed static shapes (CUDA graphs on a GPU); compile time is spent in an untimed warm-up. Needs "
-        "--attention sdpa (and a C compiler on a CPU). Off by default: results/baselines/compile-cpu/README.md has the measurements behind that choice.",
+        help="Run the target's decode and verify forwards, and learned drafters' head forwards, at bucketed static "
+        "shapes through Inductor, one decoder layer built and reused for every layer (and recorded as CUDA graphs on a "
+        "GPU); the build is an untimed warm-up. Needs --attention sdpa (and a C compiler on a CPU). Off by default: "
+        "results/baselines/compile-cpu/README.md has the measurements behind that choice.",
+    ),
+]
+GraphsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--graphs",
+        help="Like --compile with no compiler: the static-shape steps are recorded as CUDA graphs and replayed (a GPU "
+        "only; recording every shape takes seconds, not an Inductor build). Needs --attention sdpa.",
     ),
 ]
 ThreadsOpt = Annotated[

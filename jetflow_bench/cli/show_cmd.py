@@ -91,6 +91,7 @@ def _paired(name: str, frame: pd.DataFrame) -> pd.DataFrame:
 def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) -> str:
     """The legend (compact view), then where the numbers come from, one line each."""
     from jetflow_bench.report.loading import SAMPLED_LOSSLESS, old_recipe_heads
+    from jetflow_bench.sweep.efficiency import efficiency_line
 
     config = manifest.get("config", {})
     done = len(list((run / "cells").glob("*.json")))
@@ -103,6 +104,9 @@ def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) ->
                             f"{manifest.get('device')}"]) + (" · --wide: every column" if compact else ""))
     lines.append(f"target {config.get('target')}")
     lines += [f"{arm}: head trained under the {old}" for arm, old in old_recipe_heads(run, manifest).items()]
+    efficiency = efficiency_line(manifest.get("engine_efficiency"))
+    if efficiency:
+        lines.append(efficiency)
     if config.get("device", "").startswith("cpu"):
         lines.append("CPU: verification cost grows with B, so τ is the hardware-independent figure")
     lines.extend(evidence_lines(summary))

@@ -8,8 +8,8 @@ module here:
     target                `TargetRunner`: prefill, plain decoding and tree verification of a
                           Hugging Face causal LM through the preallocated cache
     kv_cache              `KVCache`: written in place; committing a path gathers its slots
-    compiled              `--compile`: static shapes (tree buckets, whole-cache attention) for
-                          `torch.compile` and CUDA graphs
+    compiled              `--compile` / `--graphs`: static shapes (tree buckets, whole-cache
+                          attention), one Inductor-built layer reused by every layer, CUDA graphs
     tree                  `DraftTree` and the index arithmetic on trees (padding, ancestor masks)
     attention             attention backends behind one signature (sdpa, flex, triton), selected
                           by name; the kernels themselves live in `jetflow_bench.kernels`

@@ -21,13 +21,10 @@ entire cache rewritten per layer per step). Separate tensors make each write an 
 An eager cache allocates one (2L, B, H_kv, T_cap, hd) block and views its layers out of it, so
 committing a path stays one gather and one scatter rather than one pair per layer.
 
-A static cache keeps its addresses: on CUDA its tensors are marked static
-(`torch._dynamo.mark_static_address`), without which CUDA graphs refuse a graph that mutates its
-inputs and silently run it without graphs; dropping rows compacts every cache in place; a
-capacity increase (a new graph anyway) marks the new tensors. A compiled runner allocates its
-static cache once (`PersistentCache`) and starts every batch on the same tensors (`reset`): CUDA
-graphs replay only at the addresses they recorded, so a fresh cache per batch would re-record each
-graph inside that batch's first timed step, and past torch's re-record limit run without graphs.
+A static cache keeps its addresses: dropping rows compacts every cache in place, and a static
+runner allocates its cache once (`PersistentCache`) and starts every batch on the same tensors
+(`reset`): CUDA graphs replay only at the addresses they recorded, so a fresh cache per batch would
+record every graph again inside that batch's first timed step.
 """
 
 from __future__ import annotations
@@ -38,9 +35,13 @@ import torch
 import torch.nn.functional as F
 
 
-def needs_static_addresses(device: torch.device) -> bool:
-    """CUDA graphs replay at the addresses they recorded; other compiled code takes any tensor."""
-    return device.type == "cuda"
+def write_entries(keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Store one layer's new keys/values at per-row slots of its (B, H_kv, T_cap, hd) tensors, in
+    place. slots: (B, N) long; k, v: (B, H_kv, N, hd)."""
+    rows = torch.arange(slots.shape[0], device=slots.device)[:, None]  # (B, 1)
+    # Advanced indices on dims 0 and 2 put (B, N) first: the target view is (B, N, H_kv, hd).
+    keys[rows, :, slots] = k.transpose(1, 2)
+    values[rows, :, slots] = v.transpose(1, 2)
 
 
 class KVCache:
@@ -100,14 +101,10 @@ class KVCache:
 
     def _use(self, blocks: list[torch.Tensor]) -> None:
         """Hold ``blocks`` — 2L tensors (B, H_kv, T_cap, hd), or one (2L, B, H_kv, T_cap, hd) — as
-        ``k`` (layers 0..L-1) and ``v`` (L..2L-1); static on CUDA: mark them for dynamo, so CUDA
-        graphs may write them in place."""
+        ``k`` (layers 0..L-1) and ``v`` (L..2L-1)."""
         self._blocks = blocks
         layers = [t for block in blocks for t in (block.unbind(0) if block.dim() == 5 else (block,))]
         self.k, self.v = layers[: self.n_layers], layers[self.n_layers :]
-        if self.static and needs_static_addresses(blocks[0].device):
-            for t in blocks:
-                torch._dynamo.mark_static_address(t)
 
     def reserve(self, slots: int) -> None:
         """Make room for ``slots`` slots per row, doubling the capacity so growth stays rare.
@@ -130,10 +127,7 @@ class KVCache:
 
         slots: (B, N) long; k, v: (B, H_kv, N, hd).
         """
-        rows = torch.arange(slots.shape[0], device=slots.device)[:, None]  # (B, 1)
-        # Advanced indices on dims 0 and 2 put (B, N) first: the target view is (B, N, H_kv, hd).
-        self.k[layer][rows, :, slots] = k.transpose(1, 2)
-        self.v[layer][rows, :, slots] = v.transpose(1, 2)
+        write_entries(self.k[layer], self.v[layer], slots, k, v)
 
     def write_span(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """`write` when every row's slots are start .. start + N - 1: a slice copy, which on a CPU

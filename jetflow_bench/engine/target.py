@@ -19,16 +19,18 @@ from torch import nn
 
 from jetflow_bench.engine.attention import DEFAULT_ATTENTION, get_attention
 from jetflow_bench.engine.compiled import (
+    CompiledRegion,
     StaticForward,
     batch_classes,
     buckets_up_to,
     check_compile,
+    compile_mode,
     pad_visibility,
     round_capacity,
     timed_warm_up,
     tree_bucket,
 )
-from jetflow_bench.engine.kv_cache import KVCache, PersistentCache
+from jetflow_bench.engine.kv_cache import KVCache, PersistentCache, write_entries
 from jetflow_bench.engine.rope import rotate
 from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
 from jetflow_bench.errors import JfbenchError
@@ -80,7 +82,7 @@ class TargetRunner:
         tokenizer,
         name: str,
         attention: str = DEFAULT_ATTENTION,
-        compile: bool = False,
+        compile: bool | str | None = False,
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -104,9 +106,12 @@ class TargetRunner:
         self.attend = get_attention(attention, self.device)
         self.context_window = int(getattr(self.config, "max_position_embeddings", 1 << 30))
         self.cache: KVCache | None = None  # the live batch's cache, from `prefill` until `release`
-        if compile:
-            check_compile(self.device, attention)
-        self.static = StaticForward(self._static_forward, self.device) if compile else None  # None: eager
+        self.compile_mode = compile_mode(compile)  # inductor | graphs | None: eager (jetflow_bench.engine.compiled)
+        if self.compile_mode:
+            check_compile(self.device, attention, self.compile_mode)
+        self.static = StaticForward(self._static_forward, self.device) if self.compile_mode else None  # None: eager
+        # One decoder layer at static shapes; under Inductor compiled once and called by every layer.
+        self.static_layer = CompiledRegion(self._static_layer) if self.compile_mode == "inductor" else self._static_layer
         self.static_capacity = 0  # compiled: slots per row of every cache so far (one graph per capacity)
         # compiled: the one cache every batch and warm-up runs on (CUDA graphs replay at its addresses)
         self._storage = PersistentCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
@@ -119,11 +124,11 @@ class TargetRunner:
         device: str | None = None,
         dtype: str | None = None,
         attention: str = DEFAULT_ATTENTION,
-        compile: bool = False,
+        compile: bool | str | None = False,
     ) -> TargetRunner:
         """Load by name (`jetflow_bench.targets`), hub id or local directory, exactly as a real user's model
-        would be; ``compile``: decode and verify through `torch.compile` at bucketed shapes
-        (jetflow_bench.engine.compiled)."""
+        would be; ``compile``: decode and verify at bucketed static shapes, through Inductor (True or
+        ``"inductor"``) or recorded as CUDA graphs (``"graphs"``; jetflow_bench.engine.compiled)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
@@ -131,8 +136,8 @@ class TargetRunner:
         dev = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, dev)
         get_attention(attention, dev)  # a missing kernel package is a usage error before any model loads
-        if compile:
-            check_compile(dev, attention)
+        if compile_mode(compile):
+            check_compile(dev, attention, compile)
         name = resolve_target(name_or_path)
         check_hub_id(name)
         try:
@@ -373,8 +378,14 @@ class TargetRunner:
         logit_nodes: torch.Tensor | None = None,  # (B, R): the nodes whose logits to compute; None: all
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The eager forward: keys over the first ``kv_len`` slots, any attention backend."""
-        return self._decode(tokens, positions, slots, self._require_cache(), kv_len,
-                            lambda q, k, v: self.attend(q, k, v, mask, self.scale), taps, logit_nodes)
+        cache = self._require_cache()
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return self.attend(q, k, v, mask, self.scale)
+
+        return self._decode(tokens, positions, slots, cache, taps,
+                            lambda i, layer, h, cos, sin: self._layer(layer, h, cos, sin, slots, cache.k[i], cache.v[i],
+                                                                      kv_len, attend), logit_nodes)
 
     def _static_forward(
         self,
@@ -385,13 +396,24 @@ class TargetRunner:
         cache: KVCache,
         taps: tuple[int, ...],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """What `StaticForward` compiles: SDPA over the whole cache, so no shape depends on the step."""
+        """What `StaticForward` runs (and on CUDA records): SDPA over the whole cache, so no shape
+        depends on the step; each layer through `static_layer`."""
+        return self._decode(tokens, positions, slots, cache, taps,
+                            lambda i, layer, h, cos, sin: self.static_layer(layer, h, cos, sin, slots, mask,
+                                                                            cache.k[i], cache.v[i]))
+
+    def _static_layer(
+        self, layer: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
+        mask: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+    ) -> torch.Tensor:
+        """One decoder layer at static shapes, the region `CompiledRegion` compiles: every argument
+        is a module or a tensor, so each layer calls the same compiled graph."""
         gqa = self.q_heads != self.kv_heads
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=gqa)
 
-        return self._decode(tokens, positions, slots, cache, cache.capacity, attend, taps)
+        return self._layer(layer, h, cos, sin, slots, keys, values, keys.shape[2], attend)
 
     def _decode(
         self,
@@ -399,32 +421,16 @@ class TargetRunner:
         positions: torch.Tensor,  # (B, N)
         slots: torch.Tensor,  # (B, N) cache slot of each node
         cache: KVCache,
-        kv_len: int,
-        attend,  # (q (B, H_q, N, hd), keys, values (B, H_kv, kv_len, hd)) -> (B, H_q, N, hd)
         taps: tuple[int, ...],
+        run_layer,  # (index, layer, h, cos, sin) -> h: one decoder layer, writing its keys/values into the cache
         logit_nodes: torch.Tensor | None = None,  # (B, R) nodes to score (logits (B, R, V)); None: all N
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        b, n = tokens.shape
         h = self.embed(tokens)  # (B, N, H)
         cos, sin = self.rotary(h, positions)  # (B, N, hd) each
         cos, sin = cos[:, None], sin[:, None]  # broadcast over heads
         tapped: dict[int, torch.Tensor] = {EMBEDDING_TAP: h}  # layer -> its output (B, N, H)
         for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            x = layer.input_layernorm(h)
-            q = attn.q_proj(x).view(b, n, self.q_heads, self.head_dim)
-            k = attn.k_proj(x).view(b, n, self.kv_heads, self.head_dim)
-            v = attn.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, H_kv, N, hd)
-            if hasattr(attn, "q_norm"):
-                q, k = attn.q_norm(q), attn.k_norm(k)
-            q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, N, hd)
-            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-            cache.write(i, slots, k, v)
-            keys, values = cache.view(i, kv_len)
-            o = attend(q, keys, values)  # (B, H_q, N, hd)
-            h = h + attn.o_proj(o.transpose(1, 2).reshape(b, n, -1))
-            mlp_out = layer.mlp(layer.post_attention_layernorm(h))
-            h = h + (mlp_out[0] if isinstance(mlp_out, tuple) else mlp_out)
+            h = run_layer(i, layer, h, cos, sin)
             if i in taps:
                 tapped[i] = h
         if logit_nodes is not None:
@@ -432,6 +438,34 @@ class TargetRunner:
         logits = self.lm_head(self.norm(h)).float()  # (B, N or R, V)
         hidden = torch.stack([tapped[t] for t in taps], dim=2) if taps else None  # (B, N, K, H), K in taps order
         return logits, hidden
+
+    def _layer(
+        self,
+        layer: nn.Module,
+        h: torch.Tensor,  # (B, N, H)
+        cos: torch.Tensor,  # (B, 1, N, hd)
+        sin: torch.Tensor,
+        slots: torch.Tensor,  # (B, N) cache slot of each node
+        keys: torch.Tensor,  # (B, H_kv, T_cap, hd): this layer's cache, written in place
+        values: torch.Tensor,
+        kv_len: int,  # slots attended over
+        attend,  # (q (B, H_q, N, hd), keys, values (B, H_kv, kv_len, hd)) -> (B, H_q, N, hd)
+    ) -> torch.Tensor:
+        b, n = h.shape[:2]
+        attn = layer.self_attn
+        x = layer.input_layernorm(h)
+        q = attn.q_proj(x).view(b, n, self.q_heads, self.head_dim)
+        k = attn.k_proj(x).view(b, n, self.kv_heads, self.head_dim)
+        v = attn.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, H_kv, N, hd)
+        if hasattr(attn, "q_norm"):
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, N, hd)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        write_entries(keys, values, slots, k, v)
+        o = attend(q, keys[:, :, :kv_len], values[:, :, :kv_len])  # (B, H_q, N, hd)
+        h = h + attn.o_proj(o.transpose(1, 2).reshape(b, n, -1))
+        mlp_out = layer.mlp(layer.post_attention_layernorm(h))
+        return h + (mlp_out[0] if isinstance(mlp_out, tuple) else mlp_out)
 
 
 def _check_supported(model: nn.Module, name: str) -> None:

@@ -30,6 +30,7 @@ from jetflow_bench.report.tables import (
     shape_table,
     summary_table,
 )
+from jetflow_bench.sweep.efficiency import efficiency_line
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class RunSection:
     ablation: Table | None
     ablation_figure: str | None  # base64 PNG
     manifest: list[tuple[str, str]]
+    efficiency: str | None  # the engine's plain step against its roofline (`sweep.efficiency`); None: not measured
     comparison: Comparison | None  # against the first run; None for the first run
 
 
@@ -94,6 +96,7 @@ def _section(run: Run, first: Run | None) -> RunSection:
         ablation=None if run.ablation is None else frame_table(run.ablation),
         ablation_figure=None if ablation_fig is None else ablation_fig.png_base64(),
         manifest=manifest_items(run),
+        efficiency=efficiency_line(run.manifest.get("engine_efficiency")),
         comparison=comparison,
     )
 

@@ -39,6 +39,7 @@ from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.report.loading import INTERLEAVED, TAU_ONLY
 from jetflow_bench.runtime import cpu_numerics
+from jetflow_bench.sweep.efficiency import engine_efficiency
 from jetflow_bench.sweep.engines import ENGINES, Engine
 from jetflow_bench.sweep.grid import (
     AR_ARM,
@@ -182,6 +183,7 @@ def run_sweep(
         finished = store.finished(hashes, {c.cell_id: c.label() for c in grid})
         manifest = _manifest(previous, config, chash, shash, kind, command, engine, workloads, data_dir, len(grid))
         manifest["sessions"][-1]["cells_done_before"] = len(finished)
+        manifest["engine_efficiency"] = engine_efficiency(engine)  # this session's engine against its roofline
         _record_adopted(manifest, store, finished)
         todo = [c for c in grid if c.cell_id not in finished]
         runner = GroupRunner(engine, store, config, manifest, workloads)

@@ -98,7 +98,8 @@ class SweepConfig:
     n_boot: int = 1000  # bootstrap resamples for speed-up CIs
     attention: str = "sdpa"  # attention backend of the target and heads (jetflow_bench.engine.attention)
     profile: bool = False  # time each step's draft / verify / other split on a GPU (`--profile`)
-    compile: bool = False  # target forwards through torch.compile at bucketed shapes (jetflow_bench.engine.compiled)
+    # target forwards at bucketed static shapes: "inductor" (--compile; True in runs made before --graphs), "graphs"; None: eager
+    compile: bool | str | None = None
     tau_only: bool = False  # time no baseline beside the arms: τ and counters, no speed-up claimed (`--tau-only`)
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)  # e.g. the ablation's flags
 
@@ -186,6 +187,8 @@ def _identity(config: SweepConfig) -> dict[str, Any]:
         del identity["profile"]
     if not identity["compile"]:
         del identity["compile"]
+    elif identity["compile"] == "inductor":  # runs compiled before --graphs existed stored True
+        identity["compile"] = True
     if not identity["tau_only"]:  # timed runs hash as they did before `--tau-only` existed
         del identity["tau_only"]
     return identity
