@@ -58,6 +58,35 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+def cpu_cores(threads: int) -> tuple[int, ...]:
+    """The ``threads`` lowest-numbered CPUs this process may run on: the cores an engine at
+    ``--threads`` gets when it is pinned (`pin_cores`; vLLM's CPU build binds one OpenMP thread per
+    core, so two engines at equal threads compare on the same cores, not merely as many)."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if threads > len(allowed):
+        raise JfbenchError(f"--threads {threads}: this process may run on only {len(allowed)} CPUs "
+                           f"({core_list(allowed)}), and each thread is bound to a core of its own: lower --threads")
+    return tuple(allowed[:threads])
+
+
+def core_list(cores) -> str:
+    """CPU ids as ranges, the syntax of taskset and of VLLM_CPU_OMP_THREADS_BIND: (0, 1, 2, 5) -> "0-2,5"."""
+    ids, spans = sorted(cores), []
+    for core in ids:
+        if spans and core == spans[-1][1] + 1:
+            spans[-1][1] = core
+        else:
+            spans.append([core, core])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def pin_cores(cores: tuple[int, ...]) -> None:
+    """Run this process (and the threads it starts from now on) on ``cores`` only; no-op where the
+    OS cannot pin. Call it before torch starts its thread pool."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores)
+
+
 # The variables that choose torch's CPU kernels, set to values that give the same float32 results on
 # x86-64 CPUs of one vendor with AVX2 (ATen and oneDNN capped at AVX2, MKL in its SSE2 "compatible"
 # branch): AVX2 and AVX-512 AMD CPUs agree under them, but an Intel Xeon still trained the CI

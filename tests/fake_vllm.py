@@ -9,6 +9,8 @@ chosen by environment variables:
     FAKE_VLLM_DIE_AFTER=N         exit (code 3) during the (N+1)-th completion request
     FAKE_VLLM_DIE_MARKER=PATH     die only while PATH does not exist; create it when dying
                                   (so the re-run after a crash finds a healthy server)
+
+and FAKE_VLLM_ENV_OUT=PATH writes its VLLM_* and OMP_* environment variables to PATH (JSON) at start.
 """
 
 from __future__ import annotations
@@ -94,6 +96,9 @@ def main(argv: list[str]) -> None:
     if os.environ.get("FAKE_VLLM_FAIL_START"):
         print(f"Traceback (most recent call last):\nOSError: {model} is not a model folder", flush=True)
         sys.exit(1)
+    if os.environ.get("FAKE_VLLM_ENV_OUT"):
+        settings = {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "OMP_"))}
+        Path(os.environ["FAKE_VLLM_ENV_OUT"]).write_text(json.dumps(settings))
     Handler.model = model
     ThreadingHTTPServer((host, port), Handler).serve_forever()
 

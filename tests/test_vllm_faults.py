@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -53,6 +55,22 @@ def test_server_dying_mid_run_keeps_finished_cells_and_the_rerun_resumes(
     assert code == 0, err
     assert "1 cell(s) run, 3 already done" in err
     assert len(list((out / "vllm").glob("*.log"))) == 2  # one log per server start
+
+
+def test_managed_server_gets_jfbench_threads_and_the_manifest_says_so(cli, micro_target, fake_bin, tmp_path,
+                                                                       monkeypatch):
+    # Bug: `--threads 1` reaches jfbench's torch only, while vLLM decodes on every core it sees
+    # (an unequal engine comparison), or the binding is not in the manifest.
+    seen = tmp_path / "env.json"
+    monkeypatch.setenv("FAKE_VLLM_ENV_OUT", str(seen))
+    out = tmp_path / "run"
+    code, _, err = _sweep(cli, micro_target, out, fake_bin, "--threads", "1")
+    assert code == 0, err
+    env = json.loads(seen.read_text())
+    first = str(min(os.sched_getaffinity(0)))
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == first and env["OMP_NUM_THREADS"] == "1"
+    recorded = json.loads((out / "manifest.json").read_text())["device_info"]["vllm"]["server_env"]
+    assert recorded == {k: env[k] for k in recorded} and recorded["VLLM_CPU_OMP_THREADS_BIND"] == first
 
 
 def test_vllm_arm_without_the_vllm_engine_says_so(cli, micro_target, tmp_path):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from jetflow_bench.integrations.vllm_metrics import (
 )
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, log_cause
 from jetflow_bench.integrations.vllm_steps import _assign, batch_result
+from jetflow_bench.runtime import cpu_cores
 
 RECORDED = Path(__file__).parent / "data" / "vllm_metrics"
 
@@ -200,6 +203,31 @@ def test_managed_server_on_a_taken_port_is_refused(tmp_path):
                                port=port)
         with pytest.raises(JfbenchError, match=f"port {port} .*already in use"):
             server.start()
+
+
+def test_managed_server_starts_bound_to_the_given_cores(tmp_path, monkeypatch):
+    # Bug: the binding computed but not handed to the server (vLLM's CPU build then binds every core
+    # of its NUMA node), or jfbench's own OMP_NUM_THREADS leaking through instead of the core count.
+    seen = tmp_path / "env.json"
+    monkeypatch.setenv("FAKE_VLLM_ENV_OUT", str(seen))
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    for cpus, bind in (((1,), "1"), ((0, 1, 2, 5), "0-2,5"), ((), None)):
+        server = ManagedServer(_fake_bin(tmp_path), ServerConfig("/m", "float32", None, 1, cpus=cpus), tmp_path / "l.log")
+        server.start()
+        server.stop()
+        env = json.loads(seen.read_text())
+        assert env.get("VLLM_CPU_OMP_THREADS_BIND") == bind
+        assert env["OMP_NUM_THREADS"] == (str(len(cpus)) if cpus else "7")
+        assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert "VLLM_CPU_OMP_THREADS_BIND=0-2,5 " in (tmp_path / "l.log").read_text()  # the log says how it ran
+
+
+def test_cpu_cores_are_the_first_allowed_ones(monkeypatch):
+    # Bug: cores outside the process's affinity mask, or more threads than cores bound silently twice.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {7, 3, 5}, raising=False)
+    assert cpu_cores(1) == (3,) and cpu_cores(3) == (3, 5, 7)
+    with pytest.raises(JfbenchError, match=r"--threads 4: .* only 3 CPUs \(3,5,7\)"):
+        cpu_cores(4)
 
 
 def test_streamed_steps_worked_example():

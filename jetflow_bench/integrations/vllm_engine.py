@@ -44,6 +44,7 @@ from jetflow_bench.integrations.vllm_client import RequestFailed, Sampling, comp
 from jetflow_bench.integrations.vllm_metrics import SpecCounters, spec_counters
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, group_peak_rss, http_get
 from jetflow_bench.integrations.vllm_steps import batch_result
+from jetflow_bench.runtime import cpu_cores
 from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
 from jetflow_bench.sweep.hf_engine import HFEngine
 
@@ -182,7 +183,8 @@ class VLLMEngine:
     def describe(self) -> dict[str, Any]:
         mode = {"mode": "external", "url": self.url} if self.options.url else {
             "mode": "managed", "vllm_bin": self.options.vllm_bin, "server_logs": str(self.log_dir),
-            "extra_args": list(self.options.extra_args)}
+            "extra_args": list(self.options.extra_args),
+            "server_env": ServerConfig(self.config.target, self.config.dtype, None, 1, cpus=self.cpus).env()}
         return {**self.hf.describe(), "engine": self.name,
                 "vllm": {"version": self.version, "methods": list(self.install.methods) if self.install else None,
                          "tensor_parallel_size": self.options.tensor_parallel_size,
@@ -208,7 +210,15 @@ class VLLMEngine:
             max_num_seqs=max(self.config.batch_sizes), seed=self.config.seed,
             tensor_parallel_size=self.options.tensor_parallel_size,
             pipeline_parallel_size=self.options.pipeline_parallel_size, extra_args=self.options.extra_args,
+            cpus=self.cpus,
         )
+
+    @property
+    def cpus(self) -> tuple[int, ...]:
+        """The cores a managed server binds its threads to: as many as jfbench's --threads, the same
+        ones jfbench's process may use first (`runtime.cpu_cores`); none on a GPU device, where the
+        CPU threads do not decode."""
+        return cpu_cores(self.config.threads) if self.hf.target.device.type == "cpu" else ()
 
     def _serve(self, arm: VLLMArm, budget: int) -> str:
         """The URL of a server running ``arm`` at ``budget``: (re)started in managed mode, checked in external."""

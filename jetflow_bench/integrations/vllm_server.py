@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.runtime import core_list
 
 LOOPBACK = "127.0.0.1"
 STARTUP_TIMEOUT_S = 900.0  # CPU start-up is 30-90 s idle; far more on a loaded machine
@@ -42,6 +43,17 @@ class ServerConfig:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     extra_args: tuple[str, ...] = field(default=())  # passed through verbatim
+    cpus: tuple[int, ...] = ()  # the cores vLLM's CPU build binds its OpenMP threads to; () = its own choice
+
+    def env(self) -> dict[str, str]:
+        """The environment variables the server starts with on top of jfbench's (recorded in the run
+        manifest). vLLM's CPU build runs one OpenMP thread per core listed in
+        VLLM_CPU_OMP_THREADS_BIND, each pinned to its core; left unset, it takes every core of its
+        NUMA node, so an engine at --threads 1 would be compared with one on all cores."""
+        env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}  # GiB
+        if self.cpus:
+            env |= {"VLLM_CPU_OMP_THREADS_BIND": core_list(self.cpus), "OMP_NUM_THREADS": str(len(self.cpus))}
+        return env
 
     def args(self) -> list[str]:
         args = [
@@ -121,11 +133,11 @@ class ManagedServer:
         command = [self.vllm_bin, "serve", self.config.model, "--host", LOOPBACK, "--port", str(self.port),
                    *self.config.args()]
         # Unbuffered: vLLM logs to stdout, and a crash must not lose the lines that say why.
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
-               "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.config.env()}
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
-            out.write(f"$ {' '.join(command)}\n".encode())
+            settings = " ".join(f"{k}={v}" for k, v in self.config.env().items())
+            out.write(f"$ {settings} {' '.join(command)}\n".encode())
             out.flush()
             try:
                 self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
