@@ -25,16 +25,20 @@ def test_piped_tables_never_wrap_a_cell(cli, fmt):
 
 
 def test_baseline_ratio_is_the_mean_of_paired_ratios_with_a_bootstrap_ci():
-    row = BaselineComparison(1, ours_tok_s=[100.0, 90.0, 300.0], hf_tok_s=[50.0, 100.0, 100.0], same_tokens=True)
+    row = BaselineComparison(1, ours_tok_s=[100.0, 90.0, 300.0], theirs_tok_s=[50.0, 100.0, 100.0], same_tokens=True)
     assert row.ratios == pytest.approx([2.0, 0.9, 3.0])
     mean, lo, hi = row.ratio_ci
     assert mean == pytest.approx(5.9 / 3) and lo < 1.0 < hi  # 0.9 and 3.0 disagree on which side is faster
     assert row.verdict.startswith("no difference")
     assert BaselineComparison(1, [110.0, 120.0, 105.0], [100.0] * 3, True).verdict == "ours faster"
-    assert BaselineComparison(1, [90.0, 95.0, 80.0], [100.0] * 3, True).verdict == "HF faster"
+    assert BaselineComparison(1, [90.0, 95.0, 80.0], [100.0] * 3, True).verdict == "transformers faster"
+    assert BaselineComparison(1, [90.0, 95.0, 80.0], [100.0] * 3, True, theirs="vLLM").verdict == "vLLM faster"
 
 
-def test_bench_baseline_runs_interleaved_pairs(cli, tmp_path):
+def test_bench_baseline_runs_interleaved_pairs(cli, tmp_path, monkeypatch):
+    from jetflow_bench.cli import bench_cmd
+
+    monkeypatch.setattr(bench_cmd, "pin_cores", lambda _cores: None)  # leave the test process unpinned
     target = save_random_model(tmp_path / "model")
     code, out, err = cli("bench", "baseline", "--target", str(target), "--data-dir", str(DATA), "--batch-sizes", "1,2",
                          "--max-new-tokens", "6", "--pairs", "3", "--format", "json")

@@ -22,7 +22,7 @@ from jetflow_bench.integrations.vllm_metrics import (
 )
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, log_cause
 from jetflow_bench.integrations.vllm_steps import _assign, batch_result
-from jetflow_bench.runtime import cpu_cores
+from jetflow_bench.runtime import core_list, cpu_cores
 
 RECORDED = Path(__file__).parent / "data" / "vllm_metrics"
 
@@ -228,6 +228,31 @@ def test_cpu_cores_are_the_first_allowed_ones(monkeypatch):
     assert cpu_cores(1) == (3,) and cpu_cores(3) == (3, 5, 7)
     with pytest.raises(JfbenchError, match=r"--threads 4: .* only 3 CPUs \(3,5,7\)"):
         cpu_cores(4)
+
+
+def test_bench_baseline_against_vllm_binds_the_server_to_jfbench_cores(cli, tmp_path, monkeypatch):
+    # Bugs: `--threads 1` reaches jfbench only while vLLM decodes on other cores or as many threads
+    # as it likes; jfbench's process not pinned to the cores vLLM is bound to; pairs lost.
+    from jetflow_bench.cli import bench_cmd
+    from tests.conftest import benchmark_data_dir
+    from tests.random_models import save_random_model
+
+    pinned = []
+    monkeypatch.setattr(bench_cmd, "pin_cores", pinned.append)
+    seen = tmp_path / "env.json"
+    monkeypatch.setenv("FAKE_VLLM_ENV_OUT", str(seen))
+    target = save_random_model(tmp_path / "model")
+    code, out, err = cli("bench", "baseline", "--against", "vllm", "--vllm-bin", _fake_bin(tmp_path), "--target",
+                         str(target), "--data-dir", str(benchmark_data_dir()), "--batch-sizes", "1,2",
+                         "--max-new-tokens", "5", "--pairs", "3", "--threads", "1", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [r["batch"] for r in rows] == [1, 2] and all(r["pairs"] == 3 for r in rows)
+    assert all(r["same tokens"] == "no" for r in rows)  # the stand-in answers token 7 throughout
+    env = json.loads(seen.read_text())
+    assert pinned == [cpu_cores(1)]
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == core_list(cpu_cores(1)) and env["OMP_NUM_THREADS"] == "1"
+    assert f"VLLM_CPU_OMP_THREADS_BIND={core_list(cpu_cores(1))}" in err  # the binding is reported
 
 
 def test_streamed_steps_worked_example():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
+import tempfile
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -22,22 +25,32 @@ from jetflow_bench.cli.options import (
     ThreadsOpt,
 )
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit
+from jetflow_bench.cli.vllm_options import VLLMBinOpt
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.runtime import core_list, cpu_cores, pin_cores, set_threads
 from jetflow_bench.runtime import data_dir as resolve_data_dir
-from jetflow_bench.runtime import set_threads
 
 bench_app = typer.Typer(help="Speed benchmarks that compare two implementations in one run.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
 
+class Against(str, Enum):
+    transformers = "transformers"
+    vllm = "vllm"
+
+
 @bench_app.command("baseline")
 def baseline(
     target: TargetOpt,
+    against: Annotated[
+        Against, typer.Option("--against", help="The plain decoder to time ours against: transformers generate (in "
+                              "this process) or vLLM (a managed `vllm serve`, bound to the same cores).")
+    ] = Against.transformers,
     suite: Annotated[str, typer.Option(help="Suite whose first prompts are used.")] = "gsm8k",
     batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,4",
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per prompt (no early EOS).")] = 128,
+    max_new_tokens: Annotated[int, typer.Option(min=2, help="Tokens generated per prompt (no early EOS).")] = 128,
     pairs: Annotated[
-        int, typer.Option("--pairs", min=3, help="Timed back-to-back pairs (ours, HF) per batch size (>= 3).")
+        int, typer.Option("--pairs", min=3, help="Timed back-to-back pairs (ours, theirs) per batch size (>= 3).")
     ] = 5,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -45,29 +58,40 @@ def baseline(
     compile: CompileOpt = False,
     graphs: GraphsOpt = False,
     hf_static_cache: Annotated[bool, typer.Option(
-        "--hf-static-cache", help="transformers generate with its static cache (its fast path: on a GPU it also "
-        "compiles the forward, in the untimed warm-up).")] = False,
+        "--hf-static-cache", help="--against transformers: generate with its static cache (its fast path: on a GPU it "
+        "also compiles the forward, in the untimed warm-up).")] = False,
     data_dir: DataDirOpt = None,
     threads: ThreadsOpt = None,
+    vllm_bin: VLLMBinOpt = None,
     fmt: TableFormatOpt = TableFormat.table,
 ) -> None:
-    """Time our AR baseline against `transformers` generate (greedy, same prompts and lengths).
+    """Time our AR baseline against another plain greedy decoder (same prompts, lengths and cores).
 
     A baseline slower than the best plain decoder inflates every speed-up, so the ratio
-    (ours / HF tokens per second) should be >= 1.0. The two run as interleaved pairs; the ratio is
-    the mean of the per-pair ratios with a 95% bootstrap CI over pairs (and their min–max); a CI
-    that spans 1.0 is reported as unresolved (the machine is too noisy to tell).
+    (ours / theirs decode tokens per second) should be >= 1.0. This process is pinned to the first
+    --threads cores it may use; `--against vllm` starts `vllm serve` with its OpenMP threads bound
+    to the same cores (VLLM_CPU_OMP_THREADS_BIND). Both sides are timed as jfbench defines decode
+    time: from a batch's first generated token to its last request's end, over the tokens after the
+    first (prefill excluded). The two run as interleaved pairs; the ratio is the mean of the per-pair
+    ratios with a 95% bootstrap CI over pairs (and their min–max); a CI that spans 1.0 is reported
+    as unresolved (the machine is too noisy to tell).
 
-    Example: jfbench bench baseline --target ~/.cache/jfbench/targets/tiny-seed0-... --batch-sizes 1,4
+    Examples:
+
+        jfbench bench baseline --target smollm2-135m-instruct --batch-sizes 1,4 --threads 1
+
+        jfbench bench baseline --target smollm2-135m-instruct --against vllm --batch-sizes 1 --threads 1 --pairs 10
     """
     import torch
 
-    from jetflow_bench.bench_baseline import compare_with_hf
+    from jetflow_bench.bench_baseline import compare
     from jetflow_bench.engine.compiled import compile_flags
     from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.prompts import encode, suite_requests
 
     set_threads(threads)
+    cores = cpu_cores(torch.get_num_threads())
+    pin_cores(cores)  # before torch starts its thread pool: ours (and transformers) run on these cores only
     sizes = _int_list(batch_sizes, "--batch-sizes")
     runner = TargetRunner.load(target, device=device, dtype=dtype, attention=attention,
                                compile=compile_flags(compile, graphs))
@@ -75,23 +99,47 @@ def baseline(
     prompts = [encode(runner, r.prompt) for r in requests]
     if len(prompts) < max(sizes):
         raise JfbenchError(f"suite {suite!r} has only {len(prompts)} prompts: lower --batch-sizes")
-    with Progress(console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("timing ours vs transformers.generate", total=len(sizes) * pairs)
-        rows = compare_with_hf(runner, prompts, max_new_tokens, sizes, pairs, lambda: progress.advance(task),
-                               hf_static_cache)
+    with _rival(against, runner, target, vllm_bin, hf_static_cache, max(sizes), cores) as rival:
+        with Progress(console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task(f"timing ours vs {rival.name}", total=len(sizes) * pairs)
+            rows = compare(runner, rival, prompts, max_new_tokens, sizes, pairs, lambda: progress.advance(task))
+        theirs = rival.describe()
+    name = rival.name
     emit([{
         "batch": r.batch_size, "pairs": len(r.ratios),
-        "ours tok/s": f"{statistics.median(r.ours_tok_s):.1f}", "HF tok/s": f"{statistics.median(r.hf_tok_s):.1f}",
-        "ratio ours/HF [95% CI]": "{:.2f}x [{:.2f}, {:.2f}]".format(*r.ratio_ci),
+        "ours tok/s": f"{statistics.median(r.ours_tok_s):.1f}", f"{name} tok/s": f"{statistics.median(r.theirs_tok_s):.1f}",
+        f"ratio ours/{name} [95% CI]": "{:.2f}x [{:.2f}, {:.2f}]".format(*r.ratio_ci),
         "ratio min–max": f"{min(r.ratios):.2f}–{max(r.ratios):.2f}", "verdict": r.verdict,
         "same tokens": "yes" if r.same_tokens else "no",
-    } for r in rows], fmt, title=f"AR baseline vs transformers generate — {runner.name}, {max_new_tokens} new tokens",
-        caption=f"device {runner.device}, dtype {runner.dtype}, torch threads {torch.get_num_threads()}"
+    } for r in rows], fmt, title=f"AR baseline vs {name}, decode tokens/s (median of pairs) — {runner.name}, "
+                                 f"{max_new_tokens} new tokens",
+        caption=f"device {runner.device}, dtype {runner.dtype}, torch threads {torch.get_num_threads()}, cores "
+                f"{core_list(cores)}; theirs: {theirs}"
                 + (f"; ours --compile {runner.compile_mode} (warm-up {sum(r.compile_s for r in rows):.1f} s, untimed)"
-                   if runner.compile_mode else "") + ("; HF with its static cache" if hf_static_cache else ""))
+                   if runner.compile_mode else ""))
+    if fmt != TableFormat.table:  # json, csv and markdown have no caption
+        Console(stderr=True).print(f"cores {core_list(cores)}; theirs: {theirs}")
     if not all(r.resolved for r in rows):
         Console(stderr=True).print("note: for some batch size the ratio's CI spans 1.0: rerun on an idle "
                                    "machine or with more --pairs before concluding")
+
+
+def _rival(against: Against, runner, target: str, vllm_bin: str | None, hf_static_cache: bool, max_batch: int,
+           cores: tuple[int, ...]):  # fmt: skip
+    """The rival decoder as a context manager (a vLLM server stops when the benchmark ends)."""
+    from jetflow_bench.bench_baseline import Transformers
+
+    if against is Against.transformers:
+        return contextlib.nullcontext(Transformers(runner, hf_static_cache))
+    from jetflow_bench.integrations.vllm_engine import VLLMOptions
+    from jetflow_bench.integrations.vllm_plain import VLLMPlain
+    from jetflow_bench.integrations.vllm_server import ServerConfig
+
+    found = VLLMOptions.resolve(vllm_bin, None, None, None, 1, 1).vllm_bin
+    dtype = str(runner.dtype).removeprefix("torch.")
+    cpus = cores if runner.device.type == "cpu" else ()
+    log = Path(tempfile.mkdtemp(prefix="jfbench-bench-vllm-")) / "vllm.log"
+    return VLLMPlain(found, ServerConfig(target, dtype, None, max_batch, cpus=cpus), log)
 
 
 @bench_app.command("drafter")

@@ -42,7 +42,13 @@ from jetflow_bench.integrations.vllm_arms import (
 )
 from jetflow_bench.integrations.vllm_client import RequestFailed, Sampling, complete_all
 from jetflow_bench.integrations.vllm_metrics import SpecCounters, spec_counters
-from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, group_peak_rss, http_get
+from jetflow_bench.integrations.vllm_server import (
+    ManagedServer,
+    ServerConfig,
+    group_peak_rss,
+    http_get,
+    served_model,
+)
 from jetflow_bench.integrations.vllm_steps import batch_result
 from jetflow_bench.runtime import cpu_cores
 from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
@@ -234,22 +240,13 @@ class VLLMEngine:
             self.server = ManagedServer(self.options.vllm_bin or "vllm", wanted, log, port=self.options.port)
             self.server.start()
             self.serving, self.url = wanted, self.server.url
-            self.model = self._served_model(self.url)["id"]
+            self.model = served_model(self.url)["id"]
         return self.url
-
-    def _served_model(self, url: str) -> dict[str, Any]:
-        status, body = http_get(f"{url}/v1/models")
-        if status != 200:
-            raise JfbenchError(f"{url}/v1/models answered HTTP {status}: is this a vLLM OpenAI-compatible server?")
-        models = json.loads(body).get("data", [])
-        if len(models) != 1:
-            raise JfbenchError(f"{url} serves {len(models)} models; jfbench benchmarks a server with exactly one")
-        return models[0]
 
     def _read_external(self) -> None:
         """Read the external server's model, version and speculative config once (mismatches refused per cell)."""
         try:
-            entry = self._served_model(self.url)
+            entry = served_model(self.url)
         except httpx.TransportError as err:
             raise JfbenchError(f"--vllm-url {self.url}: nothing answers there ({err}); start the server first") from None
         served = str(Path(entry.get("root") or entry["id"]).expanduser())

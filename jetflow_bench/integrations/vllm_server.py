@@ -76,6 +76,17 @@ def http_get(url: str, timeout: float = 10.0) -> tuple[int, str]:
     return response.status_code, response.text
 
 
+def served_model(url: str) -> dict[str, Any]:
+    """The one model a server at ``url`` serves (its `/v1/models` entry: id, root)."""
+    status, body = http_get(f"{url}/v1/models")
+    if status != 200:
+        raise JfbenchError(f"{url}/v1/models answered HTTP {status}: is this a vLLM OpenAI-compatible server?")
+    models = json.loads(body).get("data", [])
+    if len(models) != 1:
+        raise JfbenchError(f"{url} serves {len(models)} models; jfbench benchmarks a server with exactly one")
+    return models[0]
+
+
 def port_free(port: int, host: str = LOOPBACK) -> bool:
     """Whether a server could listen on ``port`` now (SO_REUSEADDR, as uvicorn binds: connections
     of a stopped server lingering in TIME_WAIT do not make a port taken)."""
