@@ -234,11 +234,13 @@ def test_bench_baseline_against_vllm_binds_the_server_to_jfbench_cores(cli, tmp_
     # Bugs: `--threads 1` reaches jfbench only while vLLM decodes on other cores or as many threads
     # as it likes; jfbench's process not pinned to the cores vLLM is bound to; pairs lost.
     from jetflow_bench.cli import bench_cmd
+    from jetflow_bench.integrations import vllm_plain
     from tests.conftest import benchmark_data_dir
     from tests.random_models import save_random_model
 
     pinned = []
     monkeypatch.setattr(bench_cmd, "pin_cores", pinned.append)
+    monkeypatch.setattr(vllm_plain, "SETTLE_S", 0.0)  # the stand-in has no worker to wait for
     seen = tmp_path / "env.json"
     monkeypatch.setenv("FAKE_VLLM_ENV_OUT", str(seen))
     target = save_random_model(tmp_path / "model")

@@ -11,6 +11,7 @@ each token is inside that span, as it is for anyone who serves through vLLM's AP
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +19,11 @@ from jetflow_bench.bench_baseline import Decode
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.integrations.vllm_client import RequestFailed, Sampling, complete_all
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, http_get, served_model
+
+# vLLM 0.32's worker keeps polling its input queue (sched_yield in a loop) for 1 s after its last
+# step before it sleeps (`shm_broadcast`, busy_loop_s): on the core it shares with jfbench it would
+# still compete with jfbench's side of the next pair.
+SETTLE_S = 1.5
 
 
 class VLLMPlain:
@@ -49,6 +55,7 @@ class VLLMPlain:
         except RequestFailed as err:
             self.server.check_alive(wait_s=10.0)
             raise JfbenchError(f"a vLLM request failed ({err}); see {self.server.log}") from None
+        time.sleep(SETTLE_S)  # untimed: the worker goes idle before the next side runs on its cores
         return Decode(max(c.last for c in done) - min(c.first for c in done), [c.token_ids for c in done])
 
     def describe(self) -> str:
