@@ -89,6 +89,8 @@ def baseline(
     from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.prompts import encode, suite_requests
 
+    if vllm_bin is not None and against is not Against.vllm:
+        raise JfbenchError("--vllm-bin is for --against vllm: add --against vllm, or leave --vllm-bin out")
     set_threads(threads)
     cores = cpu_cores(torch.get_num_threads())
     pin_cores(cores)  # before torch starts its thread pool: ours (and transformers) run on these cores only
