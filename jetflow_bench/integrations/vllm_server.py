@@ -48,8 +48,8 @@ class ServerConfig:
     def env(self) -> dict[str, str]:
         """The environment variables the server starts with on top of jfbench's (recorded in the run
         manifest). vLLM's CPU build runs one OpenMP thread per core listed in
-        VLLM_CPU_OMP_THREADS_BIND, each pinned to its core; left unset, it takes every core of its
-        NUMA node, so an engine at --threads 1 would be compared with one on all cores."""
+        VLLM_CPU_OMP_THREADS_BIND, each pinned to its core; left unset, vLLM 0.32 takes every
+        physical core of its NUMA node but one (kept for its scheduler), whatever jfbench's --threads."""
         env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}  # GiB
         if self.cpus:
             env |= {"VLLM_CPU_OMP_THREADS_BIND": core_list(self.cpus), "OMP_NUM_THREADS": str(len(self.cpus))}
