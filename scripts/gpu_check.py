@@ -245,7 +245,7 @@ def summarise_baseline(outputs: list[str]) -> str:
     cells = []
     for label, text in zip(("eager", "graphs"), outputs, strict=False):
         rows = json_rows(text)
-        cells += [f"{label} b{r['batch']} {r['ratio ours/HF [95% CI]']}" for r in rows]
+        cells += [f"{label} b{r['batch']} {r['ratio ours/transformers [95% CI]']}" for r in rows]
     return "ours/HF static-cache generate: " + ", ".join(cells)
 
 

@@ -46,3 +46,4 @@ def test_bench_baseline_runs_interleaved_pairs(cli, tmp_path, monkeypatch):
     rows = json.loads(out)
     assert [r["batch"] for r in rows] == [1, 2] and all(r["pairs"] == 3 for r in rows)
     assert all(r["same tokens"] == "yes" for r in rows)  # same greedy tokens from both implementations
+    assert all("ratio ours/transformers [95% CI]" in r for r in rows)  # the key scripts/gpu_check.py reads

@@ -91,6 +91,8 @@ def baseline(
 
     if vllm_bin is not None and against is not Against.vllm:
         raise JfbenchError("--vllm-bin is for --against vllm: add --against vllm, or leave --vllm-bin out")
+    if hf_static_cache and against is not Against.transformers:
+        raise JfbenchError("--hf-static-cache is for --against transformers: leave it out with --against vllm")
     set_threads(threads)
     cores = cpu_cores(torch.get_num_threads())
     pin_cores(cores)  # before torch starts its thread pool: ours (and transformers) run on these cores only
