@@ -8,6 +8,7 @@ flags (before any model loads) and resolves the `SweepConfig`; `run_and_report` 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from suites import SUITES
 
 if TYPE_CHECKING:  # the sweep machinery imports torch and pandas: commands import it when they run
     from jetflow_bench.integrations.vllm_engine import VLLMOptions
+    from jetflow_bench.sweep.driver import GroupExecutor
     from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
     from jetflow_bench.sweep.store import Derived
 
@@ -70,6 +72,19 @@ MaxMemoryOpt = Annotated[
                                       "Default: what is free on the device once the target is loaded."),
 ]
 
+ExecutorOpt = Annotated[str, typer.Option(
+    "--executor", help="Where cells run: local (this process) or ray (each pairing group, a suite x batch size x "
+                       "temperature with its AR baselines, as a Ray task; docs/ray.md).")]
+RayAddressOpt = Annotated[str, typer.Option(
+    "--ray-address", help="--executor ray: auto (the cluster this node belongs to, or RAY_ADDRESS), local (a "
+                          "cluster of this machine, started for the run) or HOST:PORT.")]
+RayGpusOpt = Annotated[float | None, typer.Option(
+    "--ray-gpus-per-task", min=0, help="GPUs a group's task asks for. Default: 1 on a CUDA device, else 0.")]
+RayCpusOpt = Annotated[float | None, typer.Option(
+    "--ray-cpus-per-task", min=0, help="CPUs a group's task asks for. Default: 1 on a CUDA device, else --threads.")]
+RayRetriesOpt = Annotated[int, typer.Option(
+    "--ray-max-retries", min=0, help="Times a group runs again when its worker dies (its cells start over).")]
+
 
 @dataclass(frozen=True)
 class GridFlags:
@@ -103,6 +118,11 @@ class GridFlags:
     force: bool = False
     progress: bool = True
     max_memory: str | None = None
+    executor: str = "local"
+    ray_address: str = "auto"
+    ray_gpus_per_task: float | None = None
+    ray_cpus_per_task: float | None = None
+    ray_max_retries: int = 3
 
     @classmethod
     def of(cls, params: dict[str, Any]) -> GridFlags:
@@ -131,6 +151,7 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
     temperatures = grid_temperatures(grid)
     if grid.tau_only and grid.repeats not in (1, GRID.repeats):
         raise JfbenchError(f"--tau-only runs one repeat (τ does not depend on timing): drop --repeats {grid.repeats}")
+    grid_executor(grid)
     budgets = parse_budgets(grid.budgets, grid.auto_budgets)
     if any(b.policy for b in budgets):
         check_auto_budgets(drafters)
@@ -178,6 +199,18 @@ def grid_temperatures(grid: GridFlags) -> tuple[float, ...]:
     return temperatures
 
 
+def grid_executor(grid: GridFlags) -> contextlib.AbstractContextManager[GroupExecutor | None]:
+    """The --executor, connected while entered (None: cells run in this process); `grid_config` calls
+    it to check the flags before any model loads."""
+    if grid.executor == "local":
+        return contextlib.nullcontext()
+    if grid.executor != "ray":
+        raise JfbenchError(f"--executor {grid.executor!r}: use local or ray")
+    from jetflow_bench.sweep.ray_executor import RayExecutor, RayOptions
+
+    return RayExecutor(RayOptions(grid.ray_address, grid.ray_gpus_per_task, grid.ray_cpus_per_task, grid.ray_max_retries))
+
+
 def run_and_report(
     config: SweepConfig, out: Path, grid: GridFlags, kind: str = "sweep", derived: Derived | None = None,
     engine_options: VLLMOptions | None = None, allow_other_target: bool = False, allow_flag: str = "",
@@ -197,9 +230,10 @@ def run_and_report(
 
     config = replace(config, drafters=tuple(pin_heads(config.drafters, config.target, allow_other_target, allow_flag)))
     max_memory = parse_size(grid.max_memory) if grid.max_memory is not None else None
-    outcome = run_sweep(config, out, command=sys.argv, data_dir=grid.data_dir, force=grid.force, kind=kind,
-                        show_progress=grid.progress, derived=derived, max_memory=max_memory,
-                        engine_options=engine_options)
+    with grid_executor(grid) as executor:
+        outcome = run_sweep(config, out, command=sys.argv, data_dir=grid.data_dir, force=grid.force, kind=kind,
+                            show_progress=grid.progress, derived=derived, max_memory=max_memory,
+                            engine_options=engine_options, executor=executor)
     from jetflow_bench.progress import say
 
     for note in outcome.notes:

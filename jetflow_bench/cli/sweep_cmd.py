@@ -20,6 +20,7 @@ from jetflow_bench.cli.grid_options import (
     BatchSizesOpt,
     BudgetsOpt,
     EngineOpt,
+    ExecutorOpt,
     ForceOpt,
     GridFlags,
     LimitOpt,
@@ -28,6 +29,10 @@ from jetflow_bench.cli.grid_options import (
     OutOpt,
     ProfileOpt,
     ProgressOpt,
+    RayAddressOpt,
+    RayCpusOpt,
+    RayGpusOpt,
+    RayRetriesOpt,
     RepeatsOpt,
     SampleSeedOpt,
     SeedOpt,
@@ -102,6 +107,11 @@ def sweep(
     progress: ProgressOpt = GRID.progress,
     max_memory: MaxMemoryOpt = GRID.max_memory,
     allow_other_target: AllowOtherTargetOpt = False,
+    executor: ExecutorOpt = GRID.executor,
+    ray_address: RayAddressOpt = GRID.ray_address,
+    ray_gpus_per_task: RayGpusOpt = GRID.ray_gpus_per_task,
+    ray_cpus_per_task: RayCpusOpt = GRID.ray_cpus_per_task,
+    ray_max_retries: RayRetriesOpt = GRID.ray_max_retries,
 ) -> None:
     """Run a grid of drafters × suites × budgets × batch sizes × repeats into a run folder.
 
@@ -223,6 +233,11 @@ def ablate(
     force: ForceOpt = GRID.force,
     progress: ProgressOpt = GRID.progress,
     max_memory: MaxMemoryOpt = GRID.max_memory,
+    executor: ExecutorOpt = GRID.executor,
+    ray_address: RayAddressOpt = GRID.ray_address,
+    ray_gpus_per_task: RayGpusOpt = GRID.ray_gpus_per_task,
+    ray_cpus_per_task: RayCpusOpt = GRID.ray_cpus_per_task,
+    ray_max_retries: RayRetriesOpt = GRID.ray_max_retries,
 ) -> None:
     """Run a drafter's default configuration and named variants on one grid; write their deltas.
 

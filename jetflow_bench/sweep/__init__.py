@@ -5,7 +5,9 @@ Run-folder layout (``--out RUN``; plots, reports and regression checks read thes
     RUN/
       manifest.json      command line, resolved config + config_hash, run_id, versions, torch
                          threads, device, git commit (+ dirty flag), seeds, data sources, started /
-                         finished times, and one entry per session (a resumed run has several)
+                         finished times, and one entry per session (a resumed run has several);
+                         under --executor ray, `workers`: each worker process (host, Ray node,
+                         device, versions, git commit) with the cells it ran (`ray_executor`)
       steps.parquet      one row per (verify step, request)
       requests.parquet   one row per request
       cells.parquet      one row per finished cell
@@ -14,7 +16,8 @@ Run-folder layout (``--out RUN``; plots, reports and regression checks read thes
       ablation.parquet   `jfbench ablate` only: one row per variant × suite × budget × batch size
       ablation.csv       the same
       cells/             the source of truth: per cell <cell_id>.steps.parquet,
-                         <cell_id>.requests.parquet, <cell_id>.json (written last = finished);
+                         <cell_id>.requests.parquet, <cell_id>.json (written last = finished;
+                         under --executor ray it names its worker: host, pid, device);
                          the tables above are rebuilt from it after finished cells (as often as
                          costs at most ~10% of the run) and always when the run ends
       partial/           a running cell's decoded prompt batches, so a killed cell resumes at its

@@ -10,7 +10,9 @@ its own session, and an arm added to a finished run gets a freshly timed baselin
 rounds are done, each pending cell is judged (losslessness against the AR cell, answer checks,
 outside the timed region) and written atomically (`store.RunStore`), the AR cell first. Finished
 cells of an earlier run of the same config are skipped, and their AR outputs still serve as
-references; a cell it left half-done decodes only the batches its journal lacks.
+references; a cell it left half-done decodes only the batches its journal lacks. A cluster
+executor (`GroupExecutor`, `--executor ray`) runs each group the same way in a worker
+(`run_group_in`) and hands its cells back to be stored here.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 import torch
@@ -159,16 +161,18 @@ def run_sweep(
     derived: Derived | None = None,
     max_memory: int | None = None,
     engine_options: Any = None,
+    executor: GroupExecutor | None = None,
 ) -> SweepOutcome:
     """Run (or finish) the grid of ``config`` in the run folder ``out``.
 
     ``derived`` adds tables computed from the requests rows (the ablation), rebuilt with the rest.
     ``max_memory`` (bytes) replaces the available memory the grid's KV caches are checked against.
-    ``engine_options`` go to the engine factory (e.g. where a vLLM server runs; not hashed).
-    The
+    ``engine_options`` go to the engine factory (e.g. where a vLLM server runs; not hashed). The
     engine is closed (its servers stopped) however the run ends. Every check (target, suites,
     data, memory, every drafter built once) passes before the manifest and the first cell are
-    written.
+    written. An ``executor`` runs the pairing groups with unfinished cells elsewhere (a cluster),
+    each through `GroupRunner.run_group`, and hands their cells back to be stored here; without
+    one the groups run in this process.
     """
     chash, shash = config_hash(config), settings_hash(config)
     store = RunStore(out)
@@ -204,10 +208,18 @@ def run_sweep(
                 store.rebuild([c.cell_id for c in grid if c.cell_id in finished], config.n_boot, config.seed, derived)
                 rebuilt["at"], rebuilt["cost"] = time.perf_counter(), time.perf_counter() - started
 
-        pending = {c.cell_id for c in todo}
+        pending = frozenset(c.cell_id for c in todo)
+        groups = [g for g in pairing_groups(grid) if any(c.cell_id in pending for c in g.cells)]
         with SweepProgress(len(grid), len(finished), show_progress) as progress:
-            for group in pairing_groups(grid):
-                runner.run_group(group, pending, hashes, progress, stored)
+            if executor is None:
+                for group in groups:
+                    runner.run_group(group, pending, hashes, progress, stored)
+            else:
+                stack.close()  # the engine did the checks; workers load their own, maybe on this device
+                del runner, engine
+                torch.cuda.empty_cache()
+                job = GroupJob(config, pending, hashes, _worker_manifest(manifest), data_dir, engine_options)
+                executor.run(groups, job, store, manifest, stored, progress)
         summary = store.rebuild([c.cell_id for c in grid], config.n_boot, config.seed, derived)
         manifest["sessions"][-1]["finished"] = manifest["finished"] = now_iso()
         store.write_manifest(manifest)
@@ -452,6 +464,52 @@ class GroupRunner:
             i: judge(work.prompts[i].tokens, list(reference[i]), out, self.engine.next_token_logits, self.config.tie_eps)
             for i, out in outputs.items()
         }
+
+
+@dataclass(frozen=True)
+class GroupJob:
+    """What a worker needs to run pairing groups of this sweep elsewhere (sent to it; every field pickles)."""
+
+    config: SweepConfig
+    todo: frozenset[str]  # the unfinished cells' ids
+    hashes: dict[str, str]  # cell id -> cell hash
+    manifest: dict[str, Any]  # run id, command and session, as each cell's record names them
+    data_dir: Path | None
+    engine_options: Any
+
+
+class GroupExecutor(Protocol):
+    """Runs pairing groups elsewhere, each in one process through `run_group_in`; their cells are
+    stored here through ``store`` (parts, then the record) and announced through ``stored``."""
+
+    def run(
+        self, groups: list[PairingGroup], job: GroupJob, store: RunStore, manifest: dict[str, Any],
+        stored: Callable[[Cell], None], progress: SweepProgress,
+    ) -> None: ...
+
+
+def _worker_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {"run_id": manifest["run_id"], "command": manifest["command"], "sessions": manifest["sessions"][-1:]}
+
+
+def run_group_in(folder: Path, job: GroupJob, group: PairingGroup) -> dict[str, Any]:
+    """Run the unfinished cells of ``group`` into the run folder ``folder`` with `GroupRunner.run_group`,
+    as `run_sweep` does; returns the environment.
+
+    A cluster worker's body: ``folder`` is its scratch copy holding the finished AR cells that the
+    group's arms are judged against (and the journals an earlier session left); no lock, no
+    manifest, no combined tables (the driver keeps those).
+    """
+    config = job.config
+    engine = ENGINES.get(config.engine)(config, folder, job.engine_options)
+    try:
+        workloads = {group.suite: load_workload(group.suite, engine, config, job.data_dir)}
+        runner = GroupRunner(engine, RunStore(folder), config, job.manifest, workloads)
+        with SweepProgress(len(group.cells), 0, enabled=False) as progress:
+            runner.run_group(group, job.todo, job.hashes, progress)
+        return environment(engine, config)
+    finally:
+        engine.close()
 
 
 def fill_notes(summary: pd.DataFrame) -> list[str]:

@@ -71,6 +71,14 @@ class SweepProgress:
                 f"incl. warm-ups and checks, {elapsed:.1f} s)"
             )
 
+    def cells_stored(self, cells: int, text: str) -> None:
+        """Cells that ran elsewhere (a cluster executor's group), stored at once; ``text`` says where."""
+        self.done += cells
+        if self._bar is not None:
+            self._bar.update(self._overall, completed=self.done)
+        elif self.enabled:
+            self.console.print(f"[{self.done}/{self.total}] {text}")
+
     def note(self, text: str) -> None:
         """A warning or note about a cell: printed with or without the progress display."""
         self.console.print(text)

@@ -54,6 +54,7 @@ TABLES = ("steps.parquet", "requests.parquet", "cells.parquet", *(f"{name}.parqu
           "summary.parquet", "summary.csv")
 DERIVED = (*TABLES, "ablation.parquet", "ablation.csv")
 Derived = Mapping[str, Callable[[pd.DataFrame], pd.DataFrame]]  # table name -> f(requests rows)
+CellParts = tuple[pd.DataFrame, pd.DataFrame, dict[str, Any], dict[str, pd.DataFrame]]  # steps, requests, record, optional parts
 
 
 def now_iso() -> str:
@@ -257,6 +258,14 @@ class RunStore:
             path = self.cells_dir / f"{cell_id}.{name}.parquet"
             self._optional[cell_id, name] = pd.read_parquet(path) if path.is_file() else pd.DataFrame(columns=OPTIONAL_PARTS[name])
         return self._optional[cell_id, name]
+
+    def cell_parts(self, cell_id: str) -> CellParts:
+        """A finished cell's parts as written: `write_cell`'s arguments, to store it in another folder."""
+        optional = {name: self.cells_dir / f"{cell_id}.{name}.parquet" for name in OPTIONAL_PARTS}
+        return (pd.read_parquet(self.cells_dir / f"{cell_id}.steps.parquet"),
+                pd.read_parquet(self.cells_dir / f"{cell_id}.requests.parquet"),
+                read_json(self.cells_dir / f"{cell_id}.json") or {},
+                {name: pd.read_parquet(path) for name, path in optional.items() if path.is_file()})
 
     def cell_requests(self, cell_id: str) -> pd.DataFrame:
         return self._part(cell_id)[1]
