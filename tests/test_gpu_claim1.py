@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import shared_data_dir
+from tests.conftest import benchmark_data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = {"prompts": 16, "max_new_tokens": 16}
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shared_data_dir() is None, reason="benchmark data not found (set JFBENCH_DATA_DIR)")
 def test_rehearsal_runs_every_step_and_trains_a_matched_pair(micro_target, tmp_path, monkeypatch):
     from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.training import data as training_data
@@ -30,11 +29,11 @@ def test_rehearsal_runs_every_step_and_trains_a_matched_pair(micro_target, tmp_p
     monkeypatch.setenv("JFBENCH_CACHE", str(tmp_path / "cache"))
     target = TargetRunner.load(micro_target, "cpu", "float32")
     config = TrainConfig(drafter="dflash", data_seed=0, **RECIPE)
-    training_data.training_sequences(target, config, shared_data_dir(), show_progress=False)
+    training_data.training_sequences(target, config, benchmark_data_dir(), show_progress=False)
     script = [sys.executable, str(ROOT / "scripts/gpu_claim1.py"), "--prompts", "16", "--max-new-tokens", "16"]
     carry = tmp_path / "carry"
     done = subprocess.run([*script, "--prepare", "--deep", str(micro_target), "--carry", str(carry),
-                           "--data-dir", str(shared_data_dir())], capture_output=True, text=True, timeout=600)
+                           "--data-dir", str(benchmark_data_dir())], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "MiB" in done.stdout, done.stdout + done.stderr
     for entry in (tmp_path / "cache" / "train_data").glob("regen-*.json"):
         entry.unlink()  # the window's machine has only what was carried
@@ -60,14 +59,12 @@ def test_a_regen_file_of_other_prompts_is_refused(micro_target, tmp_path, monkey
     from jetflow_bench.training.config import TrainConfig
     from jetflow_bench.training.data import adopt_regenerated
 
-    if shared_data_dir() is None:
-        pytest.skip("benchmark data not found (set JFBENCH_DATA_DIR)")
     monkeypatch.setenv("JFBENCH_CACHE", str(tmp_path / "cache"))
     target = TargetRunner.load(micro_target, "cpu", "float32")
     other = tmp_path / "regen.json"
     other.write_text(json.dumps({"key": {"prompts": "0" * 64}, "sequences": []}))
     with pytest.raises(JfbenchError, match="another target, prompts"):
-        adopt_regenerated(target, TrainConfig(drafter="dflash", **RECIPE), shared_data_dir(), other)
+        adopt_regenerated(target, TrainConfig(drafter="dflash", **RECIPE), benchmark_data_dir(), other)
     other.write_text("not json")
     with pytest.raises(JfbenchError, match="is not a regen cache file"):
-        adopt_regenerated(target, TrainConfig(drafter="dflash", **RECIPE), shared_data_dir(), other)
+        adopt_regenerated(target, TrainConfig(drafter="dflash", **RECIPE), benchmark_data_dir(), other)

@@ -20,7 +20,7 @@ def _num(value: float, sign: bool = False) -> str:
 def claims(
     runs: Annotated[list[Path], typer.Argument(help="Run folders (requests.parquet) or collected claims folders "
                                                     "(requests.csv.gz, as in results/baselines/*/claims).")],
-    gamma: Annotated[int, typer.Option("--gamma", help="Loss weighting the claim-2 heads were trained with "
+    gamma: Annotated[int, typer.Option("--gamma", min=0, help="Loss weighting the claim-2 heads were trained with "
                                                        "(0, 3, 7 or 15): picks the paper's effect.")] = 7,
     format: TableFormatOpt = TableFormat.table,
 ) -> None:
