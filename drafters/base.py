@@ -2,6 +2,8 @@
 
 The engine never branches on a drafter's name. Per batch of prompts it calls ``reset`` once, then
 alternates ``propose`` (one tree per active sequence) and ``observe`` (what became committed).
+Under continuous batching (`jetflow_bench.engine.serving`) requests also join a running batch at
+step boundaries: ``admit`` reports their prompts, apart from the rows already running.
 """
 
 from __future__ import annotations
@@ -93,6 +95,14 @@ class Drafter(ABC):
 
     def reset(self, seqs: Sequence[SequenceView]) -> None:  # noqa: B027 - optional hook
         """A new batch of prompts starts: drop all per-request state."""
+
+    def admit(self, seqs: Sequence[SequenceView], features: Sequence[torch.Tensor] | None) -> None:  # noqa: B027
+        """Requests ``seqs`` (prompt + first token each) join the running batch after its rows; ``features``
+        as in ``observe``, for their prompts. The next ``propose`` lists the running rows, then these.
+
+        Nothing to do for a drafter that keeps no per-request state (ngram); one that does (whatever
+        ``reset`` drops) must add the newcomers' rows here without touching the running ones'.
+        """
 
     def observe(self, seqs: Sequence[SequenceView], features: Sequence[torch.Tensor] | None) -> None:  # noqa: B027
         """Tokens were committed (after prefill and after every verify step).

@@ -160,6 +160,13 @@ class ContextCache:
             self.requests = wanted
             self._positions = None
 
+    def merge(self, other: ContextCache) -> None:
+        """Append ``other``'s rows (requests admitted into a running batch) after this cache's rows."""
+        self.kv.add_rows(other.kv)
+        self.last_feature = torch.cat([self.last_feature, other.last_feature])
+        self.requests = self.requests + other.requests
+        self._positions = None
+
     def observe(self, seqs: Sequence[SequenceView], features: Sequence[torch.Tensor]) -> None:
         """The engine committed tokens (`Drafter.observe`): cache their features."""
         self.append(features)

@@ -140,6 +140,16 @@ class LearnedDrafter(Drafter):
         self.cache.align(seqs)
         self.cache.observe(seqs, features)
 
+    def admit(self, seqs: Sequence[SequenceView], features: Sequence[torch.Tensor] | None) -> None:
+        """The newcomers' prompts go into a context cache of their own, whose rows then join the live one."""
+        if self.static is not None:
+            raise JfbenchError(f"drafter {self.name!r}: requests joining a running batch (--load) need an eager head: drop --compile")
+        live, self.cache = self.cache, None
+        self.observe(seqs, features)
+        if live is not None:
+            live.merge(self.cache)
+            self.cache = live
+
     def new_cache(self, seqs: Sequence[SequenceView]) -> ContextCache:
         """The head's context cache for a new batch."""
         return ContextCache(self.head, [s.request for s in seqs], static=self.static)

@@ -133,9 +133,10 @@ def write_fixture_run(
     summary = summarize(steps_df, requests_df, CELL_KEYS, PAIR_KEYS, cells=pd.DataFrame(cells),
                         max_depth=MAX_DEPTH, n_boot=200, interleaved=interleaved)
     if interleaved:
-        summary = summary.assign(temperature=0.0, pairing="interleaved", session="s1").merge(
-            evidence(requests_df.assign(temperature=0.0), pd.DataFrame(cells).assign(temperature=0.0), 200, 0),
-            on=[*CELL_KEYS[:-1], "temperature"], how="left")
+        added = {"temperature": 0.0, "load": ""}  # cell keys this fixture's runs predate
+        summary = summary.assign(**added, pairing="interleaved", session="s1").merge(
+            evidence(requests_df.assign(**added), pd.DataFrame(cells).assign(**added), 200, 0),
+            on=[*CELL_KEYS[:-1], *added], how="left")
     summary["budget_fill"] = 1.0
     summary["peak_mem_bytes"] = 50_000_000 + 10_000 * summary["budget"]
     summary["engine"] = "hf"

@@ -53,7 +53,7 @@ def test_node_frame_marks_the_accepted_path_and_caps_each_tree():
 
 
 def test_chosen_budgets_share_per_auto_cell_only():
-    keys = {"suite": "gsm8k", "drafter": "jetflow", "variant": "default", "batch_size": 1, "repeat": 0, "temperature": 0.0}
+    keys = {"suite": "gsm8k", "drafter": "jetflow", "variant": "default", "batch_size": 1, "repeat": 0, "temperature": 0.0, "load": ""}
     steps = pd.DataFrame([{**keys, "budget": AUTO_COLUMN, "step_budget": b} for b in (4, 16, 16, 16)]
                          + [{**keys, "budget": 16, "step_budget": 16}])
     table = chosen_budgets(steps)

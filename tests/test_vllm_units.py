@@ -343,7 +343,7 @@ def test_vllm_arms_speedups_divide_by_vllm_plain_decoding():
     steps, requests, cells = [], [], []
     for drafter, budget, baseline, decode_s, base_s in arms:
         keys = {"suite": "s", "drafter": drafter, "variant": "default", "budget": budget, "batch_size": 1,
-                "repeat": 0, "temperature": 0.0}
+                "repeat": 0, "temperature": 0.0, "load": ""}
         for request in range(2):
             steps.append({**keys, "request": request, "step": 0, "batch_step": request, "active": 1,
                           "drafted": 0, "accepted": 0, "emitted": 1, "depth": 0, "draft_s": 0.0,

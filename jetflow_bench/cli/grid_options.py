@@ -139,14 +139,17 @@ def resolve_target(target: str) -> str:
     return str(local.resolve()) if local.exists() else target
 
 
-def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra: tuple = ()) -> SweepConfig:
-    """Validate every flag (before any model loads) and resolve the config."""
+def grid_config(
+    target: str, drafters: list[DrafterSpec], grid: GridFlags, extra: tuple = (), load: str | None = None,
+) -> SweepConfig:
+    """Validate every flag (before any model loads) and resolve the config; ``load``: `sweep --load`."""
     import torch
 
     from jetflow_bench.engine.attention import get_attention
     from jetflow_bench.sweep.arms import check_auto_budgets, check_compiled_budgets
     from jetflow_bench.sweep.engines import ENGINES
     from jetflow_bench.sweep.grid import DEFAULT_TIE_EPS, SweepConfig, parse_budgets, parse_ints, parse_names
+    from jetflow_bench.sweep.load import check_load_grid, parse_loads
 
     temperatures = grid_temperatures(grid)
     if grid.tau_only and grid.repeats not in (1, GRID.repeats):
@@ -170,6 +173,8 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
             raise JfbenchError(f"--compile applies to the hf engine only: drop it for --engine {engine}")
         check_compiled_budgets(drafters, budgets)
         check_compile(dev, grid.attention, compile)
+    loads = parse_loads(load) if load is not None else ()
+    check_load_grid(loads, sizes, engine, compile)
     set_threads(grid.threads)
     dtype = str(resolve_dtype(grid.dtype, dev)).removeprefix("torch.")
     tie_eps = DEFAULT_TIE_EPS[dtype] if grid.tie_eps is None else grid.tie_eps
@@ -180,7 +185,7 @@ def grid_config(target: str, drafters: list[DrafterSpec], grid: GridFlags, extra
         limit=grid.limit, max_new_tokens=grid.max_new_tokens, temperatures=temperatures,
         top_p=grid.top_p, top_k=grid.top_k,
         sample_seed=grid.sample_seed, seed=grid.seed, engine=engine, tie_eps=tie_eps, attention=grid.attention,
-        profile=grid.profile, compile=compile, tau_only=grid.tau_only, extra=extra,
+        profile=grid.profile, compile=compile, tau_only=grid.tau_only, loads=loads, extra=extra,
     )
 
 

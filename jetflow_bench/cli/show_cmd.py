@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from jetflow_bench.arms import arm_label
 from jetflow_bench.cli import app
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit, markdown, print_table, rich_table
 from jetflow_bench.cli.summary_view import LEGEND, SAMPLED, column_help, pick_columns, summary_rows
@@ -27,6 +28,7 @@ class ShowTable(str, Enum):
     cells = "cells"
     tree = "tree"
     headroom = "headroom"
+    load = "load"
 
 
 def compact_ablation(ablation: pd.DataFrame) -> pd.DataFrame:
@@ -240,6 +242,9 @@ def show(
     )] = ShowTable.summary,
     wide: WideOpt = False,
     columns: ColumnsOpt = None,
+    slo: Annotated[str | None, typer.Option(
+        "--slo", help="--table load: goodput counts the requests within these limits, e.g. ttft=0.5,tpot=0.05 (seconds).",
+    )] = None,
 ) -> None:
     from jetflow_bench.sweep.store import MANIFEST, read_json
 
@@ -258,6 +263,9 @@ def show(
         return
     if table is ShowTable.headroom:
         _show_headroom(run, format)
+        return
+    if table is ShowTable.load:
+        _show_load(run, format, slo, manifest.get("config", {}))
         return
     if format in (TableFormat.csv, TableFormat.json):
         frame = _read(run, table.value)
@@ -279,6 +287,49 @@ def show(
         if title == "summary":  # under the table, not a caption: a caption wraps at the table's width
             for line in _caption(run, manifest, summary, names is None).splitlines():
                 say(line, file=sys.stdout)
+
+
+def _show_load(run: Path, format: TableFormat, slo_text: str | None, config: dict) -> None:
+    """`--table load`: latency per load level, the break-even load per arm x budget, the best budget per level."""
+    from jetflow_bench.report.load import best_budgets, break_even, load_table
+    from jetflow_bench.serving_metrics import STATS, parse_slo
+
+    slo = parse_slo(slo_text)
+    requests = _read(run, "requests")
+    if not requests["load"].ne("").any():
+        raise JfbenchError(f"{run} has no load cells: run `jfbench sweep ... --load poisson:1,4` (or concurrency:1,4)")
+    table = load_table(requests, _read(run, "cells"), slo, config.get("n_boot", 1000), config.get("seed", 0))
+    if format in (TableFormat.csv, TableFormat.json):
+        emit(_records(table), format)
+        return
+    ms = lambda v: _f(v * 1e3, 1)  # noqa: E731
+    levels = [{
+        "suite": r.suite, "arm": arm_label(r.drafter, r.variant), "B": r.budget, "bs": r.batch_size, "load": r.load,
+        "τ": _f(r.tau, 2), "TTFT ms mean/p50/p90/p99": "/".join(ms(getattr(r, f"ttft_{s}_s")) for s in STATS),
+        "TPOT ms mean/p50/p90/p99": "/".join(ms(getattr(r, f"tpot_{s}_s")) for s in STATS),
+        "ITL ms p50/p99": f"{ms(r.itl_median_s)}/{ms(r.itl_p99_s)}", "E2EL s mean/p99": f"{_f(r.e2el_mean_s, 2)}/{_f(r.e2el_p99_s, 2)}",
+        "tok/s": _f(r.output_tok_s, 1), "goodput req/s": _f(r.goodput, 2) if slo else "",
+        "TPOT × [95% CI]": f"{_f(r.tpot_speedup, 2)} [{_f(r.tpot_speedup_lo, 2)}, {_f(r.tpot_speedup_hi, 2)}]",
+        "tput ×": _f(r.tput_speedup, 2),
+    } for r in table.itertuples()]
+    even = [{"suite": r.suite, "arm": r.arm, "B": r.budget, "bs": r.batch_size, "load kind": r.load_kind,
+             "break-even load": r.break_even, "TPOT × lowest load": _f(r.speedup_at_lowest, 2),
+             "TPOT × highest load": _f(r.speedup_at_highest, 2)} for r in break_even(table).itertuples()]
+    best = [{"suite": r.suite, "arm": arm_label(r.drafter, r.variant), "bs": r.batch_size, "load": r.load,
+             "best B": r.budget, "TPOT × [95% CI]": f"{_f(r.tpot_speedup, 2)} [{_f(r.tpot_speedup_lo, 2)}, {_f(r.tpot_speedup_hi, 2)}]"}
+            for r in best_budgets(table).itertuples()]
+    views = [("latency per load level", levels), ("break-even load (TPOT speed-up's 95% CI reaches 1)", even),
+             ("best budget per load level", best)]
+    if format == TableFormat.markdown:
+        print("\n\n".join(f"**{title}**\n\n{markdown(rows)}" for title, rows in views if rows))
+    else:
+        console = Console(highlight=False)
+        for title, rows in views:
+            if rows:
+                print_table(console, rich_table(rows, f"{run.name}: {title}", left=("suite", "arm")))
+    limits = ", ".join(f"{k} <= {v:g} s" for k, v in slo.items()) or "none given (--slo)"
+    print(f"percentiles over the requests of each cell, means over repeats; ITL per streamed chunk (one per step); "
+          f"speed-ups vs plain decoding at the same load; SLO: {limits}")
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:

@@ -19,7 +19,7 @@ from jetflow_bench.errors import JfbenchError
 if TYPE_CHECKING:  # pandas loads when a table is shown, not for `--help`
     import pandas as pd
 
-ARM_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "temperature"]
+ARM_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "temperature", "load"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,7 @@ COLUMNS: tuple[Column, ...] = (
            "(auto: chosen per step)", _budget),
     Column("batch", "batch", "sequences decoded together", lambda g, arm: str(arm["batch_size"])),
     Column("temperature", "T", "sampling temperature (0: greedy)", lambda g, arm: f"{arm['temperature']:g}"),
+    Column("load", "load", "serving load level (--load; `show --table load` has its latencies)", lambda g, arm: str(arm["load"])),
     Column("repeats", "repeats", "timing repeats pooled into the row (each over every prompt)",
            lambda g, arm: str(len(g))),
     Column("prompts", "prompts", "requests per repeat", _mean("n_requests", 0)),
@@ -158,7 +159,9 @@ def summary_rows(summary: pd.DataFrame, names: Sequence[str] | None = None) -> l
     95% CI over prompts and repeats (`metrics.pooled_speedups`).
     """
     if names is None:
-        names = [*COMPACT[:4], *(["temperature"] if summary["temperature"].ne(0).any() else []), *COMPACT[4:]]
+        sampled = ["temperature"] if summary["temperature"].ne(0).any() else []
+        loaded = ["load"] if summary["load"].ne("").any() else []
+        names = [*COMPACT[:4], *sampled, *loaded, *COMPACT[4:]]
     chosen = [BY_NAME[n] for n in names]
     rows = []
     for keys, g in summary.groupby(ARM_KEYS, sort=True, dropna=False):

@@ -84,6 +84,10 @@ def sweep(
     temperatures: TemperaturesOpt = GRID.temperatures,
     top_p: TopPOpt = GRID.top_p,
     top_k: TopKOpt = GRID.top_k,
+    load: Annotated[str | None, typer.Option(
+        "--load", help="Serving load levels, an axis: poisson:RATE,... (requests/s, Poisson arrivals; inf = all at "
+        "once) and/or concurrency:N,... (closed loop, N in flight). The batch size is then the engine's capacity.",
+    )] = None,
     device: DeviceOpt = GRID.device,
     dtype: DtypeOpt = GRID.dtype,
     attention: AttentionOpt = GRID.attention,
@@ -114,6 +118,11 @@ def sweep(
     ray_max_retries: RayRetriesOpt = GRID.ray_max_retries,
 ) -> None:
     """Run a grid of drafters × suites × budgets × batch sizes × repeats into a run folder.
+
+    --load adds a serving axis: each level serves the suite's prompts as requests arriving over
+    time, continuously batched (requests join the running batch at step boundaries, up to the batch
+    size), and records TTFT, TPOT, every ITL and E2E latency per request; `jfbench show RUN --table
+    load` gives percentiles, goodput, speed-ups and the break-even load.
 
     Every batch size also runs the AR baseline on the same prompts, timed interleaved with the arms:
     prompt batch by prompt batch, the AR baseline, every arm and the AR baseline again (an A/A pair:
@@ -167,7 +176,7 @@ def sweep(
         options = VLLMOptions.resolve(vllm_bin, vllm_url, vllm_port, vllm_args, tensor_parallel_size,
                                       pipeline_parallel_size, temperatures=grid_temperatures(grid))
     specs = sweep_arms(drafters, engine_name)
-    run_and_report(grid_config(target, specs, grid), out, grid, engine_options=options,
+    run_and_report(grid_config(target, specs, grid, load=load), out, grid, engine_options=options,
                    allow_other_target=allow_other_target, allow_flag="--allow-other-target")
 
 

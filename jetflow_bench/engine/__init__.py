@@ -4,7 +4,9 @@ A step reads draft -> verify -> accept -> commit (`loop._speculative_step`); eac
 module here:
 
     loop                  the step loop: batches of requests, the AR arm as budget 1, raw counters
-                          per step (`StepRecord`); `generate` is the engine's one entry point
+                          per step (`StepRecord`); `generate` decodes a batch
+    serving               continuous batching: `serve` admits requests arriving over time into the
+                          running batch at step boundaries (the same step), stamping every chunk
     target                `TargetRunner`: prefill, plain decoding and tree verification of a
                           Hugging Face causal LM through the preallocated cache
     kv_cache              `KVCache`: written in place; committing a path gathers its slots

@@ -68,6 +68,7 @@ class KVCache:
         self._use(blocks)
         self.lengths = [0] * batch  # committed slots per row (host-side: no device sync to read)
         self.capacity = capacity
+        self.room = batch  # rows the eager tensors' storage holds (`keep_rows` keeps it, `add_rows` reuses it)
 
     @staticmethod
     def bytes_needed(
@@ -121,6 +122,7 @@ class KVCache:
         grow = (0, 0, 0, capacity - self.capacity)  # pad dim -2 (slots) at its end
         self._use([F.pad(t, grow) for t in self._blocks])
         self.capacity = capacity
+        self.room = self.batch
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store new keys/values of one layer at per-row slots.
@@ -171,6 +173,37 @@ class KVCache:
         """Commit the ``counts[b]`` slots just written after each row's prefix where they lie
         (`commit` with identity paths, without walking them)."""
         self.lengths = [n + c for n, c in zip(self.lengths, counts, strict=True)]
+
+    @torch.inference_mode()
+    def add_rows(self, other: KVCache) -> None:
+        """Append ``other``'s rows (requests prefilled apart, eager layout) after this cache's rows:
+        continuous batching admits requests into a running batch at a step boundary.
+
+        The rows land in storage that `keep_rows` freed when it can, so an admission copies only the
+        newcomers' rows; storage that is full doubles its rows (one copy of the live rows).
+        """
+        if self.static or other.static:
+            raise ValueError("add_rows needs eager caches: a compiled runner's static cache keeps its shapes")
+        self.reserve(other.capacity)
+        b, n = self.batch, other.batch
+        if b + n > self.room:
+            self._grow_rows(max(b + n, 2 * self.room))
+        for t, o in zip(self._blocks, other._blocks, strict=True):
+            t.set_(t.untyped_storage(), t.storage_offset(), (*t.shape[:-4], b + n, *t.shape[-3:]), t.stride())
+            t.narrow(-4, b, n).narrow(-2, 0, other.capacity).copy_(o)
+        self._use(self._blocks)
+        self.lengths = self.lengths + other.lengths
+
+    def _grow_rows(self, rows: int) -> None:
+        """New storage of ``rows`` rows holding the live rows first (the tensors still show those)."""
+        grown = []
+        for t in self._blocks:
+            with torch.inference_mode(t.is_inference()):  # an ordinary tensor stays one (`commit` runs outside)
+                new = t.new_zeros((*t.shape[:-4], rows, *t.shape[-3:]))
+            new.narrow(-4, 0, t.shape[-4]).copy_(t)
+            grown.append(new.set_(new.untyped_storage(), 0, t.shape, new.stride()))
+        self._use(grown)
+        self.room = rows
 
     @torch.inference_mode()  # the tensors may be inference tensors (grown by `reserve` inside a forward)
     def keep_rows(self, rows: Sequence[int]) -> None:

@@ -99,7 +99,7 @@ class RequestResult:
     prompt_tokens: list[int]
     output_tokens: list[int]  # generated ids up to and including the stop token
     finish_reason: str  # eos | stop | length
-    ttft_s: float  # start -> first token (prefill)
+    ttft_s: float  # arrival (the batch's start) -> first token (prefill)
     decode_s: float  # first token -> finished
     steps: int  # verify steps after prefill
 
@@ -156,7 +156,8 @@ class _Batch:
         self.stop = stop
         self.clock = clock
         self.start = clock()
-        self.first_token_at = self.start
+        self.sent = [self.start] * len(prompts)  # when each request arrived (`serving` admits them over time)
+        self.first_token_at = [self.start] * len(prompts)
 
     def views(self) -> list[SequenceView]:
         return [self.seqs[i] for i in self.active]
@@ -190,8 +191,8 @@ class _Batch:
             now = now or self.clock.phase()  # inside a step: its tokens are already on the host
             self.results[i] = RequestResult(
                 request=i, prompt_tokens=seq.tokens[: seq.prompt_len], output_tokens=seq.tokens[seq.prompt_len :],
-                finish_reason=reason, ttft_s=self.first_token_at - self.start,
-                decode_s=now - self.first_token_at, steps=self.steps_done[i],
+                finish_reason=reason, ttft_s=self.first_token_at[i] - self.sent[i],
+                decode_s=now - self.first_token_at[i], steps=self.steps_done[i],
             )
         return keep
 
@@ -199,6 +200,23 @@ class _Batch:
 def cache_capacity(longest_prompt: int, max_new_tokens: int, budget: int) -> int:
     """KV slots per row that `generate` allocates: the prompt, every new token, one tree of ``budget``."""
     return longest_prompt + max_new_tokens + budget
+
+
+def check_generate_args(
+    prompts: Sequence[Sequence[int]], budget: int, drafter: Drafter | None, request_ids: Sequence[int] | None,
+    policy: BudgetPolicy | None,
+) -> tuple[int, list[int]]:
+    """The budget a decode allocates for (a policy's largest) and the prompts' request ids, checked."""
+    if policy is not None:
+        require_logp_scores(drafter.node_scores if drafter else None, drafter.name if drafter else AR_ARM)
+        budget = policy.max_budget
+    check_budget(budget)
+    if drafter is None and budget != 1:
+        raise JfbenchError(f"budget {budget} needs a drafter: plain decoding verifies the root only (budget 1)")
+    ids = list(range(len(prompts))) if request_ids is None else list(request_ids)
+    if len(ids) != len(prompts):
+        raise ValueError(f"{len(ids)} request ids for {len(prompts)} prompts")
+    return budget, ids
 
 
 def generate(
@@ -221,15 +239,7 @@ def generate(
     ``profile`` times the draft / verify / other split of every step on a GPU (a device sync at each
     phase boundary, `_Clock`); a policy needs the drafting seconds, so it times the split too.
     """
-    if policy is not None:
-        require_logp_scores(drafter.node_scores if drafter else None, drafter.name if drafter else AR_ARM)
-        budget = policy.max_budget
-    check_budget(budget)
-    if drafter is None and budget != 1:
-        raise JfbenchError(f"budget {budget} needs a drafter: plain decoding verifies the root only (budget 1)")
-    ids = list(range(len(prompts))) if request_ids is None else list(request_ids)
-    if len(ids) != len(prompts):
-        raise ValueError(f"{len(ids)} request ids for {len(prompts)} prompts")
+    budget, ids = check_generate_args(prompts, budget, drafter, request_ids, policy)
     clock = _Clock(target.device, split=profile or policy is not None)
     capacity = cache_capacity(max(len(p) for p in prompts), stop.max_new_tokens, target.tree_width(budget))
     taps = drafter.taps if drafter else ()
@@ -243,7 +253,7 @@ def generate(
         first_logits = out.logits[:, 0]  # (B, V): prefill scores each prompt's last token only
         first_u = batch.uniforms(torch.zeros(len(prompts), 1, dtype=torch.long))[:, 0]  # (B,) generated token 0
         first = draw(first_logits, first_u, sampling).tolist()
-        batch.first_token_at = clock()
+        batch.first_token_at = [clock()] * len(prompts)
         for seq, token in zip(batch.seqs, first, strict=True):
             seq.tokens.append(token)
         keep = batch.retire_finished()

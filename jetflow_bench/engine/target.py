@@ -184,6 +184,23 @@ class TargetRunner:
             raise RuntimeError("prefill() while a batch is live would discard its cache: call release() first")
         return self._run_chains(prompts, self._batch_cache(len(prompts), capacity), taps, last_only=True)
 
+    def admit(self, prompts: Sequence[Sequence[int]], capacity: int, taps: Sequence[int] = ()) -> ForwardOutput:
+        """Prefill ``prompts`` into new rows after the live batch's (continuous batching; a `prefill`
+        when no batch is live). The newcomers run apart, as chains into a cache of their own whose rows
+        then join the live cache (`KVCache.add_rows`); the output covers the newcomers only. Eager only."""
+        if self.static is not None:
+            raise JfbenchError("requests joining a running batch (--load) need the eager engine: drop --compile")
+        live = self.cache
+        if live is None:
+            return self.prefill(prompts, capacity, taps)
+        self._check_prompts(prompts, capacity, taps)
+        try:
+            out = self._run_chains(prompts, self._fresh_cache(len(prompts), capacity), taps, last_only=True)
+            live.add_rows(self.cache)
+        finally:
+            self.cache = live
+        return out
+
     def release(self) -> None:
         """End the live batch. Eager: its cache is freed; compiled: it waits, reset, for the next batch."""
         self.cache = None

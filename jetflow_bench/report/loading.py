@@ -23,8 +23,8 @@ from jetflow_bench.integrity import READ_ERRORS, reason, warn, warn_damaged_cell
 
 # The columns that identify one cell; the AR baseline has drafter AR_ARM, budget 1, variant "default".
 # Equal to `jetflow_bench.sweep.grid.CELL_KEYS` (tested); repeated so reading results never imports torch.
-CELL_KEYS: tuple[str, ...] = ("suite", "drafter", "variant", "budget", "batch_size", "repeat", "temperature")
-ADDED_KEYS = {"temperature": 0.0}  # cell keys newer than some recorded runs, with the value they implied
+CELL_KEYS: tuple[str, ...] = ("suite", "drafter", "variant", "budget", "batch_size", "repeat", "temperature", "load")
+ADDED_KEYS = {"temperature": 0.0, "load": ""}  # cell keys newer than some recorded runs, with the value they implied (load "": batches)
 # What reports say about losslessness at temperature > 0, where it is a distributional property
 # checked by the test suite rather than a per-request token comparison.
 SAMPLED_LOSSLESS = "distribution-preserving (tested)"
@@ -52,9 +52,13 @@ def _read_table(folder: Path, stem: str) -> tuple[pd.DataFrame | None, list[str]
 
 
 def with_cell_keys(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with the `ADDED_KEYS` a run recorded before they existed (greedy runs: temperature 0)."""
+    """``frame`` with the `ADDED_KEYS` a run recorded before they existed (greedy runs: temperature 0),
+    and the no-load level "" where a CSV read it back as empty (NaN)."""
     missing = {k: v for k, v in ADDED_KEYS.items() if k not in frame.columns}
-    return frame.assign(**missing) if missing else frame
+    frame = frame.assign(**missing) if missing else frame
+    if frame["load"].isna().any():
+        frame = frame.assign(load=frame["load"].astype(object).fillna(""))
+    return frame
 
 
 def paired_only(summary: pd.DataFrame) -> pd.DataFrame:

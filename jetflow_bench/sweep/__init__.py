@@ -24,7 +24,8 @@ Run-folder layout (``--out RUN``; plots, reports and regression checks read thes
                          next batch (`journal`); removed once the cell is stored
       .lock              held while a sweep writes the folder (pid + host inside)
 
-Cell keys (first columns of every table): suite, drafter, variant, budget, batch_size, repeat.
+Cell keys (first columns of every table): suite, drafter, variant, budget, batch_size, repeat,
+temperature, load ("" without a serving load).
 The AR baseline is drafter `AR_ARM` (jetflow_bench.arms), variant "default", budget 1.
 
 steps:    run_id, <cell keys>, request, step, batch_step, active, drafted, accepted (kept after the
@@ -39,11 +40,14 @@ requests: run_id, <cell keys>, request, record_id, prompt, prompt_hash, prompt_t
           NA when lossless), tie_gap, correct (NA when the suite does not score), config_hash,
           session and batch_started (the session and start of the request's timed batch),
           base_decode_s, base_ttft_s (its baseline arm's times in the same round), aa_decode_s,
-          aa_ttft_s (the AR baseline's A/A copy in that round; all NaN in a --tau-only run)
+          aa_ttft_s (the AR baseline's A/A copy in that round; all NaN in a --tau-only run);
+          load cells add sent_s, e2el_s, tpot_s, itl_s (`serving_metrics`), their base_* come
+          from plain decoding's serving run at the same load in the same session, with no A/A copy
 cells:    run_id, <cell keys>, cell_id, config_hash, engine, n_requests, wall_s, peak_mem_bytes,
           drafted_mean, drafted_max, budget_fill, started, finished, baseline (the arm its
           speed-ups divide by: AR, or vllm:none for vLLM arms), session (the one that stored it),
-          pairing ("interleaved", or "tau-only")
+          pairing ("interleaved", or "tau-only"), base_wall_s (load cells: the wall time of
+          the plain-decoding serving run they are paired with)
 summary:  <cell keys>, then `jetflow_bench.metrics.summarize`'s columns (tau, accepted_per_step,
           tau_per_draft, alpha, draft_passes, draft_entries, draft_flops, verify_flops,
           budget_efficiency, a_1..a_D, p_1..p_D, accept_hist, rank1_faithful, tokens_per_s, tpot_s, ttft_s,

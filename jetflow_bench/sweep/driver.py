@@ -12,7 +12,9 @@ outside the timed region) and written atomically (`store.RunStore`), the AR cell
 cells of an earlier run of the same config are skipped, and their AR outputs still serve as
 references; a cell it left half-done decodes only the batches its journal lacks. A cluster
 executor (`GroupExecutor`, `--executor ray`) runs each group the same way in a worker
-(`run_group_in`) and hands its cells back to be stored here.
+(`run_group_in`) and hands its cells back to be stored here. A group at a serving load level
+(`load`) times whole serving runs instead of rounds: per repeat, plain decoding at that load and
+each pending arm, one after another in a rotated order, paired the same way.
 """
 
 from __future__ import annotations
@@ -59,10 +61,12 @@ from jetflow_bench.sweep.grid import (
 )
 from jetflow_bench.sweep.groups import PairingGroup, pairing_groups
 from jetflow_bench.sweep.journal import CellJournal
+from jetflow_bench.sweep.load import paired_with, run_load_cell
 from jetflow_bench.sweep.lossless import Verdict, judge, sampled_verdict
 from jetflow_bench.sweep.memory import check_memory
 from jetflow_bench.sweep.progress import SweepProgress
 from jetflow_bench.sweep.runner import (
+    CellRun,
     DecodedBatch,
     Prompt,
     batches,
@@ -366,7 +370,11 @@ class GroupRunner:
         After the round, each pending cell's batch is journaled with its round's paired timings, so
         a killed run resumes at its next round. Once all rounds ran, the cells are judged and stored,
         the AR cell first (the arms are judged against its outputs); ``stored`` is told of each.
+        A group at a serving load is timed by whole cells instead (`_run_load_group`).
         """
+        if group.load:
+            self._run_load_group(group, todo, hashes, progress, stored)
+            return
         work = self.workloads[group.suite]
         chunks = batches(work.prompts, group.batch_size)
         ids = [[p.request for p in chunk] for chunk in chunks]
@@ -390,7 +398,39 @@ class GroupRunner:
                     journals[cell].save(done[cell][index])
                 progress.advance(1, sum(len(r.output_tokens) for b in timed.values() for r in b.result.requests))
             for cell in sorted(pending, key=lambda c: not c.is_baseline):
-                self.finalize(cell, hashes[cell.cell_id], [done[cell][i] for i in range(len(chunks))], journals[cell], progress)
+                decoded = [done[cell][i] for i in range(len(chunks))]
+                self.finalize(cell, hashes[cell.cell_id], cell_run(decoded, session, self.drafter(cell)), progress)
+                journals[cell].clear()
+                stored(cell)
+
+    def _run_load_group(
+        self, group: PairingGroup, todo: Collection[str], hashes: dict[str, str], progress: SweepProgress,
+        stored: Callable[[Cell], None],
+    ) -> None:
+        """Time a serving-load group's pending cells: its requests arrive over time, so a cell is one
+        serving run, not rounds of prompt batches. Per repeat, the pending cells and the AR cell at
+        the same load (served again even when finished) run one after another, in an order rotated
+        per repeat; each arm's requests then carry the AR run's times from this session
+        (`load.paired_with`). Nothing is journaled: a killed repeat is served again whole."""
+        work, session = self.workloads[group.suite], self.session["session"]
+        for repeat in sorted({c.repeat for c in group.cells}):
+            members = [c for c in group.cells if c.repeat == repeat]
+            pending = [c for c in members if c.cell_id in todo]
+            if not pending:
+                continue
+            ar = next(c for c in members if c.is_baseline)
+            timed = [c for c in members if c in pending or (c == ar and not self.tau_only)]
+            order = timed[repeat % len(timed):] + timed[: repeat % len(timed)]
+            progress.start(f"{group.label()} r{repeat}: {len(pending)} serving run(s) alternated", len(order))
+            torch.manual_seed(self.config.seed)
+            runs = {}
+            for cell in order:
+                runs[cell] = run_load_cell(self.engine, cell, work.prompts, self.drafter(cell), self.config.warmup_tokens,
+                                           sampling_for(self.config, cell))
+                progress.advance(1, sum(len(r.output_tokens) for r in runs[cell].outputs.values()))
+            for cell in sorted(pending, key=lambda c: not c.is_baseline):
+                run = runs[cell] if self.tau_only else paired_with(runs[cell], runs[ar], session)
+                self.finalize(cell, hashes[cell.cell_id], run, progress)
                 stored(cell)
 
     def _round(
@@ -419,12 +459,9 @@ class GroupRunner:
                   for prefix, batch in (("base", base), ("aa", twin)) for field in ("decode_s", "ttft_s")}
         return replace(own, paired=paired)
 
-    def finalize(
-        self, cell: Cell, chash: str, decoded: list[DecodedBatch], journal: CellJournal, progress: SweepProgress
-    ) -> None:
-        """Judge losslessness and answers (untimed), then store the cell and drop its journal."""
+    def finalize(self, cell: Cell, chash: str, run: CellRun, progress: SweepProgress) -> None:
+        """Judge losslessness and answers (untimed), then store the cell."""
         work = self.workloads[cell.suite]
-        run = cell_run(decoded, self.session["session"], self.drafter(cell))
         if run.resumed:
             progress.note(f"note: {cell.label()}: {sum(run.resumed.values())} prompt batch(es) decoded by an earlier "
                           "session were reused; the cell's record names them under 'resumed'")
@@ -442,7 +479,6 @@ class GroupRunner:
         steps, requests, row = cell_frames(self.run_id, cell, chash, engine, run, labels, verdicts, correct, baseline)
         extra = {"pairing": TAU_ONLY if self.tau_only else INTERLEAVED, **({"resumed": run.resumed} if run.resumed else {})}
         self.store.write_cell(cell.cell_id, steps, requests, {**row, **self.session, **extra}, **optional_frames(cell, run))
-        journal.clear()
         progress.end_cell(cell.label())
         bad = [v for v in verdicts.values() if not v.lossless and not v.excused]
         if bad:

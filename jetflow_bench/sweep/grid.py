@@ -1,7 +1,8 @@
 """The sweep's configuration, its grid of cells, and the hashes that identify both.
 
 A *cell* is one measured combination of the cell keys ``suite, drafter, variant, budget,
-batch_size, repeat, temperature``. The AR baseline is a cell like any other (drafter `AR_ARM`,
+batch_size, repeat, temperature, load`` (load "" = no arrivals: the prompts decode in batches; a
+load level is a serving cell, `jetflow_bench.sweep.load`). The AR baseline is a cell like any other (drafter `AR_ARM`,
 variant "default", budget 1) and is run for every (suite, batch_size, repeat, temperature) before
 the drafters that pair with it, so that losslessness can be checked against it as soon as a
 drafter cell finishes.
@@ -35,9 +36,9 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.sweep.engines import ENGINES
 
-CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat", "temperature"]
-PAIR_KEYS = ["suite", "batch_size", "repeat", "temperature"]  # a drafter cell's AR baseline shares these
-GRID_FIELDS = ("drafters", "suites", "budgets", "batch_sizes", "repeats", "temperatures")  # not in a cell's hash
+CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat", "temperature", "load"]
+PAIR_KEYS = ["suite", "batch_size", "repeat", "temperature", "load"]  # a drafter cell's AR baseline shares these
+GRID_FIELDS = ("drafters", "suites", "budgets", "batch_sizes", "repeats", "temperatures", "loads")  # not in a cell's hash
 SAMPLING_DEFAULTS = {"temperatures": [0.0], "top_p": 1.0, "top_k": 0}  # a greedy config's sampling fields
 
 
@@ -101,6 +102,7 @@ class SweepConfig:
     # target forwards at bucketed static shapes: "inductor" (--compile; True in runs made before --graphs), "graphs"; None: eager
     compile: bool | str | None = None
     tau_only: bool = False  # time no baseline beside the arms: τ and counters, no speed-up claimed (`--tau-only`)
+    loads: tuple[str, ...] = ()  # serving load levels (`--load`, jetflow_bench.sweep.load); () = batches only
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)  # e.g. the ablation's flags
 
 
@@ -113,6 +115,7 @@ class Cell:
     batch_size: int
     repeat: int
     temperature: float = 0.0  # 0 = greedy
+    load: str = ""  # a serving load level ("poisson:2", "concurrency:4"); "" = batches (no arrivals)
 
     @property
     def is_baseline(self) -> bool:
@@ -124,26 +127,30 @@ class Cell:
         return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, "budget": self.budget.column}
 
     @property
-    def pair(self) -> tuple[str, int, int, float]:
-        """The (suite, batch_size, repeat, temperature) its AR baseline shares."""
-        return self.suite, self.batch_size, self.repeat, self.temperature
+    def pair(self) -> tuple[str, int, int, float, str]:
+        """The (suite, batch_size, repeat, temperature, load) its AR baseline shares."""
+        return self.suite, self.batch_size, self.repeat, self.temperature, self.load
 
     @property
     def baseline(self) -> Cell:
         """The AR cell this cell is paired with."""
-        return Cell(self.suite, AR_ARM, DEFAULT_VARIANT, Budget.fixed(1), self.batch_size, self.repeat, self.temperature)
+        return Cell(self.suite, AR_ARM, DEFAULT_VARIANT, Budget.fixed(1), self.batch_size, self.repeat, self.temperature,
+                    self.load)
 
     @property
     def cell_id(self) -> str:
-        """File-name-safe, readable and unique: gsm8k__ngram__default__B64__bs4__r0 (+ __T1 when sampled)."""
+        """File-name-safe, readable and unique: gsm8k__ngram__default__B64__bs4__r0 (+ __T1 when sampled,
+        + __Lpoisson-2 under a load)."""
         safe = [re.sub(r"[^A-Za-z0-9_.-]+", "-", s) for s in (self.suite, self.drafter, self.variant)]
         sampled = [f"T{self.temperature:g}"] if self.temperature else []
-        return "__".join([*safe, f"B{self.budget.label}", f"bs{self.batch_size}", f"r{self.repeat}", *sampled])
+        loaded = ["L" + re.sub(r"[^A-Za-z0-9_.-]+", "-", self.load)] if self.load else []
+        return "__".join([*safe, f"B{self.budget.label}", f"bs{self.batch_size}", f"r{self.repeat}", *sampled, *loaded])
 
     def label(self) -> str:
         arm = arm_label(self.drafter, self.variant)
         sampled = f" T={self.temperature:g}" if self.temperature else ""
-        return f"{self.suite} {arm} B={self.budget.label} bs={self.batch_size} r{self.repeat}{sampled}"
+        loaded = f" load={self.load}" if self.load else ""
+        return f"{self.suite} {arm} B={self.budget.label} bs={self.batch_size} r{self.repeat}{sampled}{loaded}"
 
 
 def stable_hash(obj: Any, length: int = 12) -> str:
@@ -191,6 +198,8 @@ def _identity(config: SweepConfig) -> dict[str, Any]:
         identity["compile"] = True
     if not identity["tau_only"]:  # timed runs hash as they did before `--tau-only` existed
         del identity["tau_only"]
+    if not identity["loads"]:  # runs without a load axis keep the hashes they had before it existed
+        del identity["loads"]
     return identity
 
 
@@ -221,6 +230,8 @@ def cell_hash(config: SweepConfig, cell: Cell, spec: DrafterSpec) -> str:
     keys = {**cell.keys, "budget": _plain(cell.budget)}  # the policy's candidates are part of its cell
     if not cell.temperature:
         del keys["temperature"]
+    if not cell.load:
+        del keys["load"]
     return stable_hash({"config": _settings(config), "cell": keys, "drafter": _spec_identity(spec)})
 
 
@@ -239,18 +250,18 @@ def spec_for(config: SweepConfig, cell: Cell) -> DrafterSpec:
 
 
 def cells(config: SweepConfig) -> Iterator[Cell]:
-    """The grid: repeat → suite → temperature → batch size → [AR, drafter × budget].
+    """The grid: repeat → suite → temperature → batch size → load → [AR, drafter × budget].
 
     The sweep runs it by pairing group (`jetflow_bench.sweep.groups`), timing a group's AR baseline
     and arms interleaved batch by batch; this order fixes the order of the cells inside a round.
     """
-    for repeat, suite, temperature, batch_size in itertools.product(
-        range(config.repeats), config.suites, config.temperatures, config.batch_sizes
+    for repeat, suite, temperature, batch_size, load in itertools.product(
+        range(config.repeats), config.suites, config.temperatures, config.batch_sizes, config.loads or ("",)
     ):
-        yield Cell(suite, AR_ARM, DEFAULT_VARIANT, Budget.fixed(1), batch_size, repeat, temperature)
+        yield Cell(suite, AR_ARM, DEFAULT_VARIANT, Budget.fixed(1), batch_size, repeat, temperature, load)
         for spec in config.drafters:
             for budget in spec.budgets or config.budgets:
-                yield Cell(suite, spec.name, spec.variant, budget, batch_size, repeat, temperature)
+                yield Cell(suite, spec.name, spec.variant, budget, batch_size, repeat, temperature, load)
 
 
 # ------------------------------------------------------------------ parsing user input

@@ -18,6 +18,7 @@ from jetflow_bench.engine import loop as hf_engine
 from jetflow_bench.engine.kv_cache import KVCache
 from jetflow_bench.engine.loop import BatchResult
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
+from jetflow_bench.engine.serving import ServeResult, serve
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.prompts import encode
@@ -54,6 +55,15 @@ class HFEngine:
     ) -> BatchResult:
         return hf_engine.generate(self.target, prompts, stop, budget=budget, drafter=drafter, sampling=sampling,
                                   request_ids=request_ids, policy=policy, profile=self.profile)
+
+    def serve(
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, arrivals: Sequence[float] | None, max_concurrency: int,
+        budget: int, drafter: Drafter | None, sampling: SamplingParams = GREEDY, request_ids: Sequence[int] | None = None,
+        policy: BudgetPolicy | None = None,
+    ) -> ServeResult:
+        """The load axis (`jetflow_bench.sweep.load`): requests arriving over time, continuously batched."""
+        return serve(self.target, prompts, stop, arrivals, max_concurrency, budget=budget, drafter=drafter,
+                     sampling=sampling, request_ids=request_ids, policy=policy, profile=self.profile)
 
     def budget_policy(self, candidates: Sequence[int], batch_size: int, context: int) -> BudgetPolicy:
         """`--budgets auto`: a fresh policy priced by this device's measured verify steps."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from drafters import Drafter
 from jetflow_bench.engine.loop import BatchResult, NodeBlock, RequestResult, StepRecord
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
+from jetflow_bench.engine.serving import RequestTimeline
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.sweep.engines import Engine
 from jetflow_bench.sweep.grid import Cell
@@ -51,6 +52,8 @@ class CellRun:
     replay_tree: dict | None = None  # the drafter's `replay_tree` options; None: its trees do not replay
     ranks: list[tuple[int, RankBlock]] = field(default_factory=list)  # (global request id, emitted tokens' ranks)
     paired: dict[int, dict[str, Any]] = field(default_factory=dict)  # request -> session, batch start, paired times
+    timelines: dict[int, RequestTimeline] = field(default_factory=dict)  # load cells: global request id -> its stamps
+    base_wall_s: float | None = None  # load cells: the wall time of plain decoding's serving run paired with it
 
 
 @dataclass

@@ -256,7 +256,7 @@ class RunStore:
         """A finished cell's optional part ``name`` (`OPTIONAL_PARTS`); no rows when it has none."""
         if (cell_id, name) not in self._optional:
             path = self.cells_dir / f"{cell_id}.{name}.parquet"
-            self._optional[cell_id, name] = pd.read_parquet(path) if path.is_file() else pd.DataFrame(columns=OPTIONAL_PARTS[name])
+            self._optional[cell_id, name] = with_cell_keys(pd.read_parquet(path)) if path.is_file() else pd.DataFrame(columns=OPTIONAL_PARTS[name])
         return self._optional[cell_id, name]
 
     def cell_parts(self, cell_id: str) -> CellParts:

@@ -30,6 +30,7 @@ from jetflow_bench.metrics import (
 )
 from jetflow_bench.report.loading import paired_only
 from jetflow_bench.report.tree_shape import NODE_CAP
+from jetflow_bench.serving_metrics import LATENCY_COLUMNS, request_latency
 from jetflow_bench.sweep.grid import CELL_KEYS, PAIR_KEYS, Cell
 from jetflow_bench.sweep.lossless import Verdict
 from jetflow_bench.sweep.runner import PAIRED_COLUMNS, CellRun
@@ -43,7 +44,7 @@ REQUEST_COLUMNS = [
     "run_id", *CELL_KEYS, "request", "record_id", "prompt", "prompt_hash", "prompt_tokens",
     "output_ids", "output", "new_tokens", "finish_reason", "ttft_s", "decode_s", "steps", "drafted",
     "accepted", "accepted_raw", "emitted", "tau", "lossless", "excused", "first_divergence", "tie_gap", "correct", "config_hash",
-    "session", "batch_started", *PAIRED_COLUMNS,
+    "session", "batch_started", *PAIRED_COLUMNS, *LATENCY_COLUMNS,
 ]
 # Request columns newer than some recorded cells (their cells stay readable, with no speed-up):
 # the session and start of each request's batch and the times paired with it in its round.
@@ -51,6 +52,7 @@ PAIRING_COLUMNS = ("session", "batch_started", *PAIRED_COLUMNS)
 CELL_COLUMNS = [
     "run_id", *CELL_KEYS, "cell_id", "config_hash", "engine", "n_requests", "wall_s", "peak_mem_bytes",
     "drafted_mean", "drafted_max", "budget_fill", "started", "finished", "baseline", "session", "pairing",
+    "base_wall_s",
 ]
 CELL_EXTRAS = [
     "drafted_mean", "drafted_max", "budget_fill", "peak_mem_bytes", "engine", "baseline", "config_hash", "session", "pairing",
@@ -109,6 +111,7 @@ def cell_frames(
             "lossless": verdict.lossless, "excused": verdict.excused, "first_divergence": verdict.first_divergence,
             "tie_gap": verdict.tie_gap, "correct": correct[request], "config_hash": config_hash,
             **{c: run.paired.get(request, {}).get(c, np.nan) for c in PAIRING_COLUMNS},
+            **_latency(run, request),
         })
     requests = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
     requests["first_divergence"] = requests["first_divergence"].astype("Int64")
@@ -121,9 +124,19 @@ def cell_frames(
         "n_requests": len(requests), "n_steps": len(steps), "wall_s": run.wall_s, "peak_mem_bytes": run.peak_memory_bytes,
         "drafted_mean": drafted_mean, "drafted_max": int(steps["drafted"].max()) if len(steps) else 0,
         "budget_fill": float(rate(drafted_mean, slots)), "started": run.started, "finished": run.finished,
-        "baseline": baseline,
+        "baseline": baseline, "base_wall_s": np.nan if run.base_wall_s is None else run.base_wall_s,
     }
     return steps, requests, row
+
+
+def _latency(run: CellRun, request: int) -> dict:
+    """A load cell's request: send time, TTFT, TPOT, E2EL and ITL gaps (`serving_metrics`); its
+    ``decode_s`` then runs from the first chunk to the last, as E2EL - TTFT."""
+    timeline = run.timelines.get(request)
+    if timeline is None:
+        return {}
+    latency = request_latency(timeline.sent_s, timeline.chunks)
+    return {**latency, "decode_s": latency["e2el_s"] - latency["ttft_s"]}
 
 
 def _step_fields(record) -> dict:

@@ -1,0 +1,120 @@
+"""The load tables (`jfbench show RUN --table load`): latency percentiles, goodput and speed-ups per
+load level, the break-even load of every arm and budget, and the best budget at each level.
+
+Speed-ups divide plain decoding's figure at the same load (same suite, batch size, temperature,
+repeat and arrival times), timed in the same session as the arm (the sweep records it on each of
+the arm's rows: ``base_decode_s``, and the cell's ``base_wall_s``), by the arm's. TPOT speed-up:
+mean TPOT of plain decoding / the arm's, over the same requests (pooled over repeats), with a
+paired bootstrap 95% CI over requests (`metrics.paired_ratio_ci`, micro); plain decoding's TPOT is
+its paired decode time over its own output tokens - 1. Throughput speed-up: output tokens/s of
+the arm / plain decoding's, averaged over repeats (one figure per serving run: no per-request
+CI). Cells without paired times (a τ-only run, one recorded before in-session pairing) get none. The
+break-even load of an arm × budget is the lowest level of a load kind at which the TPOT speed-up's
+CI reaches 1 (its lower bound <= 1): from there on speculation is no longer shown to pay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from jetflow_bench.arms import AR_ARM, DEFAULT_VARIANT, arm_label
+from jetflow_bench.metrics import paired_ratio_ci, tau
+from jetflow_bench.serving_metrics import latency_stats
+
+ARM = ["suite", "drafter", "variant", "budget", "batch_size", "temperature"]
+LEVEL = [*ARM, "load"]
+PLAIN = {"drafter": AR_ARM, "variant": DEFAULT_VARIANT, "budget": 1}  # the baseline's keys at a level
+
+
+def load_level(load: str) -> tuple[str, float]:
+    """'poisson:2' -> ('poisson', 2.0); 'poisson:inf' -> ('poisson', inf)."""
+    kind, _, level = load.partition(":")
+    return kind, float(level)
+
+
+def cell_latency(requests: pd.DataFrame, cells: pd.DataFrame, slo: Mapping[str, float]) -> pd.DataFrame:
+    """One row per load cell (every repeat): `serving_metrics.latency_stats` over its requests."""
+    rows = []
+    wall = cells.set_index([*LEVEL, "repeat"])["wall_s"]
+    for key, group in requests[requests["load"] != ""].groupby([*LEVEL, "repeat"], sort=False):
+        rows.append({**dict(zip([*LEVEL, "repeat"], key, strict=True)), "n_requests": len(group),
+                     "tau": float(tau(group["emitted"].sum(), group["steps"].sum())),
+                     **latency_stats(group, float(wall.loc[key]), slo)})
+    return pd.DataFrame(rows)
+
+
+def load_table(requests: pd.DataFrame, cells: pd.DataFrame, slo: Mapping[str, float], n_boot: int = 1000,
+               seed: int = 0) -> pd.DataFrame:
+    """One row per arm × budget × load level (repeats pooled): latency stats (means over repeats),
+    τ, goodput, and the TPOT and throughput speed-ups over plain decoding at that load."""
+    per_cell = cell_latency(requests, cells, slo)
+    if per_cell.empty:
+        return per_cell
+    numeric = [c for c in per_cell.columns if c not in (*LEVEL, "repeat")]
+    table = per_cell.groupby(LEVEL, sort=False)[numeric].mean().reset_index()
+    loaded = requests[requests["load"] != ""]
+    speedups = []
+    for _, row in table.iterrows():
+        arm, base = _select(loaded, row), _select(loaded, {**row, **PLAIN})
+        speedups.append(_speedups(arm, base, _select(cells, row), n_boot, seed))
+    table = pd.concat([table, pd.DataFrame(speedups)], axis=1)
+    kinds = table["load"].map(load_level)
+    table["load_kind"], table["load_level"] = [k for k, _ in kinds], [v for _, v in kinds]
+    return table.sort_values([*ARM, "load_kind", "load_level"]).reset_index(drop=True)
+
+
+def _speedups(arm: pd.DataFrame, base: pd.DataFrame, arm_cells: pd.DataFrame, n_boot: int, seed: int) -> dict[str, float]:
+    """An arm's TPOT and throughput speed-ups over the plain-decoding times paired with its rows
+    (module docstring); plain decoding's token counts are its own cells' (they do not depend on timing)."""
+    none = {"tpot_speedup": np.nan, "tpot_speedup_lo": np.nan, "tpot_speedup_hi": np.nan, "tput_speedup": np.nan}
+    if "base_decode_s" not in arm or arm["base_decode_s"].isna().any():
+        return none
+    tokens = base.set_index(["repeat", "request"])["new_tokens"]
+    pairs = arm.assign(base_tokens=tokens.reindex(pd.MultiIndex.from_frame(arm[["repeat", "request"]])).to_numpy())
+    pairs = pairs.assign(base_tpot_s=pairs["base_decode_s"] / (pairs["base_tokens"] - 1))
+    pairs = pairs[(pairs["base_tokens"] > 1) & pairs["tpot_s"].notna()]
+    ci = paired_ratio_ci(pairs["base_tpot_s"].to_numpy(dtype=float), pairs["tpot_s"].to_numpy(dtype=float), n_boot, seed)
+    wall = arm_cells.set_index("repeat")
+    own = arm.groupby("repeat")["new_tokens"].sum() / wall["wall_s"]
+    plain = base.groupby("repeat")["new_tokens"].sum() / wall.get("base_wall_s", np.nan)
+    return {"tpot_speedup": ci["micro"], "tpot_speedup_lo": ci["micro_lo"], "tpot_speedup_hi": ci["micro_hi"],
+            "tput_speedup": float((own / plain).mean())}
+
+
+def _select(frame: pd.DataFrame, keys: Mapping) -> pd.DataFrame:
+    mask = np.ones(len(frame), dtype=bool)
+    for k in LEVEL:
+        mask &= (frame[k] == keys[k]).to_numpy()
+    return frame[mask]
+
+
+def break_even(table: pd.DataFrame) -> pd.DataFrame:
+    """Per arm × budget × load kind: the lowest level where the TPOT speed-up's CI reaches 1."""
+    rows = []
+    arms = table[table["drafter"] != AR_ARM]
+    for key, group in arms.groupby([*ARM, "load_kind"], sort=False):
+        group = group.sort_values("load_level")
+        reached = group[group["tpot_speedup_lo"] <= 1]
+        levels = group["load"].tolist()
+        if reached.empty:
+            text = f"> {levels[-1]} (pays at every level)"
+        elif reached.index[0] == group.index[0]:
+            text = f"<= {levels[0]} (not shown to pay at any level)"
+        else:
+            text = str(reached["load"].iloc[0])
+        arm = dict(zip([*ARM, "load_kind"], key, strict=True))
+        rows.append({**arm, "arm": arm_label(arm["drafter"], arm["variant"]), "break_even": text,
+                     "speedup_at_lowest": float(group["tpot_speedup"].iloc[0]),
+                     "speedup_at_highest": float(group["tpot_speedup"].iloc[-1])})
+    return pd.DataFrame(rows)
+
+
+def best_budgets(table: pd.DataFrame) -> pd.DataFrame:
+    """Per drafter arm and load level: the budget with the highest TPOT speed-up."""
+    arms = table[table["drafter"] != AR_ARM].dropna(subset=["tpot_speedup"])
+    keys = ["suite", "drafter", "variant", "batch_size", "temperature", "load_kind", "load_level", "load"]
+    best = arms.loc[arms.groupby(keys, sort=False)["tpot_speedup"].idxmax()]
+    return best[[*keys, "budget", "tpot_speedup", "tpot_speedup_lo", "tpot_speedup_hi"]].reset_index(drop=True)
