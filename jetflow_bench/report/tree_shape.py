@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.report.loading import CELL_KEYS, REBUILD
+from jetflow_bench.report.loading import CELL_KEYS, REBUILD, with_cell_keys
 
 NODE_CAP = 256  # nodes.parquet keeps at most this many nodes of a tree, root included (sweep.tables)
 CELL = [*CELL_KEYS]  # pandas reads a tuple of keys as one key
@@ -24,7 +24,7 @@ STEP = [*CELL, "request", "step"]
 def node_depths(nodes: pd.DataFrame) -> np.ndarray:
     """Each row's depth (1 = a first token; parent 0 is the root), by pointer jumping over parent
     links: log2(depth) vectorised passes, so a 255-node chain costs 8 of them."""
-    step = nodes.groupby(STEP, sort=False, dropna=False).ngroup().to_numpy()
+    step = with_cell_keys(nodes).groupby(STEP, sort=False, dropna=False).ngroup().to_numpy()
     rows = pd.MultiIndex.from_arrays([step, nodes["node"].to_numpy()])
     if not rows.is_unique:
         raise _damaged(f"{int(rows.duplicated().sum())} node row(s) repeat a node of their step")
@@ -50,6 +50,7 @@ def tree_shape(nodes: pd.DataFrame) -> pd.DataFrame:
     """One row per cell and depth: mean drafted and accepted nodes per verify step that drafted."""
     if nodes.empty:
         return pd.DataFrame(columns=[*CELL, "depth", "drafted", "accepted", "steps"])
+    nodes = with_cell_keys(nodes)
     frame = nodes.assign(depth=node_depths(nodes))
     steps = frame.drop_duplicates(STEP).groupby(CELL, dropna=False).size().rename("steps")
     counts = frame.groupby([*CELL, "depth"], dropna=False).agg(drafted=("node", "size"), accepted=("accepted", "sum"))
