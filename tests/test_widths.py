@@ -63,11 +63,12 @@ def test_ctrl_c_is_one_line_saying_how_to_resume(cli, monkeypatch, tmp_path: Pat
 
     monkeypatch.setattr(driver, "run_sweep", interrupted)
     (tmp_path / "config.json").write_text("{}")  # a model folder, as far as the command looks before the run
+    before = signal.getsignal(signal.SIGINT)  # pytest's own, or SIG_IGN in a background job
     code, _, err = cli("sweep", "--target", str(tmp_path), "--drafters", "ngram", "--out", str(out),
                        "--data-dir", str(benchmark_data_dir()))
     assert code == 130
     assert err == "interrupted — run the same command to resume; 2 cells kept\n"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's Ctrl-C works again
+    assert signal.getsignal(signal.SIGINT) is before  # the caller's Ctrl-C handling is back
 
 
 def test_sweep_help_lists_the_grid_before_the_engines(cli, monkeypatch) -> None:
