@@ -41,7 +41,7 @@ def test_the_quick_demo_says_how_long_it_takes_before_it_trains(cli, tmp_path: P
     monkeypatch.setattr(toy, "ensure_toy_target", stop)
     code, _, err = cli("demo", "--out", str(tmp_path / "demo"), "--data-dir", str(benchmark_data_dir()))
     first, last = err.strip().splitlines()
-    assert code == 2 and "quick demo on 2 CPU cores: about 3 min from an empty cache" in first
+    assert code == 2 and "quick demo on 2 CPU cores: under 1 min from an empty cache" in first
     assert last == "error: stopped before training nano"
     code, _, err = cli("demo", "--full", "--out", str(tmp_path / "demo"), "--data-dir", str(benchmark_data_dir()))
     assert "full demo on 2 CPU cores: about 18 min" in err and err.strip().endswith("stopped before training micro")

@@ -1,4 +1,4 @@
-"""`jfbench demo`: the whole pipeline on the embedded default, in about 3 minutes on a CPU.
+"""`jfbench demo`: the whole pipeline on the embedded default, in under a minute on an idle CPU.
 
 toy target (trained or reused) -> draft heads trained briefly (cached) -> a small sweep with the
 AR baseline, `ngram` and the learned drafters on GSM8K -> a τ table. The quick demo (default) uses
@@ -57,7 +57,7 @@ class DemoPlan:
 
 QUICK = DemoPlan("nano", 4, 64, "16", {"steps": 60, "prompts": 48, "max_new_tokens": 64, "seq_len": 128,
                                        "batch_size": 4, "anchors": 8}, Path("results/demo"),
-                 "about 3 min from an empty cache, under 1 min once cached", False)
+                 "under 1 min from an empty cache on an idle machine, 2-3 min on a busy one", False)
 FULL = DemoPlan("micro", 8, 128, "16,64", DEMO_RECIPE, Path("results/demo-full"),
                 "about 18 min from an empty cache, 4-8 min once cached", True)
 WHY_NO_SPEEDUPS = ("speed-ups left out: one timing repeat on a shared CPU cannot tell them from noise; "
@@ -116,7 +116,7 @@ def demo(
         suites="gsm8k", budgets=budgets or plan.budgets, batch_sizes="1", repeats=1, limit=limit or plan.limit,
         max_new_tokens=max_new_tokens or plan.max_new_tokens, temperature=temperature, temperatures=temperatures,
         top_p=top_p, top_k=top_k, seed=seed, device=device, dtype=dtype, attention=attention, data_dir=data_dir,
-        threads=threads,
+        threads=threads, tau_only=not plan.speedups,  # the quick demo prints τ: it times no baseline beside the arms
     )
     grid_temperatures(grid)  # bad sampling flags fail before anything trains
     get_attention(attention, resolve_device(device))  # an unavailable backend fails before any training
