@@ -6,6 +6,7 @@ budget 1. Its name lives here, once; every table, plot, check and store asks for
 
 AR_ARM = "ar"
 DEFAULT_VARIANT = "default"  # the variant of an arm run with the drafter's own settings
+ARM_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "temperature", "load"]  # a cell's keys less the repeat
 
 
 def arm_label(drafter: str, variant: str) -> str:

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.typing import DataFrameGroupBy
 
-from jetflow_bench.arms import AR_ARM
+from jetflow_bench.arms import AR_ARM, ARM_KEYS
 from jetflow_bench.errors import JfbenchError
 
 STEP_TIME_COLUMNS = ("draft_s", "verify_s", "other_s")
@@ -40,7 +40,6 @@ BOOT_CHUNK = 100  # bootstrap resamples gathered at once
 # Per request, the times paired with it in its round of the sweep (jetflow_bench.sweep.runner):
 # its baseline arm's (AR for the AR cell itself) and the AR baseline's second, A/A copy.
 PAIRED_TIMES = {"base": ("base_decode_s", "base_ttft_s"), "aa": ("aa_decode_s", "aa_ttft_s")}
-ARM_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "temperature", "load"]  # a cell's keys less the repeat
 TimeKind = Literal["decode", "e2e"]
 FAITHFUL_NATS = 5.0  # the paper's threshold: a rank-1 branch within 5 nats of the target's greedy choices
 

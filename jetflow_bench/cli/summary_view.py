@@ -14,12 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from jetflow_bench.arms import ARM_KEYS
 from jetflow_bench.errors import JfbenchError
 
 if TYPE_CHECKING:  # pandas loads when a table is shown, not for `--help`
     import pandas as pd
-
-ARM_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "temperature", "load"]
 
 
 @dataclass(frozen=True)

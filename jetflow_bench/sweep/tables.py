@@ -15,11 +15,10 @@ from dataclasses import asdict
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.arms import AR_ARM
+from jetflow_bench.arms import AR_ARM, ARM_KEYS
 from jetflow_bench.budget_policy import AUTO_COLUMN
 from jetflow_bench.calibration import calibration_by
 from jetflow_bench.metrics import (
-    ARM_KEYS,
     DRAFT_COST_COLUMNS,
     clear_of_noise,
     noise_floor,
