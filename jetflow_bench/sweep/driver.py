@@ -426,7 +426,7 @@ class GroupRunner:
             runs = {}
             for cell in order:
                 runs[cell] = run_load_cell(self.engine, cell, work.prompts, self.drafter(cell), self.config.warmup_tokens,
-                                           sampling_for(self.config, cell))
+                                           session, sampling_for(self.config, cell))
                 progress.advance(1, sum(len(r.output_tokens) for r in runs[cell].outputs.values()))
             for cell in sorted(pending, key=lambda c: not c.is_baseline):
                 run = runs[cell] if self.tau_only else paired_with(runs[cell], runs[ar], session)

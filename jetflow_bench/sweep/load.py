@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.serving_metrics import request_latency
 from jetflow_bench.sweep.engines import Engine
 from jetflow_bench.sweep.grid import Cell
-from jetflow_bench.sweep.runner import CellRun, Prompt, _stop_of, warm_up
+from jetflow_bench.sweep.runner import CellRun, DecodedBatch, Prompt, _stop_of, cell_run, warm_up
 
 KINDS = ("poisson", "concurrency")
 
@@ -96,11 +96,12 @@ def check_load_grid(loads: tuple[str, ...], batch_sizes: tuple[int, ...], engine
 
 
 def run_load_cell(
-    engine: Engine, cell: Cell, prompts: list[Prompt], drafter: Drafter | None, warmup_tokens: int,
+    engine: Engine, cell: Cell, prompts: list[Prompt], drafter: Drafter | None, warmup_tokens: int, session: str,
     sampling: SamplingParams = GREEDY,
 ) -> CellRun:
-    """Serve every prompt of ``cell`` at its load, after an untimed warm-up (`runner.warm_up`); the
-    memory peak is reset before the serving run starts, so it is the run's own."""
+    """Serve every prompt of ``cell`` at its load in ``session``, after an untimed warm-up
+    (`runner.warm_up`); the memory peak is reset before the serving run starts, so it is the run's
+    own. The run is one batch of the cell (`runner.cell_run`) plus each request's time stamps."""
     stop = _stop_of(prompts)
     ids = [p.request for p in prompts]
     policy = warm_up(engine, cell, prompts, drafter, warmup_tokens, sampling)
@@ -113,14 +114,8 @@ def run_load_cell(
         int(level) if kind == "concurrency" else cell.batch_size, cell.budget.nodes, drafter, sampling=sampling,
         request_ids=ids, policy=policy,
     )
-    result = out.batch
-    replay = drafter.replay_tree() if drafter is not None else None
-    return CellRun(
-        [(ids[r.request], r) for r in result.steps], {ids[r.request]: r for r in result.requests}, result.wall_s,
-        engine.peak_memory_bytes(), started, time.time(), [(ids[b.request], b) for b in result.nodes],
-        marginals=[(ids[b.request], b) for b in result.marginals], replay_tree=None if replay is None else asdict(replay),
-        ranks=[(ids[b.request], b) for b in result.ranks], timelines={ids[t.request]: t for t in out.timelines},
-    )
+    batch = DecodedBatch(0, ids, out.batch, out.batch.wall_s, engine.peak_memory_bytes(), started, session)
+    return replace(cell_run([batch], session, drafter), timelines={ids[t.request]: t for t in out.timelines})
 
 
 def paired_with(run: CellRun, base: CellRun, session: str) -> CellRun:
