@@ -327,6 +327,16 @@ def round_order(members: Sequence[Cell], repeat: int, index: int, tau_only: bool
     return slots[shift:] + slots[:shift]
 
 
+def _pending_repeats(group: PairingGroup, todo: Collection[str]) -> Iterator[tuple[int, list[Cell], list[Cell]]]:
+    """(repeat, the group's cells of that repeat, those of them still to run), for each repeat with
+    something to run, in order."""
+    for repeat in sorted({c.repeat for c in group.cells}):
+        members = [c for c in group.cells if c.repeat == repeat]
+        pending = [c for c in members if c.cell_id in todo]
+        if pending:
+            yield repeat, members, pending
+
+
 class GroupRunner:
     """Times the unfinished cells of pairing groups (`run_group`), sharing engine, drafters (built once),
     prompts and the store; a cluster executor calls `run_group` once per group."""
@@ -378,11 +388,7 @@ class GroupRunner:
         work = self.workloads[group.suite]
         chunks = batches(work.prompts, group.batch_size)
         ids = [[p.request for p in chunk] for chunk in chunks]
-        for repeat in sorted({c.repeat for c in group.cells}):
-            members = [c for c in group.cells if c.repeat == repeat]
-            pending = [c for c in members if c.cell_id in todo]
-            if not pending:
-                continue
+        for repeat, members, pending in _pending_repeats(group, todo):
             progress.start(f"{group.label()} r{repeat}: {len(pending)} cell(s) interleaved", len(chunks))
             torch.manual_seed(self.config.seed)
             session = self.session["session"]
@@ -413,11 +419,7 @@ class GroupRunner:
         per repeat; each arm's requests then carry the AR run's times from this session
         (`load.paired_with`). Nothing is journaled: a killed repeat is served again whole."""
         work, session = self.workloads[group.suite], self.session["session"]
-        for repeat in sorted({c.repeat for c in group.cells}):
-            members = [c for c in group.cells if c.repeat == repeat]
-            pending = [c for c in members if c.cell_id in todo]
-            if not pending:
-                continue
+        for repeat, members, pending in _pending_repeats(group, todo):
             ar = next(c for c in members if c.is_baseline)
             timed = [c for c in members if c in pending or (c == ar and not self.tau_only)]
             order = timed[repeat % len(timed):] + timed[: repeat % len(timed)]
