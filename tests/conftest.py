@@ -10,8 +10,12 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.benchmark_data import DataFacts
 
 # Idle OpenMP threads sleep instead of spinning: on 2 shared cores a spinning pool in one process
 # (torch's default) starves every other (sandboxed programs, subprocess CLIs), slowing tests ~4x.
@@ -30,11 +34,14 @@ def shared_data_dir() -> Path | None:
 
 @functools.cache
 def benchmark_data_dir() -> Path:
-    """JFBENCH_DATA_DIR, else a small made-up data folder written once per session
-    (tests/benchmark_data.py): for tests that need a few records of a suite, not the real ones."""
-    real = shared_data_dir()
-    if real is not None:
-        return real
+    """JFBENCH_DATA_DIR, else the made-up data folder (`made_up_data_dir`): for tests that need a
+    few records of a suite, not the real ones."""
+    return shared_data_dir() or made_up_data_dir()
+
+
+@functools.cache
+def made_up_data_dir() -> Path:
+    """A small made-up data folder (tests/benchmark_data.py), written once per session."""
     from tests.benchmark_data import write_benchmark_data
 
     root = Path(tempfile.mkdtemp(prefix="jfbench-test-data-"))
@@ -42,11 +49,18 @@ def benchmark_data_dir() -> Path:
     return write_benchmark_data(root)
 
 
-# The one skip a missing data folder may cause: tests of the REAL benchmark files' contents (record
-# counts, texts). Everything else runs on the made-up folder (`benchmark_data_dir`);
-# tests/test_skip_reasons.py keeps it that way, and the summary line below counts the skips.
-REAL_DATA_REASON = "checks the real benchmark files: set JFBENCH_DATA_DIR"
-needs_real_data = pytest.mark.skipif(shared_data_dir() is None, reason=REAL_DATA_REASON)
+# No test skips for want of a data folder (tests/test_skip_reasons.py; the summary line below counts
+# the skips): the tests of the benchmark files' contents (record counts, ids, texts, reference
+# solutions) take `data_folder`, so they check the made-up folder always and the real one too where
+# JFBENCH_DATA_DIR is set.
+@pytest.fixture(params=["made-up", *(["real"] if shared_data_dir() else [])])
+def data_folder(request: pytest.FixtureRequest) -> tuple[Path, DataFacts]:
+    """(a benchmark data folder, what its files hold)."""
+    from tests.benchmark_data import MADE_UP_FACTS, REAL_FACTS
+
+    if request.param == "real":
+        return shared_data_dir(), REAL_FACTS
+    return made_up_data_dir(), MADE_UP_FACTS
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001 (pytest's hook signature)

@@ -1,10 +1,11 @@
-"""The README's test command needs no data folder: only tests of the real files' contents skip.
+"""The README's test command needs no data folder: no test skips for want of one.
 
 82 tests used to skip without JFBENCH_DATA_DIR, although the README said the tests need none: each
-test module had its own "needs the shared data folder" skip. Tests now read the made-up folder
-(tests/benchmark_data.py) unless they check the real files, which skip through one marker,
-`conftest.needs_real_data`. This reads every test module's skips (without running them) and
-counts the data skips by module.
+test module had its own "needs the shared data folder" skip, and later 19 tests of the real files'
+contents still skipped through one marker. Tests now read the made-up folder
+(tests/benchmark_data.py); those of the files' contents take `conftest.data_folder`, which adds the
+real folder where JFBENCH_DATA_DIR is set. This reads every test module's skips (without running
+them) and counts the data skips by module.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from pathlib import Path
 from tests.conftest import skip_kind
 
 TESTS = Path(__file__).parent
-# The modules that check the real benchmark files (record counts, texts, reference solutions).
-REAL_DATA_MODULES = {"test_suites_cli.py", "test_suites_data.py", "test_suites_checkers.py"}
 
 
 def skip_reasons(module: Path) -> list[str]:
@@ -35,22 +34,19 @@ def skip_reasons(module: Path) -> list[str]:
     return reasons
 
 
-def test_no_test_skips_for_want_of_data_except_those_of_the_real_files() -> None:
+def test_no_test_skips_for_want_of_data() -> None:
     data_skips = Counter(
         module.name
         for module in TESTS.glob("*.py")
         for reason in skip_reasons(module)
-        if skip_kind(reason) == "need the real data folder" and module.name != "conftest.py"
+        if skip_kind(reason) == "need the real data folder"
     )
-    assert data_skips == Counter(), f"skips for want of a data folder: {dict(data_skips)}; use benchmark_data_dir()"
-    marked = {m.name for m in TESTS.glob("test_*.py") if "needs_real_data" in m.read_text()} - {Path(__file__).name}
-    assert marked <= REAL_DATA_MODULES, marked - REAL_DATA_MODULES
+    assert data_skips == Counter(), (f"skips for want of a data folder: {dict(data_skips)}; use benchmark_data_dir() "
+                                     "or, for the files' contents, the data_folder fixture")
 
 
 def test_the_skip_kinds() -> None:
     # Bug caught: the summary line files a data skip under "other", hiding it.
-    from tests.conftest import REAL_DATA_REASON
-
-    assert skip_kind(REAL_DATA_REASON) == "need the real data folder"
+    assert skip_kind("checks the real benchmark files: set JFBENCH_DATA_DIR") == "need the real data folder"
     assert skip_kind("vLLM is not installed (run `jfbench vllm setup`)") == "need vLLM's environment"
     assert skip_kind("no C/C++ compiler on PATH") == "other (a tool or device absent here)"

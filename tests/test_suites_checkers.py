@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -15,10 +16,9 @@ from suites.math_answers import (
     math_answers_equal,
     normalize_math_answer,
 )
-from tests.conftest import needs_real_data, shared_data_dir
+from tests.benchmark_data import DataFacts
 
-DATA = shared_data_dir()  # these tests check the real files' contents
-needs_data = needs_real_data
+Folder = tuple[Path, DataFacts]  # the `data_folder` fixture: made-up, and real where JFBENCH_DATA_DIR is set
 
 
 @pytest.mark.parametrize(
@@ -87,10 +87,9 @@ def test_code_is_taken_from_the_first_fence() -> None:
     assert extract_code("    return 1\n") == "    return 1\n"
 
 
-@needs_data
-def test_gsm8k_accepts_every_reference_and_rejects_a_perturbed_one() -> None:
+def test_gsm8k_accepts_every_reference_and_rejects_a_perturbed_one(data_folder: Folder) -> None:
     suite = get_suite("gsm8k")
-    for record in suite.load(DATA):
+    for record in suite.load(data_folder[0]):
         worked = record.fields["answer"]
         final = suite.reference(record.fields)
         assert suite.check(record, worked), record.id
@@ -99,69 +98,66 @@ def test_gsm8k_accepts_every_reference_and_rejects_a_perturbed_one() -> None:
         assert not suite.check(record, wrong), record.id
 
 
-@needs_data
-def test_math500_accepts_every_reference_and_rejects_a_perturbed_one() -> None:
+def test_math500_accepts_every_reference_and_rejects_a_perturbed_one(data_folder: Folder) -> None:
     suite = get_suite("math500")
-    for record in suite.load(DATA):
+    for record in suite.load(data_folder[0]):
         answer = record.fields["answer"]
         assert suite.check(record, f"We find that the result is $\\boxed{{{answer}}}$."), record.id
         assert not suite.check(record, f"$\\boxed{{{answer}1}}$"), record.id
         assert not suite.check(record, f"the answer is {answer}"), record.id  # nothing boxed
 
 
-@needs_data
 @pytest.mark.parametrize("name", ["aime25", "aime24"])
-def test_aime_accepts_every_reference_and_rejects_a_perturbed_one(name: str) -> None:
+def test_aime_accepts_every_reference_and_rejects_a_perturbed_one(name: str, data_folder: Folder) -> None:
     suite = get_suite(name)
-    for record in suite.load(DATA):
+    for record in suite.load(data_folder[0]):
         answer = int(record.fields["answer"])
         assert suite.check(record, f"... so $N = \\boxed{{{answer:03d}}}$"), record.id
         assert suite.check(record, f"The final answer is {answer}."), record.id
         assert not suite.check(record, f"\\boxed{{{(answer + 1) % 1000}}}"), record.id
 
 
-@needs_data
-def test_every_humaneval_canonical_solution_passes_and_wrong_ones_fail() -> None:
+def test_every_humaneval_canonical_solution_passes_and_wrong_ones_fail(data_folder: Folder) -> None:
     suite = get_suite("humaneval")
-    records = suite.load(DATA).records
+    records = suite.load(data_folder[0]).records
     assert suite.check_many([(r, r.fields["canonical_solution"]) for r in records]) == [True] * len(records)
     wrong = [(r, "    return None\n") for r in records[::16]]
     assert suite.check_many(wrong) == [False] * len(wrong)
 
 
-@needs_data
-def test_humaneval_chat_reply_with_a_whole_function_is_checked() -> None:
+def test_humaneval_chat_reply_with_a_whole_function_is_checked(data_folder: Folder) -> None:
+    # Bug caught: the checker runs the canonical solution, or the prompt's stub, instead of the reply's function.
     suite = get_suite("humaneval")
-    record = suite.load(DATA, limit=1).records[0]
+    record = suite.load(data_folder[0], limit=1).records[0]
     body = record.fields["canonical_solution"]
     header = record.fields["prompt"].split("def ")[-1].split("\n")[0]
     reply = f"Sure:\n```python\ndef {header}\n{body}```\nThis works because..."
     assert suite.check(record, reply)
-    assert not suite.check(record, reply.replace("return True", "return False"))
+    assert not suite.check(record, reply.replace(body, "    return None\n"))
 
 
-def mbpp_reference_results(name: str, limit: int | None) -> list[bool | None]:
+def mbpp_reference_results(name: str, data: Path, limit: int | None) -> list[bool | None]:
     suite = get_suite(name, timeout_s=60.0)  # some references (e.g. task 123) run for seconds on 2 busy cores
-    records = suite.load(DATA, limit=limit, sample_seed=0 if limit else None).records
+    records = suite.load(data, limit=limit, sample_seed=0 if limit else None).records
     return suite.check_many([(r, r.fields["code"]) for r in records])
 
 
-@needs_data
-def test_mbpp_references_pass_on_a_sample_and_where_setup_code_needs_them() -> None:
-    assert mbpp_reference_results("mbpp", limit=40) == [True] * 40
+def test_mbpp_references_pass_on_a_sample_and_where_setup_code_needs_them(data_folder: Folder) -> None:
+    data, facts = data_folder
+    sample = min(40, facts.counts["mbpp"])
+    assert mbpp_reference_results("mbpp", data, limit=sample) == [True] * sample
     suite = get_suite("mbpp")
-    tree_tasks = [
-        r for r in suite.load(DATA) if r.id in {"367", "927"}
-    ]  # test setup builds the solution's Node
-    assert suite.check_many([(r, r.fields["code"]) for r in tree_tasks]) == [True, True]
-    assert suite.check_many([(r, "def unrelated():\n    pass\n") for r in tree_tasks]) == [False, False]
+    setup_tasks = [r for r in suite.load(data) if r.id in facts.setup_tasks]  # test setup builds the solution's Node
+    assert len(setup_tasks) == len(facts.setup_tasks)
+    assert suite.check_many([(r, r.fields["code"]) for r in setup_tasks]) == [True] * len(setup_tasks)
+    assert suite.check_many([(r, "def unrelated():\n    pass\n") for r in setup_tasks]) == [False] * len(setup_tasks)
 
 
-@needs_data
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "count"), [("mbpp", 974), ("mbpp-sanitized", 427)])
-def test_every_mbpp_reference_passes(name: str, count: int) -> None:
-    assert mbpp_reference_results(name, limit=None) == [True] * count
+@pytest.mark.parametrize("name", ["mbpp", "mbpp-sanitized"])
+def test_every_mbpp_reference_passes(name: str, data_folder: Folder) -> None:
+    data, facts = data_folder
+    assert mbpp_reference_results(name, data, limit=None) == [True] * facts.counts[name]
 
 
 @pytest.mark.parametrize("name", ["livecodebench", "mt_bench"])

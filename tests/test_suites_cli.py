@@ -10,10 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 import jetflow_bench.cli as cli
-from tests.conftest import needs_real_data, shared_data_dir
-
-DATA = shared_data_dir()  # these tests check the real files' record counts and texts
-needs_data = needs_real_data
+from tests.benchmark_data import DataFacts
 
 
 @pytest.fixture(scope="module")
@@ -28,16 +25,16 @@ def invoke(runner: CliRunner, *args: str) -> str:
     return result.output
 
 
-@needs_data
-def test_list_shows_every_suite_with_source_and_count(runner: CliRunner) -> None:
-    output = invoke(runner, "suites", "list", "--data-dir", str(DATA))
-    for name, count in [("gsm8k", 1319), ("mbpp-sanitized", 427), ("mt_bench", 80), ("livecodebench", 279)]:
+def test_list_shows_every_suite_with_source_and_count(runner: CliRunner, data_folder: tuple[Path, DataFacts]) -> None:
+    data, facts = data_folder
+    output = invoke(runner, "suites", "list", "--data-dir", str(data))
+    for name in ["gsm8k", "mbpp-sanitized", "mt_bench", "livecodebench"]:
         line = next(line for line in output.splitlines() if line.split()[:1] == [name])
-        assert str(count) in line and "path" in line
-    rows = json.loads(invoke(runner, "suites", "list", "--data-dir", str(DATA), "--format", "json"))["suites"]
+        assert str(facts.counts[name]) in line and "path" in line
+    rows = json.loads(invoke(runner, "suites", "list", "--data-dir", str(data), "--format", "json"))["suites"]
     by_name = {row["suite"]: row for row in rows}
-    assert by_name["math500"]["records"] == 500 and by_name["math500"]["found"] == "path"
-    assert by_name["math500"]["source"] == str(DATA / "math500" / "test.jsonl")
+    assert by_name["math500"]["records"] == facts.counts["math500"] and by_name["math500"]["found"] == "path"
+    assert by_name["math500"]["source"] == str(data / "math500" / "test.jsonl")
     assert by_name["mt_bench"]["scored"] is False and by_name["mt_bench"]["unscored_reason"]
 
 
@@ -64,18 +61,18 @@ def test_list_without_data_exits_1_with_one_line_per_missing_suite(
             assert rows["humaneval"]["records"] == 164
 
 
-@needs_data
-def test_show_prints_the_formatted_prompts(runner: CliRunner) -> None:
-    output = invoke(runner, "suites", "show", "gsm8k", "--n", "2", "--data-dir", str(DATA))
+def test_show_prints_the_formatted_prompts(runner: CliRunner, data_folder: tuple[Path, DataFacts]) -> None:
+    data, facts = data_folder
+    output = invoke(runner, "suites", "show", "gsm8k", "--n", "2", "--data-dir", str(data))
     assert output.count("Question: ") == 2 and output.count("Answer:") == 2
-    assert "Janet’s ducks lay 16 eggs per day" in output
+    assert facts.gsm8k_first in output
     shown = json.loads(
-        invoke(runner, "suites", "show", "aime25", "--n", "3", "--data-dir", str(DATA), "--format", "json")
+        invoke(runner, "suites", "show", "aime25", "--n", "3", "--data-dir", str(data), "--format", "json")
     )
-    assert (shown["suite"], shown["records"]) == ("aime25", 30)
+    assert (shown["suite"], shown["records"]) == ("aime25", facts.counts["aime25"])
     requests = shown["requests"]
     assert [r["max_new_tokens"] for r in requests] == [1024] * 3
-    assert requests[0]["prompt"].startswith("Problem: Find the sum of all integer bases")
+    assert requests[0]["prompt"].startswith(facts.aime25_first)
 
 
 def test_unknown_suite_exits_2_with_one_line(

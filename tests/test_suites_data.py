@@ -12,22 +12,9 @@ import pytest
 import suites.sources
 from jetflow_bench.errors import JfbenchError
 from suites import SUITES, get_suite, parse_suites
-from tests.conftest import needs_real_data, shared_data_dir
+from tests.benchmark_data import REAL_FACTS, DataFacts
 
-DATA = shared_data_dir()  # these tests check the real files' contents
-needs_data = needs_real_data
-
-EXPECTED_COUNTS = {
-    "gsm8k": 1319,
-    "math500": 500,
-    "aime25": 30,
-    "aime24": 30,
-    "humaneval": 164,
-    "mbpp": 974,
-    "mbpp-sanitized": 427,
-    "livecodebench": 279,
-    "mt_bench": 80,
-}
+Folder = tuple[Path, DataFacts]  # the `data_folder` fixture: made-up, and real where JFBENCH_DATA_DIR is set
 
 
 @pytest.fixture(autouse=True)
@@ -45,14 +32,14 @@ GOOD_GSM8K = json.dumps({"question": "What is 1+2?", "answer": "1+2=3\n#### 3"})
 
 
 def test_every_builtin_suite_is_registered() -> None:
-    assert SUITES.names() == sorted(EXPECTED_COUNTS)
+    assert SUITES.names() == sorted(REAL_FACTS.counts)
 
 
-@needs_data
-@pytest.mark.parametrize("name", sorted(EXPECTED_COUNTS))
-def test_every_suite_loads_with_its_exact_count(name: str) -> None:
-    loaded = get_suite(name).load(DATA)
-    assert (len(loaded), loaded.total, loaded.skipped, loaded.kind) == (EXPECTED_COUNTS[name],) * 2 + (
+@pytest.mark.parametrize("name", sorted(REAL_FACTS.counts))
+def test_every_suite_loads_with_its_exact_count(name: str, data_folder: Folder) -> None:
+    data, facts = data_folder
+    loaded = get_suite(name).load(data)
+    assert (len(loaded), loaded.total, loaded.skipped, loaded.kind) == (facts.counts[name],) * 2 + (
         0,
         "path",
     )
@@ -69,18 +56,19 @@ def test_suite_lists_and_aliases_resolve() -> None:
         parse_suites(" , ")
 
 
-@needs_data
-def test_limit_takes_first_records_and_seed_a_stable_sorted_sample() -> None:
+def test_limit_takes_first_records_and_seed_a_stable_sorted_sample(data_folder: Folder) -> None:
+    data, facts = data_folder
     suite = get_suite("gsm8k")
-    every = [record.id for record in suite.load(DATA)]
-    assert [r.id for r in suite.load(DATA, limit=5)] == every[:5]
-    sample = [r.id for r in suite.load(DATA, limit=20, sample_seed=7)]
-    assert sample == [r.id for r in suite.load(DATA, limit=20, sample_seed=7)]
-    assert sample == sorted(sample, key=every.index) and sample != every[:20]
-    assert sample != [r.id for r in suite.load(DATA, limit=20, sample_seed=8)]
-    assert len(suite.load(DATA, limit=5000)) == 1319
+    every = [record.id for record in suite.load(data)]
+    assert [r.id for r in suite.load(data, limit=5)] == every[:5]
+    n = min(20, len(every) // 2)  # a sample, not the whole folder
+    sample = [r.id for r in suite.load(data, limit=n, sample_seed=7)]
+    assert len(sample) == n and sample == [r.id for r in suite.load(data, limit=n, sample_seed=7)]
+    assert sample == sorted(sample, key=every.index) and sample != every[:n]
+    assert sample != [r.id for r in suite.load(data, limit=n, sample_seed=8)]
+    assert len(suite.load(data, limit=5000)) == facts.counts["gsm8k"]
     with pytest.raises(JfbenchError, match="--limit 0"):
-        suite.load(DATA, limit=0)
+        suite.load(data, limit=0)
 
 
 def test_a_data_dir_given_as_text_loads(tmp_path: Path) -> None:
