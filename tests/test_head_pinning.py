@@ -2,21 +2,27 @@
 
 Same shapes, other weights: a head trained on one `micro` target and swept with another drafted
 τ 1.07 instead of 1.96 without a word, and an EAGLE head under `jetflow=` ran at τ 1.00. These
-checks read config.json files only, so the heads and targets here are their records alone.
+checks read config.json files only, so the heads and targets here are their records alone, but for
+one ablation that runs (a real head whose record names another target).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from jetflow_bench.arms import DEFAULT_VARIANT
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.sweep.arms import OTHER_TARGET, pin_heads, sweep_arms
 from jetflow_bench.sweep.grid import DrafterSpec
 from jetflow_bench.toy.presets import MARKER
+from tests.conftest import made_up_data_dir
+from tests.learned_heads import learned_heads  # noqa: F401 - session fixture
 
 
 def toy_target(cache: Path, name: str, config_hash: str) -> Path:
@@ -79,13 +85,51 @@ def test_heads_that_record_no_target_are_not_refused(tmp_path: Path) -> None:
     assert pin_heads([old, DrafterSpec("dflash", checkpoint=str(released))], str(target))[0] == old
 
 
-def test_ablate_has_no_transfer_flag_and_says_how_to_retrain(tmp_path: Path) -> None:
-    # Bug caught: ablate's refusal offers a flag ablate does not have.
+def test_ablate_refuses_another_targets_head_in_one_line_naming_the_flag(cli, tmp_path: Path) -> None:
+    # Bug caught: ablate takes a head of another target silently, or refuses it after training the variants.
     a, b = toy_target(tmp_path, "micro-seed0-a", "a"), toy_target(tmp_path, "micro-seed0-b", "b")
-    spec = DrafterSpec("jetflow", checkpoint=str(head(tmp_path / "jf", "jetflow", a)))
-    with pytest.raises(JfbenchError) as err:
-        pin_heads([spec], str(b), flag="")
-    assert "jfbench train --drafter jetflow" in str(err.value) and "allow" not in str(err.value)
+    jetflow = head(tmp_path / "jf", "jetflow", a)
+    err = one_line_error(cli("ablate", "--target", str(b), "--drafter", f"jetflow={jetflow}", "--construction",
+                             "best-first", "--out", str(tmp_path / "run")))
+    assert model_fingerprint(a) in err and "jfbench train --drafter jetflow" in err and "--allow-other-target" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_ablated_transfer_refuses_a_variant_head_of_this_target(cli, tmp_path: Path) -> None:
+    # Bug: the transferred default vs a variant trained on --target changes two factors, reported as one.
+    a, b = toy_target(tmp_path, "micro-seed0-a", "a"), toy_target(tmp_path, "micro-seed0-b", "b")
+    jetflow, causal = head(tmp_path / "jf", "jetflow", a), head(tmp_path / "causal", "jetflow", b)
+    err = one_line_error(cli("ablate", "--target", str(b), "--drafter", f"jetflow={jetflow}", "--head", "causal",
+                             "--checkpoint", f"head=causal={causal}", "--allow-other-target", "--out", str(tmp_path / "run")))
+    assert "jetflow[head=causal]'s head is not from target" in err and "two factors" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_ablated_transfer_keeps_the_default_variant_and_is_marked(
+    cli, micro_target: Path, learned_heads: dict[str, Path], tmp_path: Path, monkeypatch  # noqa: F811 (the fixture)
+) -> None:
+    # Bug caught: --allow-other-target renames the base arm (the deltas lose their default) or the
+    # transfer is marked nowhere in `show`, the delta table or the manifest.
+    monkeypatch.setenv("COLUMNS", "200")
+    other = toy_target(tmp_path, "micro-seed0-other", "other")
+    moved = tmp_path / "moved"
+    shutil.copytree(learned_heads["jetflow"], moved)
+    config = json.loads((moved / "config.json").read_text())
+    config["training"]["target_fingerprint"] = model_fingerprint(other)  # as if trained on the other micro target
+    (moved / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "run"
+    args = ("ablate", "--target", str(micro_target), "--drafter", f"jetflow={moved}", "--construction", "best-first",
+            "--suites", "gsm8k", "--budgets", "4", "--repeats", "1", "--limit", "2", "--max-new-tokens", "6",
+            "--tau-only", "--data-dir", str(made_up_data_dir()), "--threads", "1", "--no-progress", "--out", str(out))
+    assert "--allow-other-target" in one_line_error(cli(*args))
+    code, _, err = cli(*args, "--allow-other-target")
+    assert code == 0, err
+    assert set(pd.read_parquet(out / "summary.parquet")["variant"]) == {DEFAULT_VARIANT, "construction=best-first"}
+    table = pd.read_parquet(out / "ablation.parquet")
+    assert list(table["compared_with"]) == [DEFAULT_VARIANT] and list(table["other_target"]) == [model_fingerprint(other)]
+    code, text, _ = cli("show", str(out))
+    assert code == 0 and f"jetflow[construction=best-first,{OTHER_TARGET}]" in text and f"{DEFAULT_VARIANT},{OTHER_TARGET}" in text
+    assert f"every head was trained on target {model_fingerprint(other)}" in text
 
 
 @pytest.mark.parametrize(("arm", "trained_as", "refused"), [

@@ -219,13 +219,14 @@ def grid_executor(grid: GridFlags) -> contextlib.AbstractContextManager[GroupExe
 def run_and_report(
     config: SweepConfig, out: Path, grid: GridFlags, kind: str = "sweep", derived: Derived | None = None,
     engine_options: VLLMOptions | None = None, allow_other_target: bool = False, allow_flag: str = "",
-    columns: str | None = None,
+    columns: str | None = None, heads_pinned: bool = False,
 ) -> None:
     """Run the grid; notes and a one-line result on stderr; the summary (``columns``: as `show
     --columns`; None: its default); exit 1 under --strict on divergences.
 
     Every head is checked against the target it was trained on first (`pin_heads`; ``allow_flag``:
-    the command's flag that allows another target, empty where it has none)."""
+    the command's flag that allows another target, empty where it has none), unless ``heads_pinned``
+    (ablate checks its heads before training any, `AblationPlan.pinned`)."""
     from jetflow_bench.cli import KEPT_ON_INTERRUPT
     from jetflow_bench.sweep.arms import pin_heads
     from jetflow_bench.sweep.driver import run_sweep
@@ -233,7 +234,8 @@ def run_and_report(
 
     KEPT_ON_INTERRUPT.append(lambda: f"{len(list((out / 'cells').glob('*.json')))} cells kept")
 
-    config = replace(config, drafters=tuple(pin_heads(config.drafters, config.target, allow_other_target, allow_flag)))
+    if not heads_pinned:
+        config = replace(config, drafters=tuple(pin_heads(config.drafters, config.target, allow_other_target, allow_flag)))
     max_memory = parse_size(grid.max_memory) if grid.max_memory is not None else None
     with grid_executor(grid) as executor:
         outcome = run_sweep(config, out, command=sys.argv, data_dir=grid.data_dir, force=grid.force, kind=kind,

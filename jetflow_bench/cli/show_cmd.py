@@ -32,10 +32,17 @@ class ShowTable(str, Enum):
 
 
 def compact_ablation(ablation: pd.DataFrame) -> pd.DataFrame:
+    """The delta table at a glance; a transfer's arms (``other_target``, `ablate --allow-other-target`)
+    carry the mark a sweep puts in their variant."""
     import pandas as pd
 
+    from jetflow_bench.sweep.arms import OTHER_TARGET
+
+    def arm(variant: str, row: tuple) -> str:
+        return f"{variant},{OTHER_TARGET}" if isinstance(getattr(row, "other_target", None), str) else variant
+
     return pd.DataFrame([{
-        "arm": f"{r.drafter}[{r.variant}]", "vs": getattr(r, "compared_with", "default"),
+        "arm": f"{r.drafter}[{arm(r.variant, r)}]", "vs": arm(getattr(r, "compared_with", "default"), r),
         "suite": r.suite, "B": r.budget, "bs": r.batch_size,
         "T": f"{getattr(r, 'temperature', 0.0):g}", "n": r.n_prompts,
         "tau": _f(r.tau, 2), "d tau": f"{_f(r.tau_delta, 2, sign=True)} [{_f(r.tau_delta_lo, 2)}, {_f(r.tau_delta_hi, 2)}]",
@@ -93,6 +100,7 @@ def _paired(name: str, frame: pd.DataFrame) -> pd.DataFrame:
 def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) -> str:
     """The legend (compact view), then where the numbers come from, one line each."""
     from jetflow_bench.report.loading import SAMPLED_LOSSLESS, old_recipe_heads
+    from jetflow_bench.sweep.arms import OTHER_TARGET
     from jetflow_bench.sweep.efficiency import efficiency_line
 
     config = manifest.get("config", {})
@@ -106,6 +114,9 @@ def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) ->
                             f"{manifest.get('device')}"]) + (" · --wide: every column" if compact else ""))
     lines.append(f"target {config.get('target')}")
     lines += [f"{arm}: head trained under the {old}" for arm, old in old_recipe_heads(run, manifest).items()]
+    transfer = dict(config.get("extra") or []).get("other_target")
+    if transfer:
+        lines.append(f"{OTHER_TARGET}: every head was trained on target {transfer}, not this one (--allow-other-target)")
     efficiency = efficiency_line(manifest.get("engine_efficiency"))
     if efficiency:
         lines.append(efficiency)

@@ -7,6 +7,7 @@ them into `GridFlags`, and hand over to `jetflow_bench.sweep` (arms, the ablatio
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -242,6 +243,7 @@ def ablate(
     force: ForceOpt = GRID.force,
     progress: ProgressOpt = GRID.progress,
     max_memory: MaxMemoryOpt = GRID.max_memory,
+    allow_other_target: AllowOtherTargetOpt = False,
     executor: ExecutorOpt = GRID.executor,
     ray_address: RayAddressOpt = GRID.ray_address,
     ray_gpus_per_task: RayGpusOpt = GRID.ray_gpus_per_task,
@@ -282,9 +284,10 @@ def ablate(
     variant_flags = {"head": head, "loss": loss, "data": data, "decay": decay, **family_flags(ctx.args, drafting=True)}
     plan = plan_ablation(drafter, {k: v for k, v in variant_flags.items() if v is not None},
                          option_pairs(option, "--option"), option_pairs(train_option, "--train-option"), seeds)
+    given = {k: Path(v).expanduser().resolve() for k, v in option_pairs(checkpoint, "--checkpoint").items()}
+    config = grid_config(target, list(plan.specs), grid)
+    plan = plan.pinned(config, given, allow_other_target)
     for note in plan.notes:
         print(note, file=sys.stderr)
-    given = {k: Path(v).expanduser().resolve() for k, v in option_pairs(checkpoint, "--checkpoint").items()}
-    config = grid_config(target, list(plan.specs), grid, extra=(("ablation", True), ("comparisons", plan.notes)))
-    config = plan.with_heads(config, given, grid.data_dir)
-    run_and_report(config, out, grid, kind="ablation", derived=plan.derived(config))
+    config = plan.with_heads(replace(config, extra=plan.extra), given, grid.data_dir)
+    run_and_report(config, out, grid, kind="ablation", derived=plan.derived(config), heads_pinned=True)

@@ -227,6 +227,8 @@ def manifest_items(run: Run) -> list[tuple[str, str]]:
     keys = [k for k in first if k in run.manifest] + [k for k in run.manifest if k not in first]
     old = old_recipe_heads(run.path, run.manifest)
     heads = [("heads under an old recipe", json.dumps(old, indent=1, sort_keys=True))] if old else []
+    transfer = dict((run.manifest.get("config") or {}).get("extra") or []).get("other_target")
+    heads += [("every head trained on another target (--allow-other-target)", transfer)] if transfer else []
     return heads + [
         (key, json.dumps(run.manifest[key], indent=1, sort_keys=True) if isinstance(run.manifest[key], dict | list)
          else str(run.manifest[key]))

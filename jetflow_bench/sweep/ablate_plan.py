@@ -30,7 +30,13 @@ from jetflow_bench.sweep.ablation import (
     with_checkpoints,
     with_seeds,
 )
-from jetflow_bench.sweep.arms import arm_label, arm_spec, check_option_names, option_defaults
+from jetflow_bench.sweep.arms import (
+    arm_label,
+    arm_spec,
+    check_option_names,
+    option_defaults,
+    other_target_heads,
+)
 from jetflow_bench.sweep.grid import (
     DrafterSpec,
     SweepConfig,
@@ -56,11 +62,39 @@ class AblationPlan:
         """One line per variant: what it is compared with and at which setting (stderr, manifest)."""
         return tuple(c.note(arm_label(self.base)) for c in self.comparisons.values())
 
+    @property
+    def extra(self) -> tuple[tuple[str, Any], ...]:
+        """The ablation's record in the config (and so the manifest): its comparisons, and the other
+        target every head was trained on where it is a transfer (`pinned`; `jfbench show` says so)."""
+        transfer = sorted({c.other_target for c in self.comparisons.values()} - {""})
+        return (("ablation", True), ("comparisons", self.notes), *(("other_target", fp) for fp in transfer))
+
     def with_heads(self, config: SweepConfig, given: Mapping[str, Path], data_dir: Path | None) -> SweepConfig:
         """``config`` with every arm's head filled in (`ablation.with_checkpoints`), heads trained for
         the config's target, device and dtype."""
         specs = with_checkpoints(self.specs, given, head_trainer(data_dir, config), self.recipe)
         return dataclasses.replace(config, drafters=tuple(specs))
+
+    def pinned(self, config: SweepConfig, given: Mapping[str, Path], allow_other_target: bool) -> AblationPlan:
+        """The plan with every head checked against the config's target before any is trained
+        (`arms.other_target_heads`). A deliberate transfer keeps every variant's name (the base stays
+        "default") and is held fixed in every comparison, so every head must come from the one other
+        target: a variant trained here on demand, or given from a third target, would change two factors."""
+        specs = [dataclasses.replace(s, checkpoint=str(given[s.variant])) if s.variant in given else s
+                 for s in config.drafters]
+        moved = other_target_heads(specs, config.target, allow_other_target, "--allow-other-target")
+        if not moved:
+            return self
+        source, *others = sorted(set(moved.values()))
+        here = [s.label for s in specs if s.label not in moved]  # a learned family: every arm has a head or trains one
+        if here or others:
+            odd = here[0] if here else next(label for label, fp in moved.items() if fp != source)
+            raise JfbenchError(
+                f"--allow-other-target: {odd}'s head is not from target {source} like {next(iter(moved))}'s, so its "
+                f"delta would change two factors: give it a head trained on {source} (--checkpoint VARIANT=DIR)"
+            )
+        comparisons = {k: dataclasses.replace(c, other_target=source) for k, c in self.comparisons.items()}
+        return dataclasses.replace(self, comparisons=comparisons)
 
     def derived(self, config: SweepConfig) -> Derived:
         """The ablation table, derived from the run's requests (paired bootstrap with the run's seed)."""

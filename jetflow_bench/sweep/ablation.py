@@ -15,6 +15,7 @@ clash is declared by the drafter (`jetflow_bench.ablation_axes.CommonSetting`).
 
 ablation table — one row per drafter × variant × suite × budget × batch size, repeats pooled:
     factor, compared_with, held_fixed   (what changed, against which arm, at which setting)
+    other_target    (--allow-other-target only: the other target every head was trained on)
     tau, tau_default, tau_delta (+ _lo, _hi)        (``_default`` = the compared arm's value)
     speedup_decode_micro, speedup_default, speedup_delta (+ _lo, _hi)
 with tau = Σemitted / Σsteps and speedup = Σ AR decode_s / Σ arm decode_s over the prompts
@@ -95,12 +96,14 @@ class Comparison:
     factor: str  # the one setting that differs, e.g. "head=bidirectional"
     reference: str = DEFAULT_VARIANT  # the arm it is compared with: the default, or the base at `held`
     held: str = ""  # the nearest common setting both arms run at ("" = the default's own settings)
+    other_target: str = ""  # the fingerprint of the other target both arms' heads were trained on (--allow-other-target)
 
     def note(self, drafter: str) -> str:
+        transfer = f"; both heads trained on another target ({self.other_target})" if self.other_target else ""
         if not self.held:
-            return f"{drafter}[{self.variant}] vs {drafter}: only {self.factor} changes"
+            return f"{drafter}[{self.variant}] vs {drafter}: only {self.factor} changes{transfer}"
         return (f"{drafter}[{self.variant}] vs {drafter}[{self.reference}]: only {self.factor} changes; both run at "
-                f"the nearest common setting {self.held}")
+                f"the nearest common setting {self.held}{transfer}")
 
 
 def one_factor(
@@ -310,6 +313,8 @@ def ablation_table(
                "temperature": temperature, "n_prompts": n, "seeds": n_seeds, "repeats": arm["repeat"].nunique(),
                "factor": comparison.factor,
                "compared_with": comparison.reference, "held_fixed": comparison.held or "the default's settings"}
+        if comparison.other_target:  # a transfer's column only: other runs' tables keep their columns
+            row["other_target"] = comparison.other_target
         for k, name in (("tau", "tau"), ("speedup", "speedup_decode_micro")):
             row[name], row[f"{k}_default"] = float(v_point[k][0]), float(d_point[k][0])
             row[f"{k}_delta"] = row[name] - row[f"{k}_default"]

@@ -134,21 +134,32 @@ def check_family(spec: DrafterSpec) -> None:
 def pin_heads(
     specs: Iterable[DrafterSpec], target: str, allow_other_target: bool = False, flag: str = "--allow-other-target",
 ) -> list[DrafterSpec]:
-    """``specs`` with every learned arm's head checked against ``target`` by the fingerprint of the
-    target it was trained on (recorded by `jfbench train`). Another target's head is refused, or,
-    with ``allow_other_target``, kept with ``other-target`` in its variant so that every table,
-    plot and the report name the arm as a transfer. ``flag`` is the command's way to allow it
-    (empty: the command has none)."""
+    """``specs`` with every head checked against ``target`` (`other_target_heads`); an allowed
+    transfer is kept with ``other-target`` in its variant, so that every table, plot and the report
+    name the arm as one."""
+    specs = list(specs)
+    moved = other_target_heads(specs, target, allow_other_target, flag)
+    return [dataclasses.replace(spec, variant=OTHER_TARGET if spec.variant == DEFAULT_VARIANT
+                                else f"{spec.variant},{OTHER_TARGET}") if spec.label in moved else spec
+            for spec in specs]
+
+
+def other_target_heads(
+    specs: Iterable[DrafterSpec], target: str, allow_other_target: bool = False, flag: str = "--allow-other-target",
+) -> dict[str, str]:
+    """Arm label -> the fingerprint of the other target its head was trained on, for every learned
+    arm whose head records another target than ``target`` (`jfbench train` records it). Such a head
+    is refused unless ``allow_other_target``; ``flag`` is the command's way to allow it (empty: the
+    command has none)."""
     from jetflow_bench.fingerprint import model_fingerprint
     from jetflow_bench.heads.checkpoint import head_origin
 
     here = model_fingerprint(target)
-    pinned = []
+    moved = {}
     for spec in specs:
         check_family(spec)
         family, trained_on = head_origin(Path(spec.checkpoint)) if _learned(spec.name) and spec.checkpoint else (None, None)
         if trained_on is None or trained_on == here:
-            pinned.append(spec)
             continue
         if not allow_other_target:
             allow = f", or pass {flag} to use it anyway (the arm is then marked {OTHER_TARGET})" if flag else ""
@@ -156,9 +167,8 @@ def pin_heads(
                 f"{spec.checkpoint} was trained on target {trained_on}, not on this --target ({here}): retrain it with "
                 f"`jfbench train --drafter {family} --target {target_name(target)} --out DIR`{allow}"
             )
-        marked = OTHER_TARGET if spec.variant == DEFAULT_VARIANT else f"{spec.variant},{OTHER_TARGET}"
-        pinned.append(dataclasses.replace(spec, variant=marked))
-    return pinned
+        moved[spec.label] = trained_on
+    return moved
 
 
 def target_name(target: str) -> str:
