@@ -120,7 +120,7 @@ def test_an_ablated_transfer_keeps_the_default_variant_and_is_marked(
     out = tmp_path / "run"
     args = ("ablate", "--target", str(micro_target), "--drafter", f"jetflow={moved}", "--construction", "best-first",
             "--suites", "gsm8k", "--budgets", "4", "--repeats", "1", "--limit", "2", "--max-new-tokens", "6",
-            "--tau-only", "--data-dir", str(made_up_data_dir()), "--threads", "1", "--no-progress", "--out", str(out))
+            "--data-dir", str(made_up_data_dir()), "--threads", "1", "--no-progress", "--out", str(out))
     assert "--allow-other-target" in one_line_error(cli(*args))
     code, _, err = cli(*args, "--allow-other-target")
     assert code == 0, err

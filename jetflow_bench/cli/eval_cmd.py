@@ -132,14 +132,14 @@ def eval_(
 
 def _transferred_head(drafter: str, target: str, allow_other_target: bool) -> bool:
     """Whether the arm's head was trained on another target (allowed by ``allow_other_target``,
-    else refused in one line, before any model loads); the sweep's check (`pin_heads`)."""
-    from jetflow_bench.sweep.arms import OTHER_TARGET, arm_spec, pin_heads
+    else refused in one line, before any model loads); the sweep's check (`other_target_heads`)."""
+    from jetflow_bench.sweep.arms import arm_spec, other_target_heads
     from jetflow_bench.sweep.grid import parse_drafters
 
     if drafter.strip().lower() == "none":
         return False
     specs = [arm_spec(name, options, ckpt) for name, options, ckpt in parse_drafters(drafter, "--drafter")]
-    return any(OTHER_TARGET in s.variant for s in pin_heads(specs, target, allow_other_target, "--allow-other-target"))
+    return bool(other_target_heads(specs, target, allow_other_target, "--allow-other-target"))
 
 
 def display_rows(rows: list[dict]) -> list[dict]:
