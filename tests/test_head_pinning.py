@@ -130,6 +130,11 @@ def test_an_ablated_transfer_keeps_the_default_variant_and_is_marked(
     code, text, _ = cli("show", str(out))
     assert code == 0 and f"jetflow[construction=best-first,{OTHER_TARGET}]" in text and f"{DEFAULT_VARIANT},{OTHER_TARGET}" in text
     assert f"every head was trained on target {model_fingerprint(other)}" in text
+    from jetflow_bench.report.loading import load_run
+    from jetflow_bench.report.tables import manifest_items
+
+    assert dict(manifest_items(load_run(out)))["every head trained on another target (--allow-other-target)"] == \
+        model_fingerprint(other)  # the report's provenance table
 
 
 @pytest.mark.parametrize(("arm", "trained_as", "refused"), [
