@@ -324,8 +324,8 @@ def main() -> int:
               lambda _: summarise_sweep(out))
     prefix = "64" if rehearse else "1024"
     check.run("kernels", [
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "tests/test_kernels.py",
-         "tests/test_kernels_mask.py", *(["--collect-only"] if args.on_cpu else [])],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "tests/engine/test_kernels.py",
+         "tests/engine/test_kernels_mask.py", *(["--collect-only"] if args.on_cpu else [])],
         [*JFBENCH, "bench", "kernels", *device, "--backends", "sdpa,triton,flex", "--tree-sizes", "16,64,256",
          "--prefix-lens", prefix, "--batch-sizes", "1,8", "--format", "json"],
     ], summarise_kernels)

@@ -17,7 +17,7 @@ the training prompts are drawn from). Steps, each logged as ``OUT/<step>.log``:
 
 ``--rehearse`` (on a CPU) runs every step to its end on the CPU in float32, shrunk (few steps,
 prompts and tokens): its numbers mean nothing, it proves the script before a GPU's minutes are
-spent on it (tests/test_gpu_claim1.py). scripts/gpu_check.py can run it as one of its parts.
+spent on it (tests/bench/test_gpu_claim1.py). scripts/gpu_check.py can run it as one of its parts.
 
     # here, on the CPU: copy the deep target, its regen file and the data into gpu-carry/ (<= 64 MiB)
     python scripts/gpu_claim1.py --prepare --deep ~/.cache/jfbench/targets/deep-seed0-...

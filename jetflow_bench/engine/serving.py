@@ -10,7 +10,7 @@ that finishes leaves in the step it finished: its KV rows and its drafter state 
 Nothing about a request's tokens depends on who it shares a step with: token t of request r is
 drawn with U[r, t] (`sampling`), greedy acceptance keeps the target's argmax, and stop rules read
 only the request's own tokens. So each request's output is the one it gets decoded alone
-(`tests/test_serving.py` checks it, arm by arm).
+(`tests/engine/test_serving.py` checks it, arm by arm).
 
 Arrivals: open loop (``arrivals``: seconds after the start at which each request is sent, e.g. a
 Poisson process; a request that finds every slot taken waits, and that wait is part of its TTFT,

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from tests.test_eagle3 import write_specforge_head
+from tests.helpers.eagle3_heads import write_specforge_head
 
 target, out = Path(sys.argv[1]), Path(sys.argv[2])
 config = json.loads((target / "config.json").read_text())
