@@ -33,17 +33,14 @@ from drafters.base import Drafter
 from jetflow_bench.budget_policy import BudgetPolicy
 from jetflow_bench.engine.loop import (
     BatchResult,
-    MarginalBlock,
-    NodeBlock,
-    RankBlock,
-    StepRecord,
     _Batch,
-    _Clock,
     _shrink,
     _speculative_step,
+    batch_result,
     cache_capacity,
     check_generate_args,
 )
+from jetflow_bench.engine.meter import Clock, StepMeter
 from jetflow_bench.engine.sampling import GREEDY, RandomStreams, SamplingParams, draw
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
@@ -91,7 +88,7 @@ def serve(
     if max_concurrency is not None and max_concurrency < 1:
         raise JfbenchError(f"--max-concurrency {max_concurrency}: use at least 1 request in flight")
     limit = max_concurrency or n
-    clock = _Clock(target.device, split=profile or policy is not None)
+    clock = Clock(target.device, split=profile or policy is not None)
     capacity = cache_capacity(max(len(p) for p in prompts), stop.max_new_tokens, target.tree_width(budget))
     streams = RandomStreams(sampling.seed, ids, stop.max_new_tokens + budget, device=target.device)
     batch = _Batch(prompts, stop, clock, sampling, streams)
@@ -99,10 +96,7 @@ def serve(
     start = batch.start
     offsets = [0.0] * n if arrivals is None else list(arrivals)
     timelines: list[RequestTimeline | None] = [None] * n
-    steps: list[StepRecord] = []
-    nodes: list[NodeBlock] | None = [] if drafter is not None and drafter.node_scores == "logp" else None
-    marginals: list[MarginalBlock] | None = [] if drafter is not None and drafter.replay_tree() is not None else None
-    ranks: list[RankBlock] | None = [] if drafter is not None and drafter.ranks_emitted else None
+    meter = StepMeter(clock, drafter, policy, target.shape)
     waiting = 0  # the next request not yet admitted
     if drafter is not None:
         drafter.reset([])
@@ -122,21 +116,18 @@ def serve(
                 time.sleep(max(0.0, start + offsets[waiting] - now))
                 continue
             if batch.active:
-                records = _speculative_step(target, batch, budget, drafter, policy, nodes, marginals, ranks)
+                records = _speculative_step(target, batch, budget, drafter, meter)
                 stamp = clock() - start
                 for record in records:
                     if record.emitted:
                         timelines[record.request].chunks.append((stamp, record.emitted))
-                steps.extend(records)
             if not batch.active:  # everyone left: the next admission starts a fresh batch
                 target.release()
                 if drafter is not None:
                     drafter.reset([])
     finally:
         target.release()
-    result = BatchResult([r for r in batch.results if r is not None], steps, wall_s=clock() - start, nodes=nodes or [],
-                         marginals=marginals or [], ranks=ranks or [])
-    return ServeResult(result, [t for t in timelines if t is not None])
+    return ServeResult(batch_result(batch, meter, clock() - start), [t for t in timelines if t is not None])
 
 
 def _admit(

@@ -218,16 +218,16 @@ def test_one_device_sync_per_step_unless_the_split_is_profiled(runner, monkeypat
     The clock is told its device is a GPU (the runner stays on the CPU) and syncs are counted."""
     import torch
 
-    from jetflow_bench.engine import loop
+    from jetflow_bench.engine import loop, meter
 
     syncs = []
-    monkeypatch.setattr(loop, "synchronize", syncs.append)
+    monkeypatch.setattr(meter, "synchronize", syncs.append)
 
-    class GpuClock(loop._Clock):
+    class GpuClock(loop.Clock):
         def __init__(self, device: torch.device, split: bool) -> None:
             super().__init__(torch.device("cuda"), split)
 
-    monkeypatch.setattr(loop, "_Clock", GpuClock)
+    monkeypatch.setattr(loop, "Clock", GpuClock)
     prompts = repetitive_prompts(2, seed=3)
     result = generate(runner, prompts, StopRule(max_new_tokens=20), budget=16, drafter=DRAFTERS.get("ngram")(),
                       profile=profile)

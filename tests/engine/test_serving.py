@@ -76,10 +76,10 @@ class StepTime:
 
 @pytest.fixture
 def step_time(monkeypatch):
-    from jetflow_bench.engine import loop, serving
+    from jetflow_bench.engine import meter, serving
 
     fake = StepTime()
-    monkeypatch.setattr(loop, "time", fake)
+    monkeypatch.setattr(meter, "time", fake)
     monkeypatch.setattr(serving, "time", fake)
     return fake
 
