@@ -1,14 +1,17 @@
-"""The decoding core: everything one speculative step touches, and nothing that measures it.
+"""The decoding core: everything one speculative step touches, and the meter that records it.
 
 A step reads draft -> verify -> accept -> commit (`loop._speculative_step`); each stage has one
-module here:
+module here, and the step's instruments one of their own (`meter`):
 
-    loop                  the step loop: batches of requests, the AR arm as budget 1, raw counters
-                          per step (`StepRecord`); `generate` decodes a batch
+    loop                  the step loop: batches of requests, the AR arm as budget 1; `generate`
+                          decodes a batch
+    meter                 `StepMeter`: clock stamps, raw counters per step (`StepRecord`), the
+                          calibration records and a budget policy's bookkeeping, at named points
     serving               continuous batching: `serve` admits requests arriving over time into the
                           running batch at step boundaries (the same step), stamping every chunk
     target                `TargetRunner`: prefill, plain decoding and tree verification of a
                           Hugging Face causal LM through the preallocated cache
+    forwards              a verify's forward behind one interface: eager, or padded to static shapes
     kv_cache              `KVCache`: written in place; committing a path gathers its slots
     compiled              `--compile` / `--graphs`: static shapes (tree buckets, whole-cache
                           attention), one Inductor-built layer reused by every layer, CUDA graphs

@@ -208,7 +208,7 @@ def _speculative_step(
     budget = meter.begin(budget)  # a budget policy drafts at its largest candidate
     drafting = drafter is not None and budget > 1  # budget 1 verifies the root alone: nothing to ask a drafter
     trees = drafter.propose(views, budget) if drafting else [DraftTree.root_only(v.tokens[-1]) for v in views]
-    meter.drafted(trees)
+    meter.drafted(trees, drafting)
     _check_trees(trees, views, budget, drafter)
     trees = meter.choose(trees)  # a budget policy verifies a prefix of each tree
     prepared = target.prepare(trees)

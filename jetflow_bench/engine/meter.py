@@ -144,13 +144,13 @@ class StepMeter:
         """A step starts (the previous one, or the prefill, ended with a sync): the budget to draft at,
         a policy's largest candidate when it chooses per step."""
         self.budget = budget if self.policy is None else self.policy.draft_budget()
-        self.drafting = self.drafter is not None and self.budget > 1  # as the step decides
         self.stamps = [self.clock.phase()]
         return self.budget
 
-    def drafted(self, trees: list[DraftTree]) -> None:
+    def drafted(self, trees: list[DraftTree], drafting: bool) -> None:
+        """The trees are proposed (``drafting``: by the drafter; else they are roots alone)."""
         self.stamps.append(self.clock.phase())
-        self.proposed = trees
+        self.proposed, self.drafting = trees, drafting
 
     def choose(self, trees: list[DraftTree]) -> list[DraftTree]:
         """The trees to verify: a policy's chosen prefix of each (the trees are ordered: a prefix is the
@@ -177,7 +177,9 @@ class StepMeter:
     ) -> list[StepRecord]:
         """The step ends (the drafter has observed it): the records of its ``rows`` (request ids), whose
         lengths were ``before`` (committed length + 1: the root is not cached yet) and which verified
-        ``trees`` with ``logits`` and accepted ``acc``."""
+        ``trees`` with ``logits`` and accepted ``acc``. A row's ``accepted`` is what survives the stop
+        rule: when EOS, a stop string or max_new_tokens cuts the final step, the accepted tokens past
+        the cut were never emitted."""
         t0, t1, t2, t3, t4 = self.stamps
         t5 = self.clock.phase()
         step = [steps_done[i] - 1 for i in rows]

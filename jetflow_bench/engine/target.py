@@ -14,22 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from jetflow_bench.engine.attention import DEFAULT_ATTENTION, get_attention
-from jetflow_bench.engine.compiled import (
-    CompiledRegion,
-    StaticForward,
-    batch_classes,
-    buckets_up_to,
-    check_compile,
-    compile_mode,
-    pad_visibility,
-    round_capacity,
-    timed_warm_up,
-    tree_bucket,
-)
+from jetflow_bench.engine.compiled import check_compile, compile_mode, pad_visibility
+from jetflow_bench.engine.forwards import EagerVerify, PreparedTrees, StaticVerify, VerifyForward
 from jetflow_bench.engine.kv_cache import KVCache, PersistentCache, write_entries
 from jetflow_bench.engine.rope import rotate
 from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
@@ -39,31 +28,9 @@ from jetflow_bench.kernels.mask import TreeMask
 from jetflow_bench.runtime import resolve_device, resolve_dtype
 from jetflow_bench.targets import check_hub_id, resolve_target
 
-# CPU BLAS (MKL in torch's wheels) multiplies 2 or 3 rows as that many matrix-vector products,
-# which on the CPUs measured costs more than a 4-row product (results/baselines/smollm2/
-# row_padding.py times a verify both ways). So an eager batch-1 verify of 2-3 nodes runs padded to
-# this many rows.
-CPU_MIN_ROWS = 4
-
 # The tap that reads the token embeddings (the input of layer 0); tap i >= 0 is layer i's output.
 # EAGLE-3 heads name layer inputs, so their aux layer 0 is this tap.
 EMBEDDING_TAP = -1
-
-
-@dataclass
-class PreparedTrees:
-    """Padded trees of every row, ready for one target forward."""
-
-    tokens: torch.Tensor  # (B, N) node tokens
-    parents: torch.Tensor  # (B, N) parent index per node, -1 for roots and padding
-    depths: torch.Tensor  # (B, N)
-    valid: torch.Tensor  # (B, N) bool, False for padding
-    ancestors: torch.Tensor  # (B, N, N) bool tree-causal mask
-    slots: torch.Tensor  # (B, N) cache slot of each node = committed length + node index
-    positions: torch.Tensor  # (B, N) RoPE position = committed length + depth
-    mask: TreeMask | None  # committed prefix + ancestors over T slots (W queries); None when nothing needs masking
-    kv_len: int  # cache slots the forward attends over
-    width: int | None  # compiled: the bucket the forward pads the N nodes to (jetflow_bench.engine.compiled); None eager
 
 
 @dataclass
@@ -109,13 +76,14 @@ class TargetRunner:
         self.compile_mode = compile_mode(compile)  # inductor | graphs | None: eager (jetflow_bench.engine.compiled)
         if self.compile_mode:
             check_compile(self.device, attention, self.compile_mode)
-        self.static = StaticForward(self._static_forward, self.device) if self.compile_mode else None  # None: eager
-        # One decoder layer at static shapes; under Inductor compiled once and called by every layer.
-        self.static_layer = CompiledRegion(self._static_layer) if self.compile_mode == "inductor" else self._static_layer
-        self.static_capacity = 0  # compiled: slots per row of every cache so far (one graph per capacity)
-        # compiled: the one cache every batch and warm-up runs on (CUDA graphs replay at its addresses)
-        self._storage = PersistentCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
-        self._warmed: set[tuple] = set()  # compiled: (batch class, width, capacity, taps, allocation) already run
+        # Verifies run through one of two forwards (`jetflow_bench.engine.forwards`); prefill always eagerly.
+        self.eager = EagerVerify(self._forward, self._fresh_cache, self.device)
+        self.static: StaticVerify | None = None  # compiled: static shapes
+        if self.compile_mode:
+            storage = PersistentCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
+            self.static = StaticVerify(self.compile_mode, storage, self._decode, self._layer, self.scale,
+                                       gqa=self.q_heads != self.kv_heads)
+        self.verifier: VerifyForward = self.static or self.eager
 
     @classmethod
     def load(
@@ -173,7 +141,7 @@ class TargetRunner:
 
         Each prompt is verified as a chain, so afterwards the prompt is the committed prefix. A
         live batch is never silently replaced: `release` it first (or use `score`). Eager: a new
-        cache; compiled: the runner's persistent one, reset (`_batch_cache`).
+        cache; compiled: the runner's persistent one, reset (`StaticVerify.take`).
 
         The logits are each prompt's last token's only, (B, 1, V): decoding needs no other, and the
         LM head over every prompt token (49k columns on SmolLM2) made a CPU prefill about a quarter
@@ -182,7 +150,7 @@ class TargetRunner:
         self._check_prompts(prompts, capacity, taps)
         if self.cache is not None:
             raise RuntimeError("prefill() while a batch is live would discard its cache: call release() first")
-        return self._run_chains(prompts, self._batch_cache(len(prompts), capacity), taps, last_only=True)
+        return self._run_chains(prompts, self.verifier.take(len(prompts), capacity), taps, last_only=True)
 
     def admit(self, prompts: Sequence[Sequence[int]], capacity: int, taps: Sequence[int] = ()) -> ForwardOutput:
         """Prefill ``prompts`` into new rows after the live batch's (continuous batching; a `prefill`
@@ -225,12 +193,10 @@ class TargetRunner:
     def prepare(self, trees: Sequence[DraftTree], min_rows: int | None = None) -> PreparedTrees:
         """Pad the trees and build masks, slots and positions (engine work, not model work).
 
-        ``min_rows``: eager only, pad to at least this many nodes (None: `verify_rows`' choice)."""
-        if self.static is not None:
-            return self._prepare(trees, static=True)
+        ``min_rows``: pad to at least this many nodes (None: the verifier's choice, `VerifyForward.rows`)."""
         if min_rows is None:
-            min_rows = self.verify_rows(max(len(t) for t in trees), len(trees))
-        return self._prepare(trees, static=False, min_width=min_rows)
+            min_rows = self.verifier.rows(max(len(t) for t in trees), len(trees))
+        return self._prepare(trees, self.verifier, min_width=min_rows)
 
     def check_layer_loop(self, tolerance: float = 0.1) -> None:
         """Refuse a model whose own forward the engine's layer loop does not reproduce.
@@ -255,48 +221,24 @@ class TargetRunner:
 
     def tree_width(self, budget: int) -> int:
         """Cache slots a tree of ``budget`` nodes occupies while verified (its bucket when compiled)."""
-        return self.verify_rows(budget, batch=1) if self.static is None else tree_bucket(budget)
-
-    def verify_rows(self, nodes: int, batch: int) -> int:
-        """Rows an eager verify of ``nodes``-node trees runs: at least `CPU_MIN_ROWS` on a CPU at
-        batch 1 once a tree has drafted anything (plain decoding keeps its one row)."""
-        small = self.device.type == "cpu" and batch == 1 and 1 < nodes < CPU_MIN_ROWS
-        return CPU_MIN_ROWS if small else nodes
+        return self.verifier.tree_width(budget)
 
     def warm_up(self, batch: int, budget: int, capacity: int, taps: Sequence[int] = ()) -> float:
-        """Compiled: run every shape a decode of ``batch`` rows at ``budget`` can meet, on the
-        persistent cache the decode will use, so that no timed step compiles (or, on CUDA, records a
-        graph). Returns the seconds spent (0.0 when eager).
-
-        Shapes: each tree bucket up to the budget's, for batch 1 and the dynamic batch; on CUDA every
-        batch size 1..batch, because CUDA graphs record one graph per concrete size.
-        """
+        """Compiled: run every shape a decode of ``batch`` rows at ``budget`` can meet before the clock
+        starts (`StaticVerify.warm_up`). Returns the seconds spent (0.0 when eager)."""
         if self.static is None:
             return 0.0
         if self.cache is not None:
             raise RuntimeError("warm_up() while a batch is live would overwrite its cache: call release() first")
-        self._batch_cache(batch, capacity)  # the largest batch first: the storage every class below shares
-        seconds = 0.0
         try:
-            for rows, graph in batch_classes(batch, self.device):
-                self.cache = self._batch_cache(rows, capacity)
-                for width in buckets_up_to(budget):
-                    key = (graph, width, self.cache.capacity, tuple(taps), self._storage.allocations)
-                    if key not in self._warmed:
-                        prepared = self._prepare([DraftTree.chain([0] * width)] * rows, static=True)
-                        seconds += timed_warm_up(lambda p=prepared: self.forward(p, taps), self.device)
-                        self._warmed.add(key)
+            return self.static.warm_up(batch, budget, capacity, tuple(taps), self._prepare_on)
         finally:
             self.cache = None
-        return seconds
 
-    def _batch_cache(self, batch: int, capacity: int) -> KVCache:
-        """A new batch's empty cache. Eager: a new allocation. Compiled: the persistent cache at the
-        runner's one capacity (a new capacity is a new graph), reset to ``batch`` rows."""
-        if self.static is None:
-            return self._fresh_cache(batch, capacity)
-        self.static_capacity = max(round_capacity(capacity), self.static_capacity)
-        return self._storage.take(batch, self.static_capacity)
+    def _prepare_on(self, cache: KVCache, trees: list[DraftTree]) -> PreparedTrees:
+        """Make ``cache`` the live one and prepare ``trees`` on it for the verifier (a warm-up's shapes)."""
+        self.cache = cache
+        return self._prepare(trees, self.verifier)
 
     def _fresh_cache(self, batch: int, capacity: int) -> KVCache:
         return KVCache(len(self.layers), batch, self.kv_heads, self.head_dim, capacity, self.dtype, self.device)
@@ -307,23 +249,25 @@ class TargetRunner:
         """Make ``cache`` the live one and run each prompt into it as a chain (eagerly), committed;
         ``last_only``: logits at each prompt's last token only (`prefill`)."""
         self.cache = cache
-        prepared = self._prepare([DraftTree.chain(p) for p in prompts], static=False)
+        prepared = self._prepare([DraftTree.chain(p) for p in prompts], self.eager)
         last = torch.tensor([[len(p) - 1] for p in prompts], device=self.device) if last_only else None
         logits, hidden = self._forward(prepared.tokens, prepared.positions, prepared.slots, prepared.mask,
-                                       prepared.kv_len, tuple(taps), last)
+                                       prepared.kv_len, cache, tuple(taps), last)
         out = ForwardOutput(logits, hidden, prepared)
         cache.commit([range(len(p)) for p in prompts])
         return out
 
-    def _prepare(self, trees: Sequence[DraftTree], static: bool, min_width: int = 1) -> PreparedTrees:
+    def _prepare(self, trees: Sequence[DraftTree], forward: VerifyForward, min_width: int = 1) -> PreparedTrees:
+        """The trees as ``forward`` runs them on the live cache, padded to at least ``min_width`` nodes."""
         cache = self._require_cache()
         if len(trees) != cache.batch:
             raise ValueError(f"{len(trees)} trees for a batch of {cache.batch} rows")
         tokens, parents, depths, valid = (t.to(self.device) for t in pad_trees(trees, min_width=min_width))
         n = tokens.shape[1]
-        width = tree_bucket(n) if static else n
+        bucket = forward.bucket(n)
+        width = bucket or n
         lengths = torch.tensor(cache.lengths, device=self.device)  # (B,)
-        kv_len = cache.capacity if static else max(cache.lengths) + n
+        kv_len = forward.span(cache, n)
         if max(cache.lengths) + width > cache.capacity:
             raise JfbenchError(
                 f"a tree of {n} nodes does not fit the KV cache ({max(cache.lengths)} used of {cache.capacity}): "
@@ -333,26 +277,20 @@ class TargetRunner:
         ancestors = ancestor_mask(parents, depths)  # (B, N, N)
         # One row decoding one token sees every key: SDPA then runs unmasked (its fastest path); the
         # kernel backends still get the (trivial) mask, built once here rather than once per layer.
-        plain = cache.batch == 1 and n == 1 and self.attention_backend == "sdpa" and not static
-        # Compiled: padding nodes see the prefix and themselves (`pad_visibility`).
+        plain = cache.batch == 1 and n == 1 and self.attention_backend == "sdpa" and bucket is None
+        # A bucket's padding nodes see the prefix and themselves (`pad_visibility`).
         mask = None if plain else TreeMask.for_tree(pad_visibility(ancestors, width), lengths, kv_len, self.dtype)
         return PreparedTrees(tokens, parents, depths, valid, ancestors, slots, lengths[:, None] + depths, mask, kv_len,
-                         width if static else None)
+                             bucket)
 
     def forward(self, batch: PreparedTrees, taps: Sequence[int] = ()) -> ForwardOutput:
         """The target forward over a prepared tree batch; writes the nodes' KV into the cache.
 
         ``taps``: layers whose outputs come back in ``hidden``, in exactly this order.
         """
-        if batch.width is None or self.static is None:
-            logits, hidden = self._forward(batch.tokens, batch.positions, batch.slots, batch.mask, batch.kv_len, tuple(taps))
-            return ForwardOutput(logits, hidden, batch)
-        n = batch.tokens.shape[1]
-        pad = (0, batch.width - n)  # padding nodes: token 0 at the root's position, scratch slots after the tree
-        rows = (F.pad(batch.tokens, pad), F.pad(batch.positions, pad, value=0),
-                batch.slots[:, :1] + torch.arange(batch.width, device=self.device), batch.mask.additive())
-        logits, hidden = self.static(rows, self._require_cache(), tuple(taps))  # under inference mode
-        return ForwardOutput(logits[:, :n], None if hidden is None else hidden[:, :n], batch)
+        forward = self.eager if batch.width is None else self.verifier  # chains run eagerly on a compiled runner
+        logits, hidden = forward(batch, self._require_cache(), tuple(taps))
+        return ForwardOutput(logits, hidden, batch)
 
     def commit(self, paths: Sequence[Sequence[int]]) -> None:
         """Keep each row's accepted path (node indices, root first); rejected nodes vanish."""
@@ -391,11 +329,11 @@ class TargetRunner:
         slots: torch.Tensor,  # (B, N) cache slot of each node
         mask: TreeMask | None,
         kv_len: int,
+        cache: KVCache,
         taps: tuple[int, ...],
         logit_nodes: torch.Tensor | None = None,  # (B, R): the nodes whose logits to compute; None: all
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The eager forward: keys over the first ``kv_len`` slots, any attention backend."""
-        cache = self._require_cache()
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return self.attend(q, k, v, mask, self.scale)
@@ -403,34 +341,6 @@ class TargetRunner:
         return self._decode(tokens, positions, slots, cache, taps,
                             lambda i, layer, h, cos, sin: self._layer(layer, h, cos, sin, slots, cache.k[i], cache.v[i],
                                                                       kv_len, attend), logit_nodes)
-
-    def _static_forward(
-        self,
-        tokens: torch.Tensor,  # (B, W) padded to a bucket
-        positions: torch.Tensor,  # (B, W)
-        slots: torch.Tensor,  # (B, W)
-        mask: torch.Tensor,  # (B, 1, W, T_cap) additive
-        cache: KVCache,
-        taps: tuple[int, ...],
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """What `StaticForward` runs (and on CUDA records): SDPA over the whole cache, so no shape
-        depends on the step; each layer through `static_layer`."""
-        return self._decode(tokens, positions, slots, cache, taps,
-                            lambda i, layer, h, cos, sin: self.static_layer(layer, h, cos, sin, slots, mask,
-                                                                            cache.k[i], cache.v[i]))
-
-    def _static_layer(
-        self, layer: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
-        mask: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-    ) -> torch.Tensor:
-        """One decoder layer at static shapes, the region `CompiledRegion` compiles: every argument
-        is a module or a tensor, so each layer calls the same compiled graph."""
-        gqa = self.q_heads != self.kv_heads
-
-        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=gqa)
-
-        return self._layer(layer, h, cos, sin, slots, keys, values, keys.shape[2], attend)
 
     def _decode(
         self,

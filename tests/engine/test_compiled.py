@@ -35,7 +35,7 @@ def runners(layers: int = 1) -> tuple[TargetRunner, TargetRunner]:
 
 def uncompiled(runner: TargetRunner) -> TargetRunner:
     """The static-shape step with its layers run as written (what Inductor would compile, uncompiled)."""
-    runner.static_layer = runner._static_layer
+    runner.static.layer = runner.static._layer
     return runner
 
 
@@ -102,7 +102,7 @@ def test_a_compiled_runner_runs_its_warm_up_and_every_batch_on_one_cache():
     timed step, and past torch's re-record limit run without graphs. A batch larger than the cache
     holds reallocates (a new graph anyway); a reused cache decodes as a new one."""
     eager, static = runners(layers=2)
-    seen = recording_addresses(uncompiled(static).static, static._static_forward, at=4)
+    seen = recording_addresses(uncompiled(static).static.forward, static.static._body, at=4)
     static.warm_up(3, 16, 64)
     warmed = len(seen)
     tree = [DraftTree([5, 6, 7], [-1, 0, 0])] * 3
@@ -131,7 +131,7 @@ def test_score_during_a_compiled_batch_leaves_its_cache_and_capacity_alone():
     live, before = static.cache, [t.clone() for t in (*static.cache.k, *static.cache.v)]
     long = [[3 + i % 50 for i in range(600)]] * 3
     torch.testing.assert_close(static.score(long).logits, eager.score(long).logits, rtol=1e-5, atol=1e-5)
-    assert static.cache is live and static.static_capacity == 512 and live.lengths == eager.cache.lengths
+    assert static.cache is live and static.static.capacity == 512 and live.lengths == eager.cache.lengths
     assert all(torch.equal(a, b) for a, b in zip(before, (*live.k, *live.v), strict=True))
     tree = [DraftTree([5, 6], [-1, 0])] * 2
     torch.testing.assert_close(static.verify(tree).logits, eager.verify(tree).logits, rtol=1e-5, atol=1e-5)
@@ -178,7 +178,7 @@ def test_a_compiled_layer_writes_its_cache_entries_without_rewriting_the_cache()
     finally:
         torch._logging.set_logs()
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 1
-    cache = compiled._batch_cache(1, 64)
+    cache = compiled.static.take(1, 64)
     layer_cache = cache.k[0].nbytes + cache.v[0].nbytes
     assert layer_cache == 2 * 2 * 512 * 16 * 4  # K and V, 2 kv heads x 512 slots x 16 dims, float32
     assert layer_weights < metrics.num_bytes_accessed < layer_weights + 2 * layer_cache
@@ -429,7 +429,7 @@ def test_graph_mode_decodes_what_eager_decodes_and_records_only_in_the_warm_up(m
     recorded = fake_cuda_graphs(monkeypatch)
     model = random_model("qwen3", seed=1, layers=2)
     eager, graphs = TargetRunner(model, None, "random"), TargetRunner(model, None, "random", compile="graphs")
-    assert graphs.static_layer == graphs._static_layer  # graphs compile nothing
+    assert graphs.static.layer == graphs.static._layer  # graphs compile nothing
     stop = StopRule(max_new_tokens=24, eos_token_ids=frozenset({1}))
     warmed = recordings_after(graphs, recorded)
     for prompts in (repetitive_prompts(3), repetitive_prompts(4, seed=1)):  # the second batch reallocates the cache
@@ -440,7 +440,7 @@ def test_graph_mode_decodes_what_eager_decodes_and_records_only_in_the_warm_up(m
         assert sum(s.accepted for s in result.steps) > 0 and result.compile_s > 0
         assert len(recorded) == warmed[-1]  # nothing recorded inside the timed decode
     widths = {shape[0][1] for shape in recorded}
-    assert widths == {1, 16} and len(recorded) == len(graphs.static.graphs) == 2 * (3 + 4)  # batches 1..3, then 1..4
+    assert widths == {1, 16} and len(recorded) == len(graphs.static.forward.graphs) == 2 * (3 + 4)  # batches 1..3, then 1..4
     again = generate(graphs, repetitive_prompts(2), stop)
     assert again.compile_s == 0.0 and len(recorded) == 14
     assert [r.output_tokens for r in again.requests] == [r.output_tokens for r in generate(eager, repetitive_prompts(2),

@@ -50,7 +50,7 @@ def test_cpu_verifies_two_or_three_nodes_as_four_rows(runner):
     # Bugs caught: padding rows that change the real rows' logits (a padding node seen as an ancestor),
     # a cache too small for the padded rows, and padding where it does not pay (plain decoding, batches).
     assert [runner.tree_width(b) for b in (1, 2, 3, 4, 16)] == [1, 4, 4, 4, 16]
-    assert runner.verify_rows(2, batch=2) == 2 and runner.verify_rows(1, batch=1) == 1
+    assert runner.eager.rows(2, batch=2) == 2 and runner.eager.rows(1, batch=1) == 1
     prompt = [5, 6, 7, 8, 9]
     runner.prefill([prompt], capacity=len(prompt) + runner.tree_width(3))
     try:
@@ -243,3 +243,14 @@ def test_one_device_sync_per_step_unless_the_split_is_profiled(runner, monkeypat
         assert all(s.verify_s > 0 and s.draft_s >= 0 for s in result.steps)
     else:
         assert all(math.isnan(s.draft_s) and math.isnan(s.verify_s) for s in result.steps)
+
+
+def test_the_speculative_step_stays_the_algorithm():
+    """Bug: clock stamps, counters or calibration records written back into the step (issue 55 moved
+    them into `StepMeter`), until the algorithm no longer reads as draft -> verify -> accept -> commit."""
+    import inspect
+
+    from jetflow_bench.engine import loop
+
+    assert len(inspect.getsourcelines(loop._speculative_step)[0]) <= 45
+    assert "clock" not in inspect.getsource(loop._speculative_step)
