@@ -61,7 +61,7 @@ def runnable_drafter(name: str) -> str:
 def __getattr__(name: str) -> Any:
     """`Drafter` loads on first use (it imports torch): `--help` reads the recipe registrations above."""
     if name == "Drafter":
-        from drafters.base import Drafter
+        from jetflow_bench.engine.drafter import Drafter
 
         return Drafter
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

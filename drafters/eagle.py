@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from drafters.base import NOT_EXPLORED, OUTSIDE_TOP_K, SequenceView
 from drafters.eagle3 import Eagle3Head, PairCache, is_eagle3, load_eagle3
 from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
@@ -47,6 +46,7 @@ from drafters.tree_host import trie_index
 from drafters.tree_ops import draft_trees
 from drafters.tree_tensors import Dists, KnownNodes
 from jetflow_bench.engine.compiled import buckets_up_to, tree_bucket
+from jetflow_bench.engine.drafter import NOT_EXPLORED, OUTSIDE_TOP_K, SequenceView
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.checkpoint import HeadInfo, read_json

@@ -45,9 +45,9 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from drafters.base import SequenceView
 from drafters.head_cache import ContextCache
 from jetflow_bench.engine.attention import DEFAULT_ATTENTION, AttentionFn, get_attention
+from jetflow_bench.engine.drafter import SequenceView
 from jetflow_bench.engine.rope import Rotary, rotate
 from jetflow_bench.engine.target import EMBEDDING_TAP
 from jetflow_bench.errors import JfbenchError

@@ -43,7 +43,6 @@ from typing import Any, ClassVar
 
 import torch
 
-from drafters.base import SequenceView
 from drafters.dflash import DFlashDrafter
 from drafters.head_cache import ContextCache
 from drafters.timing import span
@@ -51,6 +50,7 @@ from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import build_trees
 from drafters.tree_tensors import Dists, KnownNodes, TreeBatch
 from jetflow_bench.engine.compiled import TREE_BUCKETS, buckets_up_to, check_compiled_budget
+from jetflow_bench.engine.drafter import SequenceView
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.masks import tree_allowed

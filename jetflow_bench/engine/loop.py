@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from drafters.base import DraftCost, Drafter, SequenceView
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import BudgetPolicy, check_budget, require_logp_scores
+from jetflow_bench.engine.drafter import DraftCost, Drafter, SequenceView
 from jetflow_bench.engine.faithfulness import branch_gaps
 from jetflow_bench.engine.sampling import GREEDY, RandomStreams, SamplingParams, draw
 from jetflow_bench.engine.speculative_sampling import sample_accept

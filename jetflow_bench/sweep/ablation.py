@@ -68,7 +68,7 @@ def variants(
     drafting options (built); ``options`` holds generic build overrides (``--option max_ngram=2,4``).
     Example: axes {"refine_passes": [0, 2]} -> [default, refine_passes=0, refine_passes=2].
     """
-    from jetflow_bench.training.objective import family_options
+    from jetflow_bench.plugins import family_options
 
     trained = {*TRAIN_AXES, *(o.name for o in family_options(base.name))}
     specs = [base]

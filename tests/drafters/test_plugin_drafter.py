@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from drafters import DRAFTERS
-from drafters.base import SequenceView
 from drafters.learned import LearnedDrafter
+from jetflow_bench.engine.drafter import SequenceView
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.heads.masks import block_allowed, context_allowed, join
 from jetflow_bench.training.objective import TrainingObjective

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from drafters import DRAFTERS
-from drafters.base import Drafter, SequenceView
 from jetflow_bench.budget_policy import BudgetPolicy
+from jetflow_bench.engine.drafter import Drafter, SequenceView
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
