@@ -167,6 +167,7 @@ def old_recipe_heads(run_path: Path, manifest: dict[str, Any]) -> dict[str, str]
     since replaced (`drafters.recipes.old_recipe`), read from the head's config.json at the
     manifest's checkpoint, else from ``<run>/../heads/<label>.config.json`` (a published baseline)."""
     from drafters.recipes import old_recipe
+
     from jetflow_bench.arms import arm_label
 
     notes = {}

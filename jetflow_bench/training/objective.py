@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from jetflow_bench.heads.masks import BLOCK_MODES
 from jetflow_bench.training.config import DEEP_TARGET
-from jetflow_bench.training.recipe import RecipeOption
 
 if TYPE_CHECKING:
     import torch
@@ -38,9 +37,6 @@ class TrainingObjective(ABC):
 
     default_head: str = "causal"  # in-block attention when the recipe names none (jetflow_bench.heads.masks.BLOCK_MODES)
     head_modes: ClassVar[tuple[str, ...]] = BLOCK_MODES  # the modes this family can train
-    # The family's own recipe fields (`TrainConfig.options`); also registered in
-    # `training.recipe.RECIPES` under the family's name, so `--help` lists them without torch.
-    options: ClassVar[tuple[RecipeOption, ...]] = ()
     # Fields the family's heads recorded, at these values, before the family owned its fields (see `record`).
     recorded: ClassVar[Mapping[str, Any]] = {}
 

@@ -181,7 +181,7 @@ def test_graph_sees_lazy_and_type_only_imports():
 def test_layer_finder_reads_the_longest_prefix():
     """Guards `layer_of`: the declarations module sits below its package, and an unknown module has no layer."""
     assert layer_of("jetflow_bench.training.recipe") < layer_of("jetflow_bench.training.loop")
-    assert layer_of("jetflow_bench.engine.loop") < layer_of("drafters.eagle")
+    assert layer_of("jetflow_bench.engine.loop") < layer_of("drafters.eagle.drafter")
     assert layer_of("elsewhere.module") is None
     assert layer_of("jetflow_bench.new_module") is None  # the root package names no module but its own __init__
 

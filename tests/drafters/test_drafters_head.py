@@ -14,7 +14,6 @@ from safetensors.torch import save_file
 
 from drafters import DRAFTERS
 from drafters.head_cache import ContextCache
-from jetflow_bench.engine.drafter import SequenceView
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner

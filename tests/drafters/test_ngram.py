@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from drafters.ngram import NgramDrafter, find_continuations, trie_tree
+from drafters.ngram.drafter import NgramDrafter, find_continuations, trie_tree
 from jetflow_bench.engine.drafter import SequenceView
 from jetflow_bench.errors import JfbenchError
 

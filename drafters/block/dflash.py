@@ -29,7 +29,6 @@ from jetflow_bench.heads.masks import block_allowed, block_layout
 
 class DFlashDrafter(LearnedDrafter):
     name = "dflash"
-    training = "drafters.block_training:DFLASH_TRAINING"
     pass1: Dists | None = None  # the last proposal's marginals (`last_marginals`)
 
     @classmethod
