@@ -1,8 +1,9 @@
 """Drafter plug-ins: one folder per family (its modules and its `jetflow_bench.plugins.Family`
-record), registered below with one line each; third parties register a family with
-`register_family`, or a bare drafter class through the ``jfbench.drafters`` entry-point group
-(value ``"module:Class"``). Shared by the learned families: `learned` (loading a head, its
-context cache), the tree builders (`tree_*`), `head_cache`, `timing` and their drafting axes (`axes`).
+record), registered below with one line each. Third parties name their record in the
+``jfbench.families`` entry-point group (or call `register_family`), or a bare drafter class in the
+``jfbench.drafters`` group (value ``"module:Class"``). Shared by the learned families: `learned`
+(loading a head, its context cache), the tree builders (`tree_*`), `head_cache`, `timing` and
+their drafting axes (`axes`).
 """
 
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 from drafters import block, eagle, ngram, oracle
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.plugins import DRAFTERS, export_formats, register_family
+from jetflow_bench.plugins import DRAFTERS, export_formats, load_family_entry_points, register_family
 from jetflow_bench.registry import load_attr
 
 # Registration order is the legend's order: oldest family first.
@@ -19,6 +20,7 @@ register_family(oracle.FAMILY)
 register_family(eagle.FAMILY)
 register_family(block.DFLASH)
 register_family(block.JETFLOW)
+load_family_entry_points()  # third parties' families (group jfbench.families)
 
 
 def export_head(source: Path, fmt: str, out: Path) -> Path:
@@ -45,7 +47,7 @@ def runnable_drafter(name: str) -> str:
 
 
 def __getattr__(name: str) -> Any:
-    """`Drafter` loads on first use (it imports torch): `--help` reads the recipe registrations above."""
+    """`Drafter` loads on first use (it imports torch): `--help` reads the family registrations above."""
     if name == "Drafter":
         from jetflow_bench.engine.drafter import Drafter
 

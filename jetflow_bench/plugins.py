@@ -8,8 +8,9 @@ the engine's arms, training, ablate, export, the report's palette — reads it h
 package that does so: shared code such as head training finds a family's objective without
 importing the plug-in package.
 
-Third parties may also register a bare drafter class in the ``jfbench.drafters`` entry-point group
-(value ``"module:Class"``), as before families existed: it becomes a family of its own from the
+A third party's package registers its record in the ``jfbench.families`` entry-point group (value
+``"module:FAMILY"``, loaded with the built-ins: `load_family_entry_points`), or a bare drafter class
+in the ``jfbench.drafters`` group (value ``"module:Class"``), as before families existed: it becomes a family of its own from the
 class's ``training`` attribute and the old ``jfbench.recipes`` / ``jfbench.ablation_axes`` groups
 (`legacy_family`). Nothing here imports torch or the training loop (`--help` reads it); an
 objective is returned as loaded (a `training.objective.TrainingObjective`), untyped here so that
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from jetflow_bench.ablation_axes import ABLATION_AXES, AblationAxes
@@ -66,6 +68,16 @@ def register_family(family: Family) -> Family:
     for name, cls in family.drafters.items():
         DRAFTERS.register(name, cls, aliases=tuple(family.aliases.get(name, ())))
     return family
+
+
+def load_family_entry_points() -> None:
+    """Register every record named in the ``jfbench.families`` entry-point group (after the built-ins)."""
+    for ep in entry_points(group="jfbench.families"):
+        family = ep.load()
+        if not isinstance(family, Family):
+            raise JfbenchError(f"entry point {ep.name!r} = {ep.value!r} (group jfbench.families) is not a Family record: "
+                               "point it at one (jetflow_bench.plugins.Family)")
+        register_family(family)
 
 
 def family_of(drafter: str) -> Family:

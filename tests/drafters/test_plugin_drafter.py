@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from jetflow_bench.errors import JfbenchError
 from jetflow_bench.plugins import DRAFTERS, FAMILIES, family_of, legacy_family, objective_for, register_family
 from tests.drafters.next_token import FAMILY, NAME
 from tests.drafters.next_token.drafter import NEXT_TOKEN_TRAINING, NextTokenDrafter
@@ -90,6 +91,25 @@ def test_the_family_record_is_its_one_declaration(family):
     """Drafter lookups, the objective and the drafting flags all come from the one registration."""
     assert DRAFTERS.get(NAME) is NextTokenDrafter and family_of(NAME) is FAMILY
     assert objective_for(NAME) == (NAME, NEXT_TOKEN_TRAINING)
+
+
+def test_an_installed_package_registers_its_family_by_entry_point(registries, monkeypatch):
+    """A package's ``jfbench.families`` entry point adds its family with the built-ins; one naming
+    anything but a record is refused in one line naming it."""
+    from jetflow_bench import plugins
+
+    class EntryPoint:
+        name, value = NAME, "tests.next_token:FAMILY"
+
+        def load(self):
+            return FAMILY if self.value.endswith("FAMILY") else NextTokenDrafter
+
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [EntryPoint()] if group == "jfbench.families" else [])
+    plugins.load_family_entry_points()
+    assert family_of(NAME) is FAMILY
+    EntryPoint.value = "tests.next_token.drafter:NextTokenDrafter"
+    with pytest.raises(JfbenchError, match=r"'tests.next_token.drafter:NextTokenDrafter' \(group jfbench.families\) is not a Family"):
+        plugins.load_family_entry_points()
 
 
 def test_a_bare_drafter_class_still_trains_as_its_own_family(registries):
