@@ -23,9 +23,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from jetflow_bench.ablation_axes import ABLATION_AXES, AblationAxes
 from jetflow_bench.errors import JfbenchError
-from jetflow_bench.plugins import DRAFTERS, FAMILIES, family_of, legacy_family, objective_for, register_family
-from tests.drafters.next_token import FAMILY, NAME
+from jetflow_bench.plugins import (
+    DRAFTERS,
+    FAMILIES,
+    drafting_options,
+    family_of,
+    family_options,
+    legacy_family,
+    objective_for,
+    register_family,
+)
+from jetflow_bench.training.recipe import RECIPES
+from tests.drafters.next_token import FAMILY, GUESSES, NAME
 from tests.drafters.next_token.drafter import NEXT_TOKEN_TRAINING, NextTokenDrafter
 from tests.helpers.data_dirs import benchmark_data_dir
 
@@ -112,16 +123,22 @@ def test_an_installed_package_registers_its_family_by_entry_point(registries, mo
         plugins.load_family_entry_points()
 
 
-def test_a_bare_drafter_class_still_trains_as_its_own_family(registries):
+def test_a_bare_drafter_class_still_trains_as_its_own_family(registries, monkeypatch):
     """The spelling before families: a `Drafter` class with a ``training`` attribute, registered alone
-    (as the ``jfbench.drafters`` entry-point group registers it)."""
+    (as the ``jfbench.drafters`` entry-point group registers it), its recipe options and axes in the
+    old ``jfbench.recipes`` / ``jfbench.ablation_axes`` groups' registries."""
 
     class Bare(NextTokenDrafter):
         name = "bare"
         training = NEXT_TOKEN_TRAINING
 
+    for registry in (RECIPES, ABLATION_AXES):
+        monkeypatch.setattr(registry, "_entries", dict(registry._entries))
     DRAFTERS.register("bare", Bare)
+    RECIPES.register("bare", (GUESSES,))
+    ABLATION_AXES.register("bare", AblationAxes((GUESSES,)))
     assert objective_for("bare") == ("bare", NEXT_TOKEN_TRAINING) and legacy_family("bare").drafters == {"bare": Bare}
+    assert family_options("bare") == (GUESSES,) and "guesses" in drafting_options()
 
 
 def test_a_drafter_without_an_objective_is_refused_in_one_line(cli, tmp_path):
