@@ -1,11 +1,11 @@
 """What the built-in drafters declare for `jfbench ablate` (no torch: `--help` reads it).
 
 Drafting options: the tree drafters' scoring and construction (`drafters/tree_builder.py`, which
-reads its choices from here) and JetFlow's refinement passes (`drafters/jetflow.py`). Common
-settings: heads trained in blocks (`drafters/block_training.py`) learn a bidirectional mask or
+reads its choices from here) and JetFlow's refinement passes (`drafters/block/jetflow.py`). Common
+settings: heads trained in blocks (`drafters/block/training.py`) learn a bidirectional mask or
 ``match_depth1`` only with the prefix layout, and JetFlow's tree-causal refinement reads paths a
-bidirectional head never sees. `drafters/__init__.py` registers each declaration under its
-drafters' names in `jetflow_bench.ablation_axes.ABLATION_AXES`.
+bidirectional head never sees. The family records (`drafters/eagle/__init__.py`,
+`drafters/block/__init__.py`) name them as their `Family.axes`.
 """
 
 from jetflow_bench.ablation_axes import AblationAxes, CommonSetting

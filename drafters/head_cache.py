@@ -27,7 +27,6 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from drafters.base import SequenceView
 from jetflow_bench.engine.compiled import (
     CompiledRegion,
     StaticForward,
@@ -37,6 +36,7 @@ from jetflow_bench.engine.compiled import (
     timed_warm_up,
     tree_bucket,
 )
+from jetflow_bench.engine.drafter import SequenceView
 from jetflow_bench.engine.kv_cache import KVCache, PersistentCache
 from jetflow_bench.heads.head import DraftHead
 from jetflow_bench.kernels.mask import TreeMask

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from drafters.base import DraftCost, Drafter, SequenceView
 from drafters.head_cache import ContextCache, StaticHead
 from drafters.tree_builder import TreeOptions
 from drafters.tree_tensors import Dists, top_children
 from jetflow_bench.engine.compiled import check_compile
+from jetflow_bench.engine.drafter import DraftCost, Drafter, SequenceView
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.checkpoint import HeadInfo, load_head
 from jetflow_bench.heads.head import DraftHead
@@ -44,9 +44,6 @@ class LearnedDrafter(Drafter):
     default_depth: ClassVar[int | None] = None  # depth cap unless an option sets it; None = the head's depth
     node_scores = "logp"  # cumulative draft log-probs; an instance with scoring="entropy" has None
     trained_as: ClassVar[str | None] = None  # `jfbench train --drafter` name of its heads; None = its own name
-    # Recipe fields its heads train with unless the recipe gives them (`jfbench train --drafter NAME`,
-    # `ablate`'s heads): jetflow-refine's are the packed layout, what its refinement passes query.
-    train_defaults: ClassVar[Mapping[str, Any]] = {}
     depth_option: ClassVar[str] = "max_depth"  # the option that sets its depth cap, `TreeOptions.max_depth`
 
     def __init__(self, head: DraftHead, info: HeadInfo, tree: TreeOptions) -> None:

@@ -10,23 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
+from jetflow_bench.engine.drafter import Dists
 from jetflow_bench.engine.tree import DraftTree
 
 _NO_KEY = torch.iinfo(torch.long).max
 _TOKEN_SPAN = 1 << 31  # trie keys: parent id * span + token (token ids < 2^31)
-
-
-@dataclass(frozen=True)
-class Dists:
-    """Top-K children distributions in slots: one per depth (marginals) or per known node."""
-
-    tokens: torch.Tensor  # (R, S, K) long, distinct tokens by descending log-prob
-    logps: torch.Tensor  # (R, S, K) float32 log q(token)
-    entropy: torch.Tensor  # (R, S) float32, nats, of the full distribution
-
-    @property
-    def k(self) -> int:
-        return self.tokens.shape[-1]
 
 
 def top_children(logits: torch.Tensor, k: int, with_entropy: bool = True) -> Dists:

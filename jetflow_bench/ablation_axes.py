@@ -5,8 +5,8 @@ A drafter's *drafting options* are build options `ablate` varies on the base's o
 reads them generically (`jetflow_bench.cli.recipe_flags`) and lists them in its help. Its
 *common settings* say which variant value the base's own setting cannot run with and the nearest
 setting both arms can (a bidirectional head cannot train on the packed layout): `ablate` then runs
-both arms at that setting (`sweep.ablation.one_factor`). The built-ins register in `drafters`
-(``drafters/axes.py``), third parties through the ``jfbench.ablation_axes`` entry-point group; no
+both arms at that setting (`sweep.ablation.one_factor`). A family declares them on its record
+(`jetflow_bench.plugins.Family`; the built-ins' shared ones are in ``drafters/axes.py``); no
 model library is imported here: `--help` reads it.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jetflow_bench.registry import Registry
-from jetflow_bench.training.recipe import RecipeOption, declarations_help
+from jetflow_bench.training.recipe import RecipeOption
 
 
 @dataclass(frozen=True)
@@ -45,22 +45,6 @@ class AblationAxes:
     common: tuple[CommonSetting, ...] = ()
 
 
-# Drafter name -> its `AblationAxes` (lazy "module:attr"); a drafter that registers none has none.
-ABLATION_AXES: Registry[AblationAxes] = Registry(
-    "ablation axes", entry_point_group="jfbench.ablation_axes", builtins="drafters"
-)
-
-
-def axes_of(drafter: str) -> AblationAxes:
-    """The declaration of ``drafter`` (canonical name); empty where it declares none."""
-    return ABLATION_AXES.get(drafter) if drafter in ABLATION_AXES else AblationAxes()
-
-
-def drafting_options() -> dict[str, RecipeOption]:
-    """Option name -> its declaration, over every registered drafter (one may serve several)."""
-    return {o.name: o for name in ABLATION_AXES.names() for o in ABLATION_AXES.get(name).options}
-
-
-def drafting_help() -> str:
-    """Each drafter's drafting options, one line each (the `ablate` help epilog)."""
-    return declarations_help({name: ABLATION_AXES.get(name).options for name in ABLATION_AXES.names()})
+# Drafter name -> its `AblationAxes`, from the old ``jfbench.ablation_axes`` entry-point group only:
+# a family declares its axes on its record (`jetflow_bench.plugins.Family.axes`).
+ABLATION_AXES: Registry[AblationAxes] = Registry("ablation axes", entry_point_group="jfbench.ablation_axes")

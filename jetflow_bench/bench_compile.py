@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from drafters.base import Drafter
+from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.loop import BatchResult, cache_capacity, generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner

@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-from drafters.base import Drafter
 from drafters.timing import SplitTimer, span, timing
 from jetflow_bench import metrics
+from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.loop import BatchResult, StepRecord, generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner

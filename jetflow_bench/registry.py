@@ -106,6 +106,11 @@ class Registry(Generic[T]):
         self._load_entry_points()
         return sorted(self._entries)
 
+    def registered(self) -> list[str]:
+        """The names in the order they were registered (built-ins first, then entry points)."""
+        self._load_entry_points()
+        return list(self._entries)
+
     def __contains__(self, name: str) -> bool:
         try:
             self.canonical(name)

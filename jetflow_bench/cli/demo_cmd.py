@@ -104,11 +104,11 @@ def demo(
         jfbench demo --temperatures 0,1 --out results/demo-sampled
     """
     from jetflow_bench.engine.attention import get_attention
+    from jetflow_bench.plugins import trainable_drafters
     from jetflow_bench.runtime import resolve_device
     from jetflow_bench.sweep.grid import DrafterSpec
     from jetflow_bench.toy import ensure_toy_target
     from jetflow_bench.training import ensure_head
-    from jetflow_bench.training.objective import trainable_drafters
 
     plan = FULL if full else QUICK
     out = out or plan.out

@@ -1,19 +1,19 @@
 """Family recipe options on the command line, read from the families' declarations.
 
 `jfbench train` and `jfbench ablate` take a drafter family's own recipe fields (its
-`RecipeOption`s, registered in `jetflow_bench.training.recipe.RECIPES`) as ``--NAME VALUE`` (a bool
+`RecipeOption`s, declared on its record, `jetflow_bench.plugins.Family`) as ``--NAME VALUE`` (a bool
 one also bare, ``--match-depth1``) or ``--option NAME=VALUE``; the commands let such flags through
 as extra arguments and this module matches them against the declarations, so a family adds a field
 without touching the CLI. `ablate` also takes each drafter's drafting options
-(`jetflow_bench.ablation_axes`, e.g. ``--refine-passes 0,2``) this way. The help epilog lists them all.
+(its family's axes, e.g. ``--refine-passes 0,2``) this way. The help epilog lists them all.
 """
 
 from __future__ import annotations
 
-from jetflow_bench.ablation_axes import drafting_help, drafting_options
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.plugins import drafting_help, drafting_options, families, options_help
 from jetflow_bench.registry import did_you_mean
-from jetflow_bench.training.recipe import RECIPES, RecipeOption, options_help
+from jetflow_bench.training.recipe import RecipeOption
 
 # Typer settings of a command that accepts family flags: unknown --flags reach `ctx.args`.
 EXTRA_FLAGS = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -22,7 +22,7 @@ EXTRA_FLAGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 def declared_flags(drafting: bool = False) -> dict[str, RecipeOption]:
     """``--flag`` -> its declaration, over every registered family's recipe fields and, with
     ``drafting`` (`ablate`), every drafter's drafting options (one flag may serve several)."""
-    declared = [o for family in RECIPES.names() for o in RECIPES.get(family)]
+    declared = [o for family in families() for o in family.recipe]
     return {o.flag: o for o in [*declared, *(drafting_options().values() if drafting else ())]}
 
 

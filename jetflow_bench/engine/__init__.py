@@ -24,8 +24,9 @@ module here, and the step's instruments one of their own (`meter`):
     speculative_sampling  lossless tree acceptance at temperature > 0 (recursive rejection)
     stopping              stop rules, identical in every arm
     faithfulness          the rank-1 branch's distance from the target's greedy choices (a counter)
+    drafter               the port drafters plug into: `Drafter`, `SequenceView`, `DraftCost`, `Dists`
 
-Drafters (`drafters/`) plug in through `drafters.base.Drafter`; measurement (`metrics`), sweeps,
-reports, projection, training and integrations sit above this package and import from it, never
-the reverse. This file imports nothing, so importing one engine module stays cheap.
+Drafters (`drafters/`) plug in through `drafter.Drafter` and are never imported here; measurement
+(`metrics`), sweeps, reports, projection, training and integrations sit above this package and
+import from it, never the reverse. This file imports nothing, so importing one engine module stays cheap.
 """

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from drafters.base import Drafter, SequenceView
 from jetflow_bench.arms import AR_ARM
 from jetflow_bench.budget_policy import BudgetPolicy, check_budget, require_logp_scores
+from jetflow_bench.engine.drafter import Drafter, SequenceView
 from jetflow_bench.engine.meter import (
     Clock,
     MarginalBlock,

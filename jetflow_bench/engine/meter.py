@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from drafters.base import DraftCost, Drafter, SequenceView
 from jetflow_bench.budget_policy import BudgetPolicy
 from jetflow_bench.engine.acceptance import Acceptance
+from jetflow_bench.engine.drafter import DraftCost, Drafter, SequenceView
 from jetflow_bench.engine.faithfulness import branch_gaps
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.flops import TransformerShape

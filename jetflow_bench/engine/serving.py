@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from drafters.base import Drafter
 from jetflow_bench.budget_policy import BudgetPolicy
+from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.loop import (
     BatchResult,
     _Batch,

@@ -5,6 +5,6 @@
     masks       the head's attention masks (causal / bidirectional blocks, trees over a context)
     checkpoint  reading and writing a head directory (weights + config.json), the default taps
 
-The families (`drafters/eagle.py`, `dflash.py`, `jetflow.py`) decide how the head drafts; training
+The families (`drafters/eagle/drafter.py`, `dflash.py`, `jetflow.py`) decide how the head drafts; training
 (`jetflow_bench.training`) shapes and saves it. Neither owns it, so it sits below both.
 """

@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from drafters.base import DraftCost
 from jetflow_bench.engine.attention import DEFAULT_ATTENTION, AttentionFn, get_attention
+from jetflow_bench.engine.drafter import DraftCost
 from jetflow_bench.engine.rope import Rotary, rotate
 from jetflow_bench.flops import TransformerShape, matrix_params
 from jetflow_bench.kernels.mask import TreeMask

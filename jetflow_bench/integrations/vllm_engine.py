@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from drafters import Drafter
 from jetflow_bench.budget_policy import BudgetPolicy
+from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.loop import BatchResult
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 from jetflow_bench.engine.stopping import StopRule

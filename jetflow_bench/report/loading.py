@@ -164,9 +164,9 @@ class Run:
 
 def old_recipe_heads(run_path: Path, manifest: dict[str, Any]) -> dict[str, str]:
     """Arm label -> "old jetflow recipe (...)" for each arm whose head was trained under a default
-    since replaced (`drafters.recipes.old_recipe`), read from the head's config.json at the
+    since replaced (`drafters.block.old_recipe`), read from the head's config.json at the
     manifest's checkpoint, else from ``<run>/../heads/<label>.config.json`` (a published baseline)."""
-    from drafters.recipes import old_recipe
+    from drafters.block import old_recipe
     from jetflow_bench.arms import arm_label
 
     notes = {}

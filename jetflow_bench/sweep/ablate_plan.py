@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.ablation_axes import axes_of, drafting_options
 from jetflow_bench.arms import DEFAULT_VARIANT
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.plugins import axes_of, drafting_options, family_options, trains
 from jetflow_bench.sweep.ablation import (
     TRAIN_AXES,
     Comparison,
@@ -109,9 +109,7 @@ def plan_ablation(
     the base family's recipe fields and the drafters' drafting options), generic ``options``
     (--option KEY=V1,V2), ``train_options`` (--train-option KEY=VALUE) and head ``seeds``
     ("0,1,2"). Every value is checked here, before any model loads."""
-    from drafters import DRAFTERS
     from jetflow_bench.training.config import canonical_head
-    from jetflow_bench.training.objective import family_options
     from jetflow_bench.training.recipe import resolve_options
 
     parsed = parse_drafters(drafter, "--drafter")
@@ -136,7 +134,7 @@ def plan_ablation(
     specs, comparisons = one_factor(variants(base, axes, generic), base_settings(base, recipe))
     if seeds is not None:
         own_seed = int({**trained_recipe(base.checkpoint), **recipe}.get("seed", 0))
-        learned = DRAFTERS.get(base.name).training is not None
+        learned = trains(base.name)
         if not learned or (base.checkpoint and not trained_recipe(base.checkpoint)):
             raise JfbenchError(f"--seeds: {arm_label(base)} has no jfbench training recipe to re-train with other seeds; "
                                "pass a head made by `jfbench train`")
@@ -153,10 +151,9 @@ def head_trainer(data_dir: Path | None, config: SweepConfig) -> HeadTrainer:
     """Heads trained on demand (cached by recipe) for the sweep's target, device and dtype."""
 
     def train(drafter: str, recipe: dict) -> Path | None:
-        from drafters import DRAFTERS
         from jetflow_bench.training import ensure_head
 
-        if DRAFTERS.get(drafter).training is None:
+        if not trains(drafter):
             return None
         return ensure_head(config.target, drafter, data_dir=data_dir, device=config.device, dtype=config.dtype,
                            threads=config.threads, **recipe)  # jetflow-refine trains (and caches) a jetflow head
@@ -174,7 +171,7 @@ def base_settings(base: DrafterSpec, recipe: dict[str, Any]) -> dict[str, Any]:
     common = axes_of(base.name).common
     plugin = DRAFTERS.get(base.name)
     config = None
-    if plugin.training is not None:  # also checks --train-option before any model loads
+    if trains(base.name):  # also checks --train-option before any model loads
         fields = TrainConfig.recipe_fields(base.name)
         recorded = {k: v for k, v in trained_recipe(base.checkpoint).items() if k in fields}  # older heads: extra keys
         if recorded or base.checkpoint is None:

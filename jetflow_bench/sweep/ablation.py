@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.ablation_axes import axes_of
 from jetflow_bench.arms import AR_ARM, DEFAULT_VARIANT
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.metrics import bootstrap_draws, rate, tau
+from jetflow_bench.plugins import axes_of
 from jetflow_bench.report.loading import with_cell_keys
 from jetflow_bench.sweep.grid import DrafterSpec
 
@@ -68,7 +68,7 @@ def variants(
     drafting options (built); ``options`` holds generic build overrides (``--option max_ngram=2,4``).
     Example: axes {"refine_passes": [0, 2]} -> [default, refine_passes=0, refine_passes=2].
     """
-    from jetflow_bench.training.objective import family_options
+    from jetflow_bench.plugins import family_options
 
     trained = {*TRAIN_AXES, *(o.name for o in family_options(base.name))}
     specs = [base]

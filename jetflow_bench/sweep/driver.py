@@ -36,9 +36,9 @@ from typing import Any, Protocol
 import pandas as pd
 import torch
 
-from drafters import Drafter
 from jetflow_bench.arms import arm_label
 from jetflow_bench.budget_policy import AUTO_COLUMN, BudgetPolicy
+from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.report.loading import INTERLEAVED, TAU_ONLY

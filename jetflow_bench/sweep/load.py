@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from drafters import Drafter
+from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.serving_metrics import request_latency

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from drafters import Drafter
+from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.loop import BatchResult, NodeBlock, RequestResult, StepRecord
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 from jetflow_bench.engine.serving import RequestTimeline

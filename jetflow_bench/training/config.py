@@ -2,8 +2,8 @@
 
 The record (minus run-only fields) is hashed into cache keys and written into the checkpoint's
 config.json, so a head always says how it was made and a changed default trains a new head.
-Which fields a drafter family reads, their family defaults and its own checks come from the
-family's `TrainingObjective` (declared on the drafter class, see `training.objective`).
+Which fields a drafter family reads (its `RecipeOption`s), their family defaults and its own
+checks come from the family's record and `TrainingObjective` (`jetflow_bench.plugins.Family`).
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.plugins import family_of, recipe_defaults
 from jetflow_bench.training.recipe import resolve_options
-
-if TYPE_CHECKING:
-    from jetflow_bench.training.objective import TrainingObjective
 
 # A head's in-block attention mode is "causal" or "bidirectional" (jetflow_bench.heads.masks.BLOCK_MODES);
 # "diffusion", DFlash's name for the bidirectional block, is accepted for it on input.
@@ -34,6 +32,7 @@ SOURCES = ("gsm8k", "mbpp", "sharegpt")
 #    optional reduced draft vocabulary (`draft_vocab`).
 # 4: `heldout` sequences kept out of training for the acceptance proxy.
 RECIPE_VERSION = 4
+DEEP_TARGET = 24  # targets at least this deep get the paper's proportion (`TrainingObjective.head_layers`)
 
 
 def canonical_head(name: str | None) -> str | None:
@@ -56,9 +55,7 @@ def target_depth(target: Any) -> int | None:
 
 def default_head_layers(drafter: str, target_layers: int) -> int:
     """Draft layers of a new ``drafter`` head for a target of ``target_layers`` (its objective's `head_layers`)."""
-    from jetflow_bench.training.objective import objective_for
-
-    return objective_for(drafter)[1].head_layers(target_layers)
+    return family_of(drafter).objective().head_layers(target_layers)
 
 
 @dataclass(frozen=True)
@@ -96,12 +93,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         from jetflow_bench.heads.masks import BLOCK_MODES  # torch: not at import (`--help` reads this module)
-        from jetflow_bench.training.objective import objective_for, recipe_defaults
 
-        family, objective = objective_for(self.drafter)  # unknown or untrainable drafters: one-line error
+        family = family_of(self.drafter)
+        family.objective()  # unknown or untrainable drafters: one-line error
         given = {**recipe_defaults(self.drafter), **dict(self.options)}  # jetflow-refine: the packed layout
-        object.__setattr__(self, "drafter", family)  # aliases, and arms reading another family's heads
-        options = resolve_options(family, objective.options, given)
+        object.__setattr__(self, "drafter", family.name)  # aliases, and arms reading another family's heads
+        options = resolve_options(family.name, family.recipe, given)
         object.__setattr__(self, "options", tuple(sorted(options.items())))
         object.__setattr__(self, "head", canonical_head(self.head))
         object.__setattr__(self, "decay", float(self.decay))  # `--decay 0` from ablate's value parser is an int
@@ -136,22 +133,19 @@ class TrainConfig:
         return self.seed if self.data_seed is None else self.data_seed
 
     @property
-    def objective(self) -> TrainingObjective:
-        """The family's training objective (declared on its drafter class)."""
-        from jetflow_bench.training.objective import objective_for
-
-        return objective_for(self.drafter)[1]
+    def objective(self) -> Any:
+        """The family's `TrainingObjective` (found by name: this module imports no objective, which imports it)."""
+        return family_of(self.drafter).objective()
 
     @classmethod
     def from_recipe(cls, drafter: str, **fields: Any) -> TrainConfig:
         """A config from flat recipe fields, shared and the family's own alike, as `ensure_head`,
         recorded recipes (config.json) and ablation variants give them. A field the family's heads
         recorded before it owned its fields (`TrainingObjective.recorded`) is dropped at its recorded value."""
-        from jetflow_bench.training.objective import objective_for
-
-        objective = objective_for(drafter)[1]
+        family = family_of(drafter)
+        objective = family.objective()
         shared = {f.name for f in dataclasses.fields(cls)} - {"options"}
-        own = {o.name for o in objective.options}
+        own = {o.name for o in family.recipe}
         options = dict(fields.pop("options", None) or {})
         for key in [k for k in fields if k not in shared]:
             value = fields.pop(key)
@@ -163,11 +157,9 @@ class TrainConfig:
     @staticmethod
     def recipe_fields(drafter: str) -> set[str]:
         """Every flat field `from_recipe` accepts for ``drafter``."""
-        from jetflow_bench.training.objective import objective_for
-
-        objective = objective_for(drafter)[1]
+        family = family_of(drafter)
         shared = {f.name for f in dataclasses.fields(TrainConfig)} - {"options"}
-        return shared | {o.name for o in objective.options} | set(objective.recorded)
+        return shared | {o.name for o in family.recipe} | set(family.objective().recorded)
 
     @property
     def option_values(self) -> dict[str, Any]:
@@ -191,8 +183,6 @@ class TrainConfig:
         (`TrainingObjective.head_layers`) and as many tapped layers (`head_taps`), recorded, so the
         head's cache key says so. Shallower targets, a recipe that sets ``layers``, and an unknown
         depth (None: a hub id) keep the recipe as given, and so their cache keys."""
-        from jetflow_bench.training.objective import DEEP_TARGET
-
         if target_layers is None or target_layers < DEEP_TARGET or self.layers is not None:
             return self
         layers = self.objective.head_layers(target_layers)

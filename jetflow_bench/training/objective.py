@@ -1,8 +1,7 @@
 """The contract between the training loop and a drafter family: `TrainingObjective`.
 
-A drafter class declares how its heads train in its ``training`` class attribute (an objective,
-or a lazy ``"module:attr"`` string naming one); `objective_for` finds it through the drafter
-registry. The loop (`training.loop`) draws batches, runs the frozen target and steps the
+A family declares how its heads train (an objective, or a lazy ``"module:attr"`` string naming
+one); `jetflow_bench.plugins.objective_for` finds it by name. The loop (`training.loop`) draws batches, runs the frozen target and steps the
 optimiser; everything that varies with the family — the head it builds, the batch layout, the
 loss, its own option checks — comes from the objective. This package names no drafter.
 """
@@ -13,11 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.masks import BLOCK_MODES
-from jetflow_bench.plugins import DRAFTERS
-from jetflow_bench.registry import load_attr
-from jetflow_bench.training.recipe import RecipeOption
+from jetflow_bench.training.config import DEEP_TARGET
 
 if TYPE_CHECKING:
     import torch
@@ -28,7 +24,6 @@ if TYPE_CHECKING:
 
 HEAD_DEPTH_RATIO = 7  # shallow (toy) targets: a head of ~1/7 of their depth, at least 2 layers
 PAPER_HEAD_SHARE = 5 / 36  # the paper: a 5-layer head, 5 tapped layers, for a 36-layer target
-DEEP_TARGET = 24  # targets at least this deep get the paper's proportion
 
 
 class TrainingObjective(ABC):
@@ -42,9 +37,6 @@ class TrainingObjective(ABC):
 
     default_head: str = "causal"  # in-block attention when the recipe names none (jetflow_bench.heads.masks.BLOCK_MODES)
     head_modes: ClassVar[tuple[str, ...]] = BLOCK_MODES  # the modes this family can train
-    # The family's own recipe fields (`TrainConfig.options`); also registered in
-    # `training.recipe.RECIPES` under the family's name, so `--help` lists them without torch.
-    options: ClassVar[tuple[RecipeOption, ...]] = ()
     # Fields the family's heads recorded, at these values, before the family owned its fields (see `record`).
     recorded: ClassVar[Mapping[str, Any]] = {}
 
@@ -95,45 +87,3 @@ class TrainingObjective(ABC):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss to minimise, top-1 agreement share with the target) of one batch; draw every
         random choice from ``generator`` (seeded per step, so a resumed run sees the same batches)."""
-
-
-def _family_of(drafter_cls: type) -> str:
-    """The name its heads are trained under (a drafter reading another family's heads says so: ``train_name``)."""
-    train_name = getattr(drafter_cls, "train_name", None)
-    return train_name() if train_name is not None else drafter_cls.name
-
-
-def objective_for(drafter: str) -> tuple[str, TrainingObjective]:
-    """(family name, objective) of the registered drafter ``drafter`` (or an alias of it).
-
-    A drafter without a ``training`` objective is a usage error naming the ones that have one.
-    """
-    drafter_cls = DRAFTERS.get(drafter)
-    hook = getattr(drafter_cls, "training", None)
-    if hook is None:
-        raise JfbenchError(
-            f"--drafter {drafter!r} declares no training objective: train one of {', '.join(trainable_drafters())}"
-        )
-    if isinstance(hook, str):
-        hook = load_attr(hook)
-    return _family_of(drafter_cls), hook
-
-
-def recipe_defaults(drafter: str) -> dict[str, Any]:
-    """Recipe fields heads trained for the arm ``drafter`` take unless given (`LearnedDrafter.train_defaults`)."""
-    return dict(getattr(DRAFTERS.get(drafter), "train_defaults", None) or {})
-
-
-def trainable_drafters() -> list[str]:
-    """Registered drafter families that declare a training objective (arms reading another family's heads left out)."""
-    out = []
-    for name in DRAFTERS.names():
-        drafter_cls = DRAFTERS.get(name)
-        if getattr(drafter_cls, "training", None) is not None and _family_of(drafter_cls) == name:
-            out.append(name)
-    return out
-
-
-def family_options(drafter: str) -> tuple[RecipeOption, ...]:
-    """The recipe fields of the family ``drafter``'s heads train under (none for an untrained drafter)."""
-    return objective_for(drafter)[1].options if getattr(DRAFTERS.get(drafter), "training", None) is not None else ()

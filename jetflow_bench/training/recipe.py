@@ -1,9 +1,8 @@
 """Recipe fields a drafter family declares for its own heads: `RecipeOption`.
 
 Shared fields (steps, lr, decay, ...) live on `TrainConfig`; a family's own ones (EAGLE's
-``ttt_steps``, the block heads' ``layout``) are declared by the family as a tuple of
-`RecipeOption` — on its `TrainingObjective` (``options``) and, for ``--help`` without importing
-torch, in the `RECIPES` registry under the family's name. `TrainConfig` carries the values as
+``ttt_steps``, the block heads' ``layout``) are declared once, as a tuple of `RecipeOption` on
+its record (`jetflow_bench.plugins.Family.recipe`). `TrainConfig` carries the values as
 the family's options; `jfbench train` and `jfbench ablate` accept each one as ``--NAME VALUE`` or
 ``--option NAME=VALUE``. This module imports no model library: `--help` reads it.
 """
@@ -17,11 +16,9 @@ from typing import Any
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.registry import Registry, did_you_mean
 
-# Family name -> its tuple of `RecipeOption` (lazy "module:attr"); the built-ins register in
-# `drafters`, third parties through the ``jfbench.recipes`` entry-point group.
-RECIPES: Registry[tuple[RecipeOption, ...]] = Registry(
-    "training recipe", entry_point_group="jfbench.recipes", builtins="drafters"
-)
+# Family name -> its tuple of `RecipeOption`, from the old ``jfbench.recipes`` entry-point group only
+# (a family bare of a record, `jetflow_bench.plugins.legacy_family`).
+RECIPES: Registry[tuple[RecipeOption, ...]] = Registry("training recipe", entry_point_group="jfbench.recipes")
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -90,11 +87,6 @@ def resolve_options(family: str, declared: Iterable[RecipeOption], given: Mappin
             raise JfbenchError(f"{flag} is not a training option of {family}: {did_you_mean(flag, flags)}"
                                f"its own options are {', '.join(flags) or 'none'}")
     return {name: option.parse(given[name]) if name in given else option.default for name, option in fields.items()}
-
-
-def options_help() -> str:
-    """Each registered family's recipe options, one line each (the `train` / `ablate` help epilog)."""
-    return declarations_help({family: tuple(RECIPES.get(family)) for family in RECIPES.names()})
 
 
 def declarations_help(declared: Mapping[str, tuple[RecipeOption, ...]]) -> str:

@@ -69,6 +69,9 @@ def test_palette_is_fixed_per_drafter_and_stable_for_unknown_names() -> None:
     assert drafter_color("my-drafter") == drafter_color("my-drafter") != AR_COLOR
     assert list(palette(["jetflow", "zeta", "ar", "eagle"])) == ["ar", "eagle", "jetflow", "zeta"]
     assert len({drafter_color(n) for n in ("ar", "ngram", "oracle", "eagle", "dflash", "jetflow")}) == 6
+    # The families' records keep the colours every published figure used.
+    assert [drafter_color(n) for n in ("jetflow", "dflash", "eagle", "ngram", "oracle", "eagle3")] == [
+        "#d55e00", "#009e73", "#0072b2", "#cc79a7", "#e69f00", "#9467bd"]
 
 
 @pytest.mark.parametrize("drafters", [("jetflow",), ("jetflow", "dflash", "eagle", "ngram")])

@@ -16,7 +16,7 @@ import sys
 # `jetflow_bench.training.loop` stand for "toy-target / head-training code".
 HEAVY = (
     "torch", "transformers", "pandas", "pyarrow", "numpy", "matplotlib", "seaborn", "tokenizers", "datasets",
-    "jetflow_bench.toy.build", "jetflow_bench.training.loop", "jetflow_bench.engine.loop", "drafters.base",
+    "jetflow_bench.toy.build", "jetflow_bench.training.loop", "jetflow_bench.engine.loop", "jetflow_bench.engine.drafter",
 )
 
 # Runs `jfbench --help` and `jfbench <command> [<sub>] --help` for every registered command through the

@@ -1,12 +1,12 @@
 """The layering, checked on the source with the standard-library `ast` (nothing is imported).
 
 The bugs this catches: an import cycle between two modules (a design knot, whatever lazy import
-hides it at run time), shared training code that names a drafter family (`jetflow_bench.training`
-must find families through the registry, never import `drafters`), and the decoding core
-(`jetflow_bench.engine`) reaching up into the layers that measure or drive it.
+or ``if TYPE_CHECKING:`` hides it at run time), a module importing from a layer above its own
+(`LAYERS`: shared training code naming a drafter family, the decoding core reaching up into the
+drafters that plug into it or the layers that measure or drive it), and a module no layer names.
 
-Imports inside functions count; imports under ``if TYPE_CHECKING:`` count for the layer rules
-(they still tie the code to the other package) but not for cycles (they never execute).
+Every import counts: inside functions and under ``if TYPE_CHECKING:`` alike (a type-only import
+still ties the code to the other module, and a cycle through one is a knot all the same).
 """
 
 from __future__ import annotations
@@ -16,10 +16,34 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("jetflow_bench", "drafters", "suites")
-# Packages the decoding core may not import: everything that sits above it.
+ROOT_PACKAGE = "jetflow_bench"  # its __init__ (the version string) is a utility; each of its modules names its own layer
+# The layers, lowest first: a module may import its own layer and those below it, never one above.
+# A module belongs to the layer naming its longest prefix (`training.recipe`, the declarations a
+# family makes, sits below the training loop that reads them).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("utilities", (
+        ROOT_PACKAGE, "jetflow_bench.errors", "jetflow_bench.registry", "jetflow_bench.runtime", "jetflow_bench.fingerprint",
+        "jetflow_bench.progress", "jetflow_bench.arms", "jetflow_bench.flops", "jetflow_bench.calibration",
+        "jetflow_bench.budget_policy", "jetflow_bench.serving_metrics", "jetflow_bench.integrity",
+        "jetflow_bench.metrics", "jetflow_bench.kernels",
+    )),
+    ("targets and suites", ("jetflow_bench.toy", "jetflow_bench.targets", "suites")),
+    ("engine", ("jetflow_bench.engine",)),
+    ("heads", ("jetflow_bench.heads",)),
+    ("plug-in declarations", ("jetflow_bench.training.recipe", "jetflow_bench.ablation_axes", "jetflow_bench.plugins")),
+    ("training", ("jetflow_bench.training",)),
+    ("drafters", ("drafters",)),
+    ("harnesses", (
+        "jetflow_bench.sweep", "jetflow_bench.report", "jetflow_bench.projection", "jetflow_bench.integrations",
+        "jetflow_bench.prompts", "jetflow_bench.claims", "jetflow_bench.bench_baseline",
+        "jetflow_bench.bench_compile", "jetflow_bench.bench_drafter", "jetflow_bench.bench_kernels",
+    )),
+    ("cli", ("jetflow_bench.cli",)),
+)
+# What the decoding core may never import, named outright (the layer rule implies it).
 ABOVE_ENGINE = (
-    "jetflow_bench.sweep", "jetflow_bench.report", "jetflow_bench.projection", "jetflow_bench.training",
-    "jetflow_bench.integrations", "jetflow_bench.cli", "jetflow_bench.toy", "jetflow_bench.metrics", "suites",
+    "drafters", "jetflow_bench.training", "jetflow_bench.sweep", "jetflow_bench.cli", "jetflow_bench.report",
+    "jetflow_bench.projection", "jetflow_bench.integrations", "jetflow_bench.metrics",
 )
 
 
@@ -49,7 +73,7 @@ def _imports(tree: ast.AST, type_checking: bool = False):
             yield from _imports(node, type_checking)
 
 
-def import_graph(runtime_only: bool) -> dict[str, set[str]]:
+def import_graph() -> dict[str, set[str]]:
     """Module -> the project modules it imports (`from pkg import name` is an import of
     ``pkg.name`` when that is a module, else of ``pkg``)."""
     modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
@@ -57,9 +81,7 @@ def import_graph(runtime_only: bool) -> dict[str, set[str]]:
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges: set[str] = set()
-        for node, type_checking in _imports(ast.parse(path.read_text(), filename=str(path))):
-            if type_checking and runtime_only:
-                continue
+        for node, _type_checking in _imports(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
@@ -118,6 +140,23 @@ def _within(module: str, packages: tuple[str, ...]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
 
 
+def layer_of(module: str) -> int | None:
+    """Index in `LAYERS` of the layer naming ``module``'s longest prefix; None: no layer names it."""
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or (p != ROOT_PACKAGE and _within(module, (p,)))) and (best is None or len(p) > best[0]):
+                best = (len(p), rank)
+    return None if best is None else best[1]
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module in a higher layer, as "a (layer) -> b (layer)"."""
+    name = {rank: label for rank, (label, _) in enumerate(LAYERS)}
+    return sorted(f"{m} ({name[layer_of(m)]}) -> {t} ({name[layer_of(t)]})" for m, edges in graph.items()
+                  for t in edges if layer_of(t) > layer_of(m))
+
+
 def _arrows(graph: dict[str, set[str]], source: tuple[str, ...], target: tuple[str, ...]) -> list[str]:
     return sorted(f"{m} -> {t}" for m, edges in graph.items() if _within(m, source)
                   for t in edges if _within(t, target))
@@ -129,21 +168,40 @@ def test_cycle_finder_finds_a_planted_cycle():
     assert sorted(cycles(graph)) == [["a", "b", "c"], ["d", "e"]]
 
 
-def test_graph_sees_lazy_and_relative_imports():
-    """Guards the walker: imports inside functions are edges (else a lazy import hides a cycle)."""
-    graph = import_graph(runtime_only=True)
+def test_graph_sees_lazy_and_type_only_imports():
+    """Guards the walker: imports inside functions and under TYPE_CHECKING are edges (else a lazy
+    or a type-only import hides a cycle)."""
+    graph = import_graph()
     assert "jetflow_bench.heads.masks" in graph["jetflow_bench.training.config"]  # imported inside __post_init__
-    assert "drafters.base" in graph["drafters"]
+    assert "jetflow_bench.training.config" in graph["jetflow_bench.training.objective"]  # DEEP_TARGET
+    assert "jetflow_bench.training.teacher" in graph["jetflow_bench.training.objective"]  # under TYPE_CHECKING only
+    assert "jetflow_bench.engine.drafter" in graph["drafters"]  # inside a module __getattr__
+
+
+def test_layer_finder_reads_the_longest_prefix():
+    """Guards `layer_of`: the declarations module sits below its package, and an unknown module has no layer."""
+    assert layer_of("jetflow_bench.training.recipe") < layer_of("jetflow_bench.training.loop")
+    assert layer_of("jetflow_bench.engine.loop") < layer_of("drafters.eagle.drafter")
+    assert layer_of("elsewhere.module") is None
+    assert layer_of("jetflow_bench.new_module") is None  # the root package names no module but its own __init__
 
 
 def test_no_import_cycles():
-    assert cycles(import_graph(runtime_only=True)) == []
+    assert cycles(import_graph()) == []
 
 
-def test_training_names_no_drafter_family():
-    """Families import the training contract (`training.objective`); training finds them by name."""
-    assert _arrows(import_graph(runtime_only=False), ("jetflow_bench.training",), ("drafters",)) == []
+def test_every_module_has_a_layer():
+    assert [m for m in import_graph() if layer_of(m) is None] == []
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    assert upward(import_graph()) == []
 
 
 def test_engine_imports_nothing_above_it():
-    assert _arrows(import_graph(runtime_only=False), ("jetflow_bench.engine",), ABOVE_ENGINE) == []
+    assert _arrows(import_graph(), ("jetflow_bench.engine",), ABOVE_ENGINE) == []
+
+
+def test_heads_import_no_drafter():
+    """The draft-head model sits below the families that drive it."""
+    assert _arrows(import_graph(), ("jetflow_bench.heads",), ("drafters",)) == []

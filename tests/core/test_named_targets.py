@@ -126,7 +126,7 @@ def _greedy_reference(folder: Path, prompt: list[int], tokens: int) -> list[int]
 
 def _decode_both(folder: Path, tokens: int = 24):
     """Plain transformers greedy tokens, jfbench AR tokens, and jfbench's ngram batch result."""
-    from drafters.ngram import NgramDrafter
+    from drafters.ngram.drafter import NgramDrafter
     from jetflow_bench.engine.loop import generate
     from jetflow_bench.engine.stopping import StopRule
     from jetflow_bench.engine.target import TargetRunner

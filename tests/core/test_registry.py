@@ -27,8 +27,8 @@ def test_entry_point_plugins_load_lazily(monkeypatch):
 def test_entry_point_clashing_with_a_builtin_is_an_error_naming_both(monkeypatch):
     plugins(monkeypatch, ("ngram", "theirs.drafters:Ngram"))
     reg: Registry[type] = Registry("drafter", "jfbench.test")
-    reg.register("ngram", "drafters.ngram:NgramDrafter")
-    with pytest.raises(JfbenchError, match=r"'theirs.drafters:Ngram'.*clashes with the registered drafter 'ngram' = 'drafters.ngram:NgramDrafter'"):
+    reg.register("ngram", "drafters.ngram.drafter:NgramDrafter")
+    with pytest.raises(JfbenchError, match=r"'theirs.drafters:Ngram'.*clashes with the registered drafter 'ngram' = 'drafters.ngram.drafter:NgramDrafter'"):
         reg.names()
 
 

@@ -1,4 +1,4 @@
-"""Ablation axes declared by the drafters that own them (`jetflow_bench.ablation_axes`).
+"""Ablation axes declared by the families that own them (`jetflow_bench.plugins.Family.axes`).
 
 The bugs these catch: shared code that still hard-codes a drafter's axis or clash (a plug-in's
 declaration would be ignored), a drafting flag `ablate` no longer accepts or `train` wrongly
@@ -7,13 +7,15 @@ accepts, and a bad axis value that reaches a model load instead of a one-line er
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from jetflow_bench.ablation_axes import ABLATION_AXES, AblationAxes, CommonSetting
+from jetflow_bench.ablation_axes import AblationAxes, CommonSetting
 from jetflow_bench.cli.recipe_flags import family_flags
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.plugins import FAMILIES
 from jetflow_bench.sweep.ablate_plan import plan_ablation
 from jetflow_bench.training.recipe import RecipeOption
 
@@ -24,10 +26,10 @@ ONE_GRAM = CommonSetting(("max_ngram", 1), "infer", "min_ngram", 1, "a 1-gram ma
 
 @pytest.fixture
 def ngram_axes(monkeypatch):
-    """ngram declares an axis and a common setting, as a third-party drafter would (this test only)."""
-    ABLATION_AXES.names()  # the built-ins register first, so the restored registry keeps them
-    monkeypatch.setattr(ABLATION_AXES, "_entries", dict(ABLATION_AXES._entries))  # restored after the test
-    ABLATION_AXES.register("ngram", AblationAxes((MAX_NGRAM,), (ONE_GRAM,)))
+    """ngram's record declares an axis and a common setting, as a third-party family would (this test only)."""
+    FAMILIES.names()  # the built-ins register first, so the restored registry keeps them
+    monkeypatch.setattr(FAMILIES, "_entries", dict(FAMILIES._entries))  # restored after the test
+    FAMILIES._entries["ngram"] = dataclasses.replace(FAMILIES.get("ngram"), axes=AblationAxes((MAX_NGRAM,), (ONE_GRAM,)))
 
 
 def test_a_declared_axis_becomes_an_ablate_flag_with_its_common_setting(ngram_axes):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from drafters import DRAFTERS
-from drafters.jetflow import refinement_entries
+from drafters.block.jetflow import refinement_entries
 from drafters.tree_builder import (
     ChildDist,
     build_tree,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from drafters.jetflow import refinement_entries
+from drafters.block.jetflow import refinement_entries
 from drafters.tree_builder import (
     ChildDist,
     TreeOptions,

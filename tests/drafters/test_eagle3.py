@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from drafters import DRAFTERS
-from drafters.eagle3 import export_eagle3, load_eagle3
+from drafters.eagle.eagle3 import export_eagle3, load_eagle3
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.rope import Rotary, rotate
 from jetflow_bench.engine.stopping import StopRule

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from drafters import DRAFTERS
-from drafters.base import Drafter, SequenceView
 from jetflow_bench.budget_policy import BudgetPolicy
+from jetflow_bench.engine.drafter import Drafter, SequenceView
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
@@ -150,7 +150,7 @@ def test_auto_budgets_refuse_arms_whose_scores_are_not_log_probs_before_any_mode
 def test_scores_with_reads_the_drafters_own_tree_defaults():
     """A learned drafter whose tree defaults to entropy scoring builds instances without log-prob
     scores: `scores_with` once read only the global TreeOptions default and said "logp"."""
-    from drafters.jetflow import JetFlowDrafter
+    from drafters.block.jetflow import JetFlowDrafter
 
     class EntropyJetFlow(JetFlowDrafter):
         tree_defaults = {**JetFlowDrafter.tree_defaults, "scoring": "entropy"}

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from drafters import DRAFTERS
-from drafters.base import Drafter, SequenceView
 from drafters.head_cache import StaticHead
 from jetflow_bench.engine.compiled import (
     StaticForward,
@@ -16,6 +15,7 @@ from jetflow_bench.engine.compiled import (
     round_capacity,
     tree_bucket,
 )
+from jetflow_bench.engine.drafter import Drafter, SequenceView
 from jetflow_bench.engine.kv_cache import KVCache
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule

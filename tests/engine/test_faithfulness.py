@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from drafters import DRAFTERS
-from drafters.oracle import OracleDrafter
+from drafters.oracle.drafter import OracleDrafter
 from jetflow_bench.engine.faithfulness import branch_gaps, top_branch
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule

@@ -22,9 +22,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from drafters import DRAFTERS
-from drafters.base import Drafter, SequenceView
 from jetflow_bench.engine import loop as engine
 from jetflow_bench.engine.acceptance import Acceptance, accept_tree
+from jetflow_bench.engine.drafter import Drafter, SequenceView
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.sampling import SamplingParams, inverse_cdf, target_probs
 from jetflow_bench.engine.stopping import StopRule

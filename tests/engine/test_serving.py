@@ -13,6 +13,7 @@ from jetflow_bench.engine.sampling import SamplingParams
 from jetflow_bench.engine.serving import serve
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.plugins import trains
 
 QUESTIONS = [
     "Question: Tom has 3 boxes with 12 apples each. He gives away 7 apples. How many apples are left?\nAnswer:",
@@ -57,7 +58,7 @@ def test_add_rows_appends_a_prefilled_cache_in_freed_storage():
 
 def drafter_for(target, name, heads):
     plugin = DRAFTERS.get(name)
-    return plugin.build(target, heads[plugin.train_name()]) if plugin.training else plugin.build(target)
+    return plugin.build(target, heads[plugin.train_name()]) if trains(name) else plugin.build(target)
 
 
 class StepTime:

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from drafters.base import SequenceView
+from jetflow_bench.engine.drafter import SequenceView
 from jetflow_bench.engine.target import TargetRunner
 from tests.helpers.heads import PROMPTS
 from tests.helpers.random_models import VOCAB

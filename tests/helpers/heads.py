@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drafters.base import SequenceView
 from drafters.head_cache import ContextCache
+from jetflow_bench.engine.drafter import SequenceView
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.heads.checkpoint import TargetShape, save_head
 from jetflow_bench.heads.head import DraftHead, HeadConfig

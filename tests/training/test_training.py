@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from drafters.block_training import DFLASH_TRAINING, JETFLOW_TRAINING
+from drafters.block.training import DFLASH_TRAINING, JETFLOW_TRAINING
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import PORTABLE_CPU_NUMERICS, cpu_vendor, pin_portable_cpu_numerics
@@ -393,9 +393,10 @@ def test_short_training_lowers_the_loss(learned_heads):  # noqa: F811
 def test_family_options_are_declared_parsed_and_keyed_like_flat_fields():
     """A family's own fields come from its declaration: parsed from text, range-checked, defaults
     filled in; the flat record (and so the cache key) matches the one written before families owned them."""
-    from jetflow_bench.training.recipe import RECIPES
+    from jetflow_bench.plugins import family_options
 
-    assert RECIPES.get("jetflow") is JETFLOW_TRAINING.options and RECIPES.get("dflash") is DFLASH_TRAINING.options
+    assert [o.default for o in family_options("jetflow")] == ["mask", 0.5, False]  # the record's layout default keys its heads
+    assert family_options("jetflow-refine") == family_options("jetflow") and family_options("dflash")[0].default is None
     config = TrainConfig(drafter="jetflow", options={"prefix_zero": "0.25", "match_depth1": "false"})
     assert config.option_values == {"layout": "mask", "match_depth1": False, "prefix_zero": 0.25}
     with pytest.raises(JfbenchError, match="--prefix-zero 2.0 must be at most 1"):

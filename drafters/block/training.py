@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from drafters.recipes import BLOCK_OPTIONS, BLOCK_RECORDED, JETFLOW_OPTIONS, OLD_JETFLOW_LAYOUTS
+from drafters.block import BLOCK_RECORDED, OLD_JETFLOW_LAYOUTS
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.head import DraftHead
 from jetflow_bench.heads.masks import block_allowed, context_allowed, join, tree_allowed
@@ -88,10 +88,9 @@ class BlockTraining(TrainingObjective):
 
     recorded = BLOCK_RECORDED
 
-    def __init__(self, default_head: str, real_prefix: bool, options: tuple = BLOCK_OPTIONS) -> None:
+    def __init__(self, default_head: str, real_prefix: bool) -> None:
         self.default_head = default_head  # in-block attention of its heads unless the recipe names one
         self.real_prefix = real_prefix  # blocks may keep real tokens after the anchor (prefix / packed layouts)
-        self.options = options  # its recipe fields (`drafters.recipes`): jetflow's layout defaults to mask
 
     def validate(self, config: TrainConfig) -> None:
         if self.settings(config)["layout"] == "packed" and (not self.real_prefix or config.mode != "causal"):
@@ -186,4 +185,4 @@ class BlockTraining(TrainingObjective):
 
 
 DFLASH_TRAINING = BlockTraining(default_head="bidirectional", real_prefix=False)
-JETFLOW_TRAINING = BlockTraining(default_head="causal", real_prefix=True, options=JETFLOW_OPTIONS)
+JETFLOW_TRAINING = BlockTraining(default_head="causal", real_prefix=True)

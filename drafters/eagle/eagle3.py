@@ -14,7 +14,7 @@ Context: entry p pairs the committed token p + 1 with the target's fused feature
 position p; its keys/values are what the drafter caches (`PairCache`). The newest pair (the root
 token with the feature before it) is the first drafted entry, so a proposal's entries are laid out
 exactly as jfbench's ``eagle`` drafter lays out its own: ``eagle`` and ``eagle3`` draft with either
-head (`drafters.eagle`).
+head (`drafters.eagle.drafter`).
 
 Aux layer ids (``eagle_config.eagle_aux_hidden_state_layer_ids``) name layer *inputs*, as vLLM and
 SpecForge capture them: id i is the output of layer i - 1, jfbench's tap i - 1 (id 0: the embeddings,
@@ -45,9 +45,9 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from drafters.base import SequenceView
 from drafters.head_cache import ContextCache
 from jetflow_bench.engine.attention import DEFAULT_ATTENTION, AttentionFn, get_attention
+from jetflow_bench.engine.drafter import SequenceView
 from jetflow_bench.engine.rope import Rotary, rotate
 from jetflow_bench.engine.target import EMBEDDING_TAP
 from jetflow_bench.errors import JfbenchError

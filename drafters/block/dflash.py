@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from drafters.base import SequenceView
 from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
 from drafters.timing import span
@@ -23,13 +22,13 @@ from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import draft_trees
 from drafters.tree_tensors import Dists
 from jetflow_bench.engine.compiled import tree_bucket
+from jetflow_bench.engine.drafter import SequenceView
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.heads.masks import block_allowed, block_layout
 
 
 class DFlashDrafter(LearnedDrafter):
     name = "dflash"
-    training = "drafters.block_training:DFLASH_TRAINING"
     pass1: Dists | None = None  # the last proposal's marginals (`last_marginals`)
 
     @classmethod

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from drafters.recipes import EAGLE_OPTIONS, EAGLE_RECORDED
+from drafters.eagle import EAGLE_RECORDED
 from jetflow_bench.heads.head import DraftHead
 from jetflow_bench.heads.masks import context_allowed, join
 from jetflow_bench.training.losses import depth_weights
@@ -37,7 +37,6 @@ class EagleTraining(TrainingObjective):
     """EAGLE: one causal layer fed [token ; parent feature], trained with training-time test."""
 
     head_modes = ("causal",)
-    options = EAGLE_OPTIONS
     recorded = EAGLE_RECORDED
 
     def settings(self, config: TrainConfig) -> dict[str, Any]:

@@ -24,7 +24,7 @@ more), a frontier of 10 nodes with 10 children each, and at most 60 verified tok
 It reads the heads ``eagle`` reads.
 
 Both read jfbench's own EAGLE heads and published EAGLE-3 heads (SpecForge / vLLM layout,
-`drafters.eagle3`): the checkpoint's layout decides which head is built and how its context is
+`drafters.eagle.eagle3`): the checkpoint's layout decides which head is built and how its context is
 cached; drafting is the same code.
 """
 
@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from drafters.base import NOT_EXPLORED, OUTSIDE_TOP_K, SequenceView
-from drafters.eagle3 import Eagle3Head, PairCache, is_eagle3, load_eagle3
+from drafters.eagle.eagle3 import Eagle3Head, PairCache, is_eagle3, load_eagle3
 from drafters.head_cache import ContextCache
 from drafters.learned import LearnedDrafter
 from drafters.timing import span
@@ -47,6 +46,7 @@ from drafters.tree_host import trie_index
 from drafters.tree_ops import draft_trees
 from drafters.tree_tensors import Dists, KnownNodes
 from jetflow_bench.engine.compiled import buckets_up_to, tree_bucket
+from jetflow_bench.engine.drafter import NOT_EXPLORED, OUTSIDE_TOP_K, SequenceView
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.checkpoint import HeadInfo, read_json
@@ -63,7 +63,6 @@ class EagleDrafter(LearnedDrafter):
 
     name = "eagle"
     tree_defaults = {"construction": "frontier"}  # EAGLE-2: top_k per depth, then the best budget - 1 explored
-    training = "drafters.eagle_training:EAGLE_TRAINING"
     depth_option = "depth"  # EAGLE's name for the tree's max_depth
     default_total_tokens: int | None = None  # verified tokens per step, root included; None = the budget
     ranks_emitted = True  # `emitted_ranks`, from `explored`

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from drafters.base import Drafter, SequenceView
+from jetflow_bench.engine.drafter import Drafter, SequenceView
 from jetflow_bench.engine.tree import DraftTree
 
 

@@ -28,7 +28,7 @@ Training: ``jfbench train --drafter jetflow`` trains pass 1 as the authors' reci
 blocks, causal: DFlash's training with the mask changed); ``--drafter jetflow-refine`` trains the
 same family of head with the packed layout, which matches the refinement entries: the true
 continuation laid out as a chain with one MASK query below every node, so each block teaches every
-branch-conditioned child distribution at once (see drafters/block_training.py). Either arm reads
+branch-conditioned child distribution at once (see drafters/block/training.py). Either arm reads
 either head.
 
 Cost: 1 + r head forwards whatever the depth, each over at most 2 x budget entries. A head trained
@@ -43,14 +43,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from drafters.base import SequenceView
-from drafters.dflash import DFlashDrafter
+from drafters.block.dflash import DFlashDrafter
 from drafters.head_cache import ContextCache
 from drafters.timing import span
 from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import build_trees
 from drafters.tree_tensors import Dists, KnownNodes, TreeBatch
 from jetflow_bench.engine.compiled import TREE_BUCKETS, buckets_up_to, check_compiled_budget
+from jetflow_bench.engine.drafter import SequenceView
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.masks import tree_allowed
@@ -136,7 +136,6 @@ class JetFlowDrafter(DFlashDrafter):
     """JetFlow as released: r = 0, ``accum`` (the defaults of `DFlashDrafter`'s tree)."""
 
     name = "jetflow"
-    training = "drafters.block_training:JETFLOW_TRAINING"
     default_refine_passes: ClassVar[int] = 0
 
     def __init__(self, head, info, tree: TreeOptions, refine_passes: int | None = None) -> None:
@@ -220,13 +219,13 @@ class JetFlowRefineDrafter(JetFlowDrafter):
     """This suite's extension: one tree-causal refinement pass, lazy global best-first trees.
 
     Its heads are jetflow heads (``trained_as``: one checkpoint format serves both arms) whose
-    recipe defaults to the packed layout: a recipe option rather than a family of its own, so an
+    recipe defaults to the packed layout (its family's ``train_defaults``): a recipe option rather
+    than a family of its own, so an
     explicitly packed jetflow head is the same cached head, and ``--layout`` stays an ablation axis
     of both arms.
     """
 
     name = "jetflow-refine"
     trained_as = "jetflow"
-    train_defaults = {"layout": "packed"}
     default_refine_passes = 1
     tree_defaults = {"construction": "best-first"}

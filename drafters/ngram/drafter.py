@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from drafters.base import Drafter, SequenceView
+from jetflow_bench.engine.drafter import Drafter, SequenceView
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.errors import JfbenchError
 
