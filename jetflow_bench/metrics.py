@@ -37,7 +37,7 @@ DRAFT_COST_COLUMNS = ("draft_passes", "draft_entries", "draft_flops")  # the dra
 COST_COLUMNS = (*DRAFT_COST_COLUMNS, "verify_flops")
 SPEEDUP_FIELDS = ("micro", "micro_lo", "micro_hi", "macro", "macro_lo", "macro_hi")
 BOOT_CHUNK = 100  # bootstrap resamples gathered at once
-# Per request, the times paired with it in its round of the sweep (jetflow_bench.sweep.runner):
+# Per request, the times paired with it in its round of the sweep (jetflow_bench.sweep.records):
 # its baseline arm's (AR for the AR cell itself) and the AR baseline's second, A/A copy.
 PAIRED_TIMES = {"base": ("base_decode_s", "base_ttft_s"), "aa": ("aa_decode_s", "aa_ttft_s")}
 TimeKind = Literal["decode", "e2e"]

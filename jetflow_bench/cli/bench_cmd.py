@@ -181,8 +181,9 @@ def drafter(
     from jetflow_bench.engine.stopping import StopRule
     from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.prompts import encode, suite_requests
+    from jetflow_bench.sweep.arm_syntax import parse_drafters
     from jetflow_bench.sweep.arms import arm_spec
-    from jetflow_bench.sweep.grid import parse_drafters, parse_sizes
+    from jetflow_bench.sweep.grid import parse_sizes
 
     if prompts % batch_size:
         raise JfbenchError(f"--prompts {prompts} is not a multiple of --batch-size {batch_size}: "
@@ -315,8 +316,9 @@ def compile_(
     from jetflow_bench.engine.stopping import StopRule
     from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.prompts import encode, suite_requests
+    from jetflow_bench.sweep.arm_syntax import parse_drafters
     from jetflow_bench.sweep.arms import arm_spec
-    from jetflow_bench.sweep.grid import parse_drafters, parse_sizes
+    from jetflow_bench.sweep.grid import parse_sizes
 
     set_threads(threads)
     tree_sizes = sorted({1, *_int_list(sizes, "--sizes")})

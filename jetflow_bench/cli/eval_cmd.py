@@ -133,8 +133,8 @@ def eval_(
 def _transferred_head(drafter: str, target: str, allow_other_target: bool) -> bool:
     """Whether the arm's head was trained on another target (allowed by ``allow_other_target``,
     else refused in one line, before any model loads); the sweep's check (`other_target_heads`)."""
+    from jetflow_bench.sweep.arm_syntax import parse_drafters
     from jetflow_bench.sweep.arms import arm_spec, other_target_heads
-    from jetflow_bench.sweep.grid import parse_drafters
 
     if drafter.strip().lower() == "none":
         return False

@@ -47,7 +47,7 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.metrics import acceptance_stats
 from jetflow_bench.prompts import encode
-from jetflow_bench.sweep.grid import parse_drafters
+from jetflow_bench.sweep.arm_syntax import parse_drafters
 from suites import Request
 
 logger = logging.getLogger(__name__)

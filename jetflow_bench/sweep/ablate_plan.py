@@ -30,6 +30,7 @@ from jetflow_bench.sweep.ablation import (
     with_checkpoints,
     with_seeds,
 )
+from jetflow_bench.sweep.arm_syntax import parse_drafters
 from jetflow_bench.sweep.arms import (
     arm_label,
     arm_spec,
@@ -40,7 +41,6 @@ from jetflow_bench.sweep.arms import (
 from jetflow_bench.sweep.grid import (
     DrafterSpec,
     SweepConfig,
-    parse_drafters,
     parse_ints,
     parse_names,
     parse_value,

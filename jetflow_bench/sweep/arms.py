@@ -1,6 +1,6 @@
 """Drafter arms from the command line: ``NAME[KEY=VALUE,...]=CHECKPOINT_DIR`` -> `DrafterSpec`.
 
-`sweep --drafters` and `ablate --drafter` read arms the same way (`grid.parse_drafters`). An
+`sweep --drafters` and `ablate --drafter` read arms the same way (`arm_syntax.parse_drafters`). An
 option is checked against the drafter's own list (`option_defaults`), and an option that differs
 from the drafter's default becomes the arm's variant, so tables name the arm ``eagle[depth=15]``;
 an option set to its default is dropped (``jetflow[refine_passes=0]`` is plain ``jetflow``).
@@ -83,7 +83,7 @@ OTHER_TARGET = "other-target"  # in an arm's variant: its head was trained on an
 def sweep_arms(text: str, engine: str) -> list[DrafterSpec]:
     """The arms of ``sweep --drafters`` (jfbench drafters and vLLM arms), each named once, every
     learned arm's head folder checked before the target loads and the AR cells run."""
-    from jetflow_bench.sweep.grid import parse_drafters
+    from jetflow_bench.sweep.arm_syntax import parse_drafters
 
     specs = [_arm(name, options, checkpoint, engine) for name, options, checkpoint in parse_drafters(text)]
     labels = [s.label for s in specs]

@@ -65,10 +65,8 @@ from jetflow_bench.sweep.load import paired_with, run_load_cell
 from jetflow_bench.sweep.lossless import Verdict, judge, sampled_verdict
 from jetflow_bench.sweep.memory import check_memory
 from jetflow_bench.sweep.progress import SweepProgress
+from jetflow_bench.sweep.records import CellRun, DecodedBatch, Prompt
 from jetflow_bench.sweep.runner import (
-    CellRun,
-    DecodedBatch,
-    Prompt,
     batches,
     cell_run,
     decode_batch,

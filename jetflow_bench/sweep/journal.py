@@ -34,7 +34,7 @@ from jetflow_bench.engine.loop import (
     RequestResult,
     StepRecord,
 )
-from jetflow_bench.sweep.runner import DecodedBatch
+from jetflow_bench.sweep.records import DecodedBatch
 from jetflow_bench.sweep.store import PARTIAL, atomic_write
 
 

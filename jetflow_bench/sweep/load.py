@@ -26,7 +26,8 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.serving_metrics import request_latency
 from jetflow_bench.sweep.engines import Engine
 from jetflow_bench.sweep.grid import Cell
-from jetflow_bench.sweep.runner import CellRun, DecodedBatch, Prompt, _stop_of, cell_run, warm_up
+from jetflow_bench.sweep.records import CellRun, DecodedBatch, Prompt
+from jetflow_bench.sweep.runner import _stop_of, cell_run, warm_up
 
 KINDS = ("poisson", "concurrency")
 

@@ -23,7 +23,8 @@ from jetflow_bench.engine.loop import cache_capacity
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.sweep.engines import Engine
 from jetflow_bench.sweep.grid import SweepConfig
-from jetflow_bench.sweep.runner import Prompt, batches
+from jetflow_bench.sweep.records import Prompt
+from jetflow_bench.sweep.runner import batches
 
 _UNITS = {"": 2**30, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip

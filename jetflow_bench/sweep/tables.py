@@ -32,7 +32,7 @@ from jetflow_bench.report.tree_shape import NODE_CAP
 from jetflow_bench.serving_metrics import LATENCY_COLUMNS, request_latency
 from jetflow_bench.sweep.grid import CELL_KEYS, PAIR_KEYS, Cell
 from jetflow_bench.sweep.lossless import Verdict
-from jetflow_bench.sweep.runner import PAIRED_COLUMNS, CellRun
+from jetflow_bench.sweep.records import PAIRED_COLUMNS, CellRun
 
 STEP_COLUMNS = [
     "run_id", *CELL_KEYS, "request", "step", "batch_step", "active", "drafted", "accepted", "accepted_raw",

@@ -30,7 +30,7 @@ from jetflow_bench.sweep.grid import (
 )
 from jetflow_bench.sweep.groups import pairing_groups
 from jetflow_bench.sweep.load import arrivals, paired_with, parse_loads
-from jetflow_bench.sweep.runner import CellRun
+from jetflow_bench.sweep.records import CellRun
 from tests.helpers.data_dirs import benchmark_data_dir
 
 CI_MANIFEST = Path(__file__).resolve().parents[2] / "results/baselines/ci/manifest.json"

@@ -25,6 +25,7 @@ from jetflow_bench.engine.loop import (
 )
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.sweep.ablation import ablation_table, trained_recipe, variants, with_checkpoints
+from jetflow_bench.sweep.arm_syntax import parse_drafters
 from jetflow_bench.sweep.grid import (
     DrafterSpec,
     SweepConfig,
@@ -32,13 +33,12 @@ from jetflow_bench.sweep.grid import (
     cells,
     config_hash,
     parse_budgets,
-    parse_drafters,
     settings_hash,
     spec_for,
 )
 from jetflow_bench.sweep.journal import CellJournal
 from jetflow_bench.sweep.lossless import first_divergence, judge, tie_gap
-from jetflow_bench.sweep.runner import DecodedBatch
+from jetflow_bench.sweep.records import DecodedBatch
 from jetflow_bench.sweep.store import HOLDER, RunLock, RunStore
 from jetflow_bench.sweep.tables import REQUEST_COLUMNS, STEP_COLUMNS
 from jetflow_bench.training.config import TrainConfig
@@ -517,7 +517,7 @@ def test_bad_max_memory_is_a_one_line_error(text):
 def test_memory_check_takes_the_largest_cache_of_the_grid_and_names_its_numbers():
     from jetflow_bench.engine.stopping import StopRule
     from jetflow_bench.sweep.memory import check_memory, largest_cache
-    from jetflow_bench.sweep.runner import Prompt
+    from jetflow_bench.sweep.records import Prompt
 
     class Engine:  # 1 KiB per KV slot per row, 10 KiB free
         def kv_cache_bytes(self, batch: int, capacity: int) -> int:
