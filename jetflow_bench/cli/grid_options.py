@@ -1,21 +1,39 @@
-"""The grid flags `sweep` and `ablate` share: option aliases, `GridFlags`, and what they become.
+"""The grid flags `sweep` and `ablate` share, declared once, and what they become.
 
-Both commands list every grid option in their own signatures with the aliases below (Typer reads
-options from the signature, so each command shows the same flags with the same help) and pack them
-with `GridFlags.of(ctx.params)`; defaults live once, on `GridFlags`. `grid_config` validates the
-flags (before any model loads) and resolves the `SweepConfig`; `run_and_report` runs it and prints.
+Each flag is one field of `GridFlags`: its type, its Typer option (spelling, aliases, help) and its
+default. `grid_command` builds both commands' options from those fields (Typer reads options from a
+signature, so it writes the fields into the command's) and hands the command one `GridFlags`.
+`grid_config` validates the flags (before any model loads) and resolves the `SweepConfig`;
+`run_and_report` runs it and prints.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
 
+from jetflow_bench.cli.options import (
+    AttentionOpt,
+    CompileOpt,
+    DataDirOpt,
+    DeviceOpt,
+    DtypeOpt,
+    GraphsOpt,
+    TemperatureOpt,
+    TemperaturesOpt,
+    ThreadsOpt,
+    TopKOpt,
+    TopPOpt,
+)
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import resolve_device, resolve_dtype, set_threads
 from suites import SUITES
@@ -26,111 +44,111 @@ if TYPE_CHECKING:  # the sweep machinery imports torch and pandas: commands impo
     from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
     from jetflow_bench.sweep.store import Derived
 
-SuitesOpt = Annotated[str, typer.Option("--suites", help="Comma-separated suites, e.g. gsm8k,math500.")]
-BudgetsOpt = Annotated[
-    str, typer.Option("--budgets", help="Comma-separated budgets B (tree nodes incl. root), 1 <= B <= 1024; "
-                      "'auto' (alone or beside them) chooses B per step among --auto-budgets.")
-]
-AutoBudgetsOpt = Annotated[
-    str, typer.Option("--auto-budgets", help="Candidate budgets of --budgets auto (the tree is drafted at the largest).")
-]
-BatchSizesOpt = Annotated[
-    str, typer.Option("--batch-sizes", help="Comma-separated batch sizes; the AR baseline runs at each.")
-]
-RepeatsOpt = Annotated[int, typer.Option(
-    "--repeats", min=1, help="Timing repeats; each times the AR baseline and the arms interleaved (>= 3 for reported speed-ups).")]
-TauOnlyOpt = Annotated[bool, typer.Option(
-    "--tau-only", help="Record τ and counters only: one repeat, no baseline timed beside the arms, no speed-up claimed.")]
-LimitOpt = Annotated[int | None, typer.Option("--limit", min=1, help="Prompts per suite. Default: all.")]
-MaxNewOpt = Annotated[
-    int | None, typer.Option("--max-new-tokens", min=1, help="New tokens per prompt. Default: each suite's own.")
-]
 OutOpt = Annotated[Path, typer.Option("--out", help="Run folder; an interrupted run resumes when re-run.")]
-SampleSeedOpt = Annotated[
-    int | None, typer.Option("--sample-seed", min=0, help="Sample --limit prompts at random with this seed. Default: first N.")
-]
-SeedOpt = Annotated[int, typer.Option(
-    "--seed", min=0, help="torch seed set before every cell; seeds the bootstrap and, with each request's id, its sampling stream.")]
-EngineOpt = Annotated[
-    str, typer.Option("--engine", help="Decoding engine: hf (this package's) or vllm (vllm:* arms; see `sweep --help`).")
-]
-TieEpsOpt = Annotated[
-    float | None, typer.Option("--tie-eps", min=0.0, help="Excuse a divergence when the top-2 logits differ by < this. "
-                                                         "Default: by dtype, 1e-4 (fp32), 0.125 (bf16), 1/64 (fp16).")
-]
-StrictOpt = Annotated[
-    bool, typer.Option("--strict", help="Exit 1 (after writing results) on any unexcused divergence.")
-]
-ProfileOpt = Annotated[bool, typer.Option(
-    "--profile", help="Time every step's draft / verify / other split on a GPU (a device sync at each phase "
-                      "boundary; by default one sync per step and no split). Always timed on a CPU.")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Discard results of another config in --out.")]
-ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress display on stderr.")]
-MaxMemoryOpt = Annotated[
-    str | None,
-    typer.Option("--max-memory", help="Memory the KV caches may take, e.g. 40GiB (checked before the run). "
-                                      "Default: what is free on the device once the target is loaded."),
-]
-
-ExecutorOpt = Annotated[str, typer.Option(
-    "--executor", help="Where cells run: local (this process) or ray (each pairing group, a suite x batch size x "
-                       "temperature with its AR baselines, as a Ray task; docs/ray.md).")]
-RayAddressOpt = Annotated[str, typer.Option(
-    "--ray-address", help="--executor ray: auto (the cluster this node belongs to, or RAY_ADDRESS), local (a "
-                          "cluster of this machine, started for the run) or HOST:PORT.")]
-RayGpusOpt = Annotated[float | None, typer.Option(
-    "--ray-gpus-per-task", min=0, help="GPUs a group's task asks for. Default: 1 on a CUDA device, else 0.")]
-RayCpusOpt = Annotated[float | None, typer.Option(
-    "--ray-cpus-per-task", min=0, help="CPUs a group's task asks for. Default: 1 on a CUDA device, else --threads.")]
-RayRetriesOpt = Annotated[int, typer.Option(
-    "--ray-max-retries", min=0, help="Times a group runs again when its worker dies (its cells start over).")]
 
 
 @dataclass(frozen=True)
 class GridFlags:
-    """The values of the grid flags `sweep` and `ablate` share (and `demo` fills in itself)."""
+    """The grid flags `sweep` and `ablate` share (and `demo` fills in itself), each declared once:
+    its type, its Typer option (spelling, help) and its default. `grid_command` turns the fields into
+    the commands' options, in this order."""
 
-    suites: str = "gsm8k"
-    budgets: str = "16,64,256"
-    auto_budgets: str = "1,4,16,64,256"
-    batch_sizes: str = "1"
-    repeats: int = 3
-    tau_only: bool = False
-    limit: int | None = None
-    max_new_tokens: int | None = None
-    temperature: float = 0.0
-    temperatures: str | None = None
-    top_p: float = 1.0
-    top_k: int = 0
-    device: str | None = None
-    dtype: str | None = None
-    attention: str = "sdpa"
-    compile: bool = False  # --compile: Inductor (`engine.compiled`)
-    graphs: bool = False  # --graphs: CUDA graphs, no compiler
-    data_dir: Path | None = None
-    sample_seed: int | None = None
-    threads: int | None = None
-    seed: int = 0
-    engine: str = "hf"
-    tie_eps: float | None = None
-    profile: bool = False
-    strict: bool = False
-    force: bool = False
-    progress: bool = True
-    max_memory: str | None = None
-    executor: str = "local"
-    ray_address: str = "auto"
-    ray_gpus_per_task: float | None = None
-    ray_cpus_per_task: float | None = None
-    ray_max_retries: int = 3
+    suites: Annotated[str, typer.Option("--suites", help="Comma-separated suites, e.g. gsm8k,math500.")] = "gsm8k"
+    budgets: Annotated[str, typer.Option(
+        "--budgets", help="Comma-separated budgets B (tree nodes incl. root), 1 <= B <= 1024; "
+                          "'auto' (alone or beside them) chooses B per step among --auto-budgets.")] = "16,64,256"
+    auto_budgets: Annotated[str, typer.Option(
+        "--auto-budgets", help="Candidate budgets of --budgets auto (the tree is drafted at the largest).")] = "1,4,16,64,256"
+    batch_sizes: Annotated[str, typer.Option(
+        "--batch-sizes", help="Comma-separated batch sizes; the AR baseline runs at each.")] = "1"
+    repeats: Annotated[int, typer.Option(
+        "--repeats", min=1,
+        help="Timing repeats; each times the AR baseline and the arms interleaved (>= 3 for reported speed-ups).")] = 3
+    tau_only: Annotated[bool, typer.Option(
+        "--tau-only",
+        help="Record τ and counters only: one repeat, no baseline timed beside the arms, no speed-up claimed.")] = False
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Prompts per suite. Default: all.")] = None
+    max_new_tokens: Annotated[int | None, typer.Option(
+        "--max-new-tokens", min=1, help="New tokens per prompt. Default: each suite's own.")] = None
+    temperature: TemperatureOpt = 0.0
+    temperatures: TemperaturesOpt = None
+    top_p: TopPOpt = 1.0
+    top_k: TopKOpt = 0
+    device: DeviceOpt = None
+    dtype: DtypeOpt = None
+    attention: AttentionOpt = "sdpa"
+    compile: CompileOpt = False  # --compile: Inductor (`engine.compiled`)
+    graphs: GraphsOpt = False  # --graphs: CUDA graphs, no compiler
+    data_dir: DataDirOpt = None
+    sample_seed: Annotated[int | None, typer.Option(
+        "--sample-seed", min=0, help="Sample --limit prompts at random with this seed. Default: first N.")] = None
+    threads: ThreadsOpt = None
+    seed: Annotated[int, typer.Option(
+        "--seed", min=0,
+        help="torch seed set before every cell; seeds the bootstrap and, with each request's id, its sampling stream.")] = 0
+    engine: Annotated[str, typer.Option(
+        "--engine", help="Decoding engine: hf (this package's) or vllm (vllm:* arms; see `sweep --help`).")] = "hf"
+    tie_eps: Annotated[float | None, typer.Option(
+        "--tie-eps", min=0.0, help="Excuse a divergence when the top-2 logits differ by < this. "
+                                   "Default: by dtype, 1e-4 (fp32), 0.125 (bf16), 1/64 (fp16).")] = None
+    profile: Annotated[bool, typer.Option(
+        "--profile", help="Time every step's draft / verify / other split on a GPU (a device sync at each phase "
+                          "boundary; by default one sync per step and no split). Always timed on a CPU.")] = False
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Exit 1 (after writing results) on any unexcused divergence.")] = False
+    force: Annotated[bool, typer.Option("--force", help="Discard results of another config in --out.")] = False
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress display on stderr.")] = True
+    max_memory: Annotated[str | None, typer.Option(
+        "--max-memory", help="Memory the KV caches may take, e.g. 40GiB (checked before the run). "
+                             "Default: what is free on the device once the target is loaded.")] = None
+    executor: Annotated[str, typer.Option(
+        "--executor", help="Where cells run: local (this process) or ray (each pairing group, a suite x batch size x "
+                           "temperature with its AR baselines, as a Ray task; docs/ray.md).")] = "local"
+    ray_address: Annotated[str, typer.Option(
+        "--ray-address", help="--executor ray: auto (the cluster this node belongs to, or RAY_ADDRESS), local (a "
+                              "cluster of this machine, started for the run) or HOST:PORT.")] = "auto"
+    ray_gpus_per_task: Annotated[float | None, typer.Option(
+        "--ray-gpus-per-task", min=0, help="GPUs a group's task asks for. Default: 1 on a CUDA device, else 0.")] = None
+    ray_cpus_per_task: Annotated[float | None, typer.Option(
+        "--ray-cpus-per-task", min=0,
+        help="CPUs a group's task asks for. Default: 1 on a CUDA device, else --threads.")] = None
+    ray_max_retries: Annotated[int, typer.Option(
+        "--ray-max-retries", min=0, help="Times a group runs again when its worker dies (its cells start over).")] = 3
 
-    @classmethod
-    def of(cls, params: dict[str, Any]) -> GridFlags:
-        """The grid flags among a command's parsed parameters (``typer.Context.params``)."""
-        return cls(**{f.name: params[f.name] for f in fields(cls)})
+
+GRID = GridFlags()  # the defaults
 
 
-GRID = GridFlags()  # the defaults the commands' signatures read
+def grid_command(after: Mapping[str, tuple[str, ...]] = MappingProxyType({})) -> Callable[[Callable], Callable]:
+    """Give a command the grid flags: its signature, as Typer reads it, becomes the command's own
+    parameters, then every `GridFlags` field as its declared option (``after``: a grid field -> the
+    command's own parameters listed right after it, e.g. {"engine": ("vllm_bin",)}). The command
+    itself takes ``grid: GridFlags`` in their place, packed from the parsed options."""
+
+    def decorate(command: Callable) -> Callable:
+        hints = get_type_hints(command, include_extras=True)
+        grid_hints = get_type_hints(GridFlags, include_extras=True)
+        own = {name: p.replace(annotation=hints[name]) for name, p in inspect.signature(command).parameters.items()
+               if name != "grid"}
+        placed = {name for names in after.values() for name in names}
+        params = [p for name, p in own.items() if name not in placed]
+        for f in fields(GridFlags):
+            params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                            annotation=grid_hints[f.name]))
+            params.extend(own[name] for name in after.get(f.name, ()))
+        grid_names = [f.name for f in fields(GridFlags)]
+
+        @functools.wraps(command)
+        def run(**values: Any) -> Any:
+            grid = GridFlags(**{name: values.pop(name) for name in grid_names})
+            return command(**values, grid=grid)
+
+        run.__signature__ = inspect.Signature([p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params],
+                                              return_annotation=None)
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return run
+
+    return decorate
 
 
 def resolve_target(target: str) -> str:

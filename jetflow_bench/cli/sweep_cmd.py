@@ -1,14 +1,11 @@
-"""`jfbench sweep` and `jfbench ablate`: run a grid of cells into a resumable run folder.
+"""`jfbench sweep`: run a grid of cells into a resumable run folder.
 
-Wiring only: both commands list the shared grid options (`grid_options`) after their own, pack
-them into `GridFlags`, and hand over to `jetflow_bench.sweep` (arms, the ablation plan, the run).
+Wiring only: the shared grid options (`grid_options.grid_command`) around its own (arms, serving
+load, vLLM), handed over to `jetflow_bench.sweep` (arms, the run).
 """
 
 from __future__ import annotations
 
-import sys
-from dataclasses import replace
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -16,107 +13,41 @@ import typer
 from jetflow_bench.arms import ARM_SYNTAX
 from jetflow_bench.cli import app
 from jetflow_bench.cli.grid_options import (
-    GRID,
-    AutoBudgetsOpt,
-    BatchSizesOpt,
-    BudgetsOpt,
-    EngineOpt,
-    ExecutorOpt,
-    ForceOpt,
     GridFlags,
-    LimitOpt,
-    MaxMemoryOpt,
-    MaxNewOpt,
     OutOpt,
-    ProfileOpt,
-    ProgressOpt,
-    RayAddressOpt,
-    RayCpusOpt,
-    RayGpusOpt,
-    RayRetriesOpt,
-    RepeatsOpt,
-    SampleSeedOpt,
-    SeedOpt,
-    StrictOpt,
-    SuitesOpt,
-    TauOnlyOpt,
-    TieEpsOpt,
+    grid_command,
     grid_config,
     grid_temperatures,
     run_and_report,
 )
-from jetflow_bench.cli.options import (
-    AllowOtherTargetOpt,
-    AttentionOpt,
-    CompileOpt,
-    DataDirOpt,
-    DeviceOpt,
-    DtypeOpt,
-    GraphsOpt,
-    TargetOpt,
-    TemperatureOpt,
-    TemperaturesOpt,
-    ThreadsOpt,
-    TopKOpt,
-    TopPOpt,
-)
-from jetflow_bench.cli.recipe_flags import EXTRA_FLAGS, epilog, family_flags, option_pairs
+from jetflow_bench.cli.options import AllowOtherTargetOpt, TargetOpt
 from jetflow_bench.cli.vllm_options import PPOpt, TPOpt, VLLMArgsOpt, VLLMBinOpt, VLLMPortOpt, VLLMUrlOpt
+
+VLLM_FLAGS = ("vllm_bin", "vllm_url", "vllm_port", "vllm_args", "tensor_parallel_size", "pipeline_parallel_size")
 
 
 @app.command("sweep")
+@grid_command(after={"top_k": ("load",), "engine": VLLM_FLAGS, "max_memory": ("allow_other_target",)})
 def sweep(
-    ctx: typer.Context,
     target: TargetOpt,
     out: OutOpt,
     drafters: Annotated[
         str,
         typer.Option("--drafters", help=f"Comma-separated drafter arms: {ARM_SYNTAX} (quote brackets in the shell)."),
     ] = "ngram",
-    suites: SuitesOpt = GRID.suites,
-    budgets: BudgetsOpt = GRID.budgets,
-    auto_budgets: AutoBudgetsOpt = GRID.auto_budgets,
-    batch_sizes: BatchSizesOpt = GRID.batch_sizes,
-    repeats: RepeatsOpt = GRID.repeats,
-    tau_only: TauOnlyOpt = GRID.tau_only,
-    limit: LimitOpt = GRID.limit,
-    max_new_tokens: MaxNewOpt = GRID.max_new_tokens,
-    temperature: TemperatureOpt = GRID.temperature,
-    temperatures: TemperaturesOpt = GRID.temperatures,
-    top_p: TopPOpt = GRID.top_p,
-    top_k: TopKOpt = GRID.top_k,
     load: Annotated[str | None, typer.Option(
         "--load", help="Serving load levels, an axis: poisson:RATE,... (requests/s, Poisson arrivals; inf = all at "
         "once) and/or concurrency:N,... (closed loop, N in flight). The batch size is then the engine's capacity.",
     )] = None,
-    device: DeviceOpt = GRID.device,
-    dtype: DtypeOpt = GRID.dtype,
-    attention: AttentionOpt = GRID.attention,
-    compile: CompileOpt = GRID.compile,
-    graphs: GraphsOpt = GRID.graphs,
-    data_dir: DataDirOpt = GRID.data_dir,
-    sample_seed: SampleSeedOpt = GRID.sample_seed,
-    threads: ThreadsOpt = GRID.threads,
-    seed: SeedOpt = GRID.seed,
-    engine: EngineOpt = GRID.engine,
     vllm_bin: VLLMBinOpt = None,
     vllm_url: VLLMUrlOpt = None,
     vllm_port: VLLMPortOpt = None,
     vllm_args: VLLMArgsOpt = None,
     tensor_parallel_size: TPOpt = 1,
     pipeline_parallel_size: PPOpt = 1,
-    tie_eps: TieEpsOpt = GRID.tie_eps,
-    profile: ProfileOpt = GRID.profile,
-    strict: StrictOpt = GRID.strict,
-    force: ForceOpt = GRID.force,
-    progress: ProgressOpt = GRID.progress,
-    max_memory: MaxMemoryOpt = GRID.max_memory,
     allow_other_target: AllowOtherTargetOpt = False,
-    executor: ExecutorOpt = GRID.executor,
-    ray_address: RayAddressOpt = GRID.ray_address,
-    ray_gpus_per_task: RayGpusOpt = GRID.ray_gpus_per_task,
-    ray_cpus_per_task: RayCpusOpt = GRID.ray_cpus_per_task,
-    ray_max_retries: RayRetriesOpt = GRID.ray_max_retries,
+    *,
+    grid: GridFlags,
 ) -> None:
     """Run a grid of drafters × suites × budgets × batch sizes × repeats into a run folder.
 
@@ -168,8 +99,7 @@ def sweep(
     from jetflow_bench.sweep.arms import sweep_arms
     from jetflow_bench.sweep.engines import ENGINES
 
-    grid = GridFlags.of(ctx.params)
-    engine_name = ENGINES.canonical(engine)
+    engine_name = ENGINES.canonical(grid.engine)
     options = None
     if engine_name == "vllm":
         from jetflow_bench.integrations.vllm_engine import VLLMOptions
@@ -179,115 +109,3 @@ def sweep(
     specs = sweep_arms(drafters, engine_name)
     run_and_report(grid_config(target, specs, grid, load=load), out, grid, engine_options=options,
                    allow_other_target=allow_other_target, allow_flag="--allow-other-target")
-
-
-@app.command("ablate", context_settings=EXTRA_FLAGS,
-             epilog=epilog("variants of the base drafter's family: --NAME V1,V2; fixed: --train-option NAME=VALUE",
-                           drafting="variants on the base's own head: --NAME V1,V2"))
-def ablate(
-    ctx: typer.Context,
-    target: TargetOpt,
-    out: OutOpt,
-    drafter: Annotated[
-        str, typer.Option("--drafter", help=f"The base arm (variant 'default'): {ARM_SYNTAX}.")
-    ] = "jetflow",
-    head: Annotated[
-        str | None, typer.Option("--head", help="Head mask variants: bidirectional (alias: diffusion) or causal.")
-    ] = None,
-    loss: Annotated[str | None, typer.Option("--loss", help="Training-loss variants: rkl, sft.")] = None,
-    data: Annotated[str | None, typer.Option("--data", help="Training-data variants: raw.")] = None,
-    decay: Annotated[
-        str | None, typer.Option("--decay", help="Loss-weighting variants (gamma; 0 = uniform), e.g. 0,3,15.")
-    ] = None,
-    option: Annotated[
-        list[str] | None, typer.Option("--option", help="Any build option's values: KEY=V1,V2 (repeatable).")
-    ] = None,
-    checkpoint: Annotated[
-        list[str] | None, typer.Option("--checkpoint", help="A variant's head: VARIANT=DIR (repeatable).")
-    ] = None,
-    train_option: Annotated[
-        list[str] | None,
-        typer.Option("--train-option", help="Recipe field for heads trained here, KEY=VALUE (e.g. steps=40)."),
-    ] = None,
-    seeds: Annotated[
-        str | None,
-        typer.Option("--seeds", help="Head seeds, e.g. 0,1,2: every arm again per seed (heads trained on demand); "
-                     "deltas get a bootstrap CI over seeds x prompts and the table shows the seed spread. Each seed draws "
-                     "its own training prompts; --train-option data_seed=N keeps one data set for every seed."),
-    ] = None,
-    suites: SuitesOpt = GRID.suites,
-    budgets: BudgetsOpt = GRID.budgets,
-    auto_budgets: AutoBudgetsOpt = GRID.auto_budgets,
-    batch_sizes: BatchSizesOpt = GRID.batch_sizes,
-    repeats: RepeatsOpt = GRID.repeats,
-    tau_only: TauOnlyOpt = GRID.tau_only,
-    limit: LimitOpt = GRID.limit,
-    max_new_tokens: MaxNewOpt = GRID.max_new_tokens,
-    temperature: TemperatureOpt = GRID.temperature,
-    temperatures: TemperaturesOpt = GRID.temperatures,
-    top_p: TopPOpt = GRID.top_p,
-    top_k: TopKOpt = GRID.top_k,
-    device: DeviceOpt = GRID.device,
-    dtype: DtypeOpt = GRID.dtype,
-    attention: AttentionOpt = GRID.attention,
-    compile: CompileOpt = GRID.compile,
-    graphs: GraphsOpt = GRID.graphs,
-    data_dir: DataDirOpt = GRID.data_dir,
-    sample_seed: SampleSeedOpt = GRID.sample_seed,
-    threads: ThreadsOpt = GRID.threads,
-    seed: SeedOpt = GRID.seed,
-    engine: EngineOpt = GRID.engine,
-    tie_eps: TieEpsOpt = GRID.tie_eps,
-    profile: ProfileOpt = GRID.profile,
-    strict: StrictOpt = GRID.strict,
-    force: ForceOpt = GRID.force,
-    progress: ProgressOpt = GRID.progress,
-    max_memory: MaxMemoryOpt = GRID.max_memory,
-    allow_other_target: AllowOtherTargetOpt = False,
-    executor: ExecutorOpt = GRID.executor,
-    ray_address: RayAddressOpt = GRID.ray_address,
-    ray_gpus_per_task: RayGpusOpt = GRID.ray_gpus_per_task,
-    ray_cpus_per_task: RayCpusOpt = GRID.ray_cpus_per_task,
-    ray_max_retries: RayRetriesOpt = GRID.ray_max_retries,
-) -> None:
-    """Run a drafter's default configuration and named variants on one grid; write their deltas.
-
-    ablation.parquet/csv: τ and speed-up deltas of each variant vs the default, with paired
-    bootstrap 95% CIs over prompts.
-
-    Variants that need other weights (--head, --loss, --data, --decay, the family options below) use --checkpoint VARIANT=DIR or are
-    trained on demand, cached by recipe: the default head's own recipe (from its config.json, plus
-    --train-option) changed only by the variant's setting. Drafting options (--refine-passes, --scoring,
-    --construction: each drafter's are listed below) and --option run on the default's head.
-
-    Examples:
-
-        jfbench ablate --target T --drafter jetflow=heads/jf --head bidirectional --refine-passes 0,2
-            --suites math500 --budgets 16,64,256 --out results/ablate-head
-
-        jfbench ablate --target T --drafter ngram --option max_ngram=1,2 --suites gsm8k --out results/ng
-
-        jfbench ablate --target T --drafter "eagle[top_k=4]=heads/eagle" --option depth=4,8 --out results/ea
-
-        jfbench ablate --target T --drafter jetflow=heads/jf --loss rkl,sft --seeds 0,1,2 --out results/loss
-
-        jfbench ablate --target T --drafter dflash=heads/df --decay 0,3,15 --out results/decay
-
-    A variant changes exactly one factor. Where the base's setting is impossible for the variant
-    (a bidirectional head on the packed layout or through tree-causal refinement), both run at the
-    nearest common setting: the variant is compared with the base at that setting, and stderr,
-    the manifest and the table (compared_with, held_fixed) say so.
-    """
-    from jetflow_bench.sweep.ablate_plan import plan_ablation
-
-    grid = GridFlags.of(ctx.params)
-    variant_flags = {"head": head, "loss": loss, "data": data, "decay": decay, **family_flags(ctx.args, drafting=True)}
-    plan = plan_ablation(drafter, {k: v for k, v in variant_flags.items() if v is not None},
-                         option_pairs(option, "--option"), option_pairs(train_option, "--train-option"), seeds)
-    given = {k: Path(v).expanduser().resolve() for k, v in option_pairs(checkpoint, "--checkpoint").items()}
-    config = grid_config(target, list(plan.specs), grid)
-    plan = plan.pinned(config, given, allow_other_target)
-    for note in plan.notes:
-        print(note, file=sys.stderr)
-    config = plan.with_heads(replace(config, extra=plan.extra), given, grid.data_dir)
-    run_and_report(config, out, grid, kind="ablation", derived=plan.derived(config), heads_pinned=True)
