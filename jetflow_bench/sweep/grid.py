@@ -10,11 +10,12 @@ drafter cell finishes.
 Hashes: `config_hash` covers the whole resolved config (a run folder holds exactly one), with
 the target and checkpoints named by their weights' fingerprint rather than their path;
 `cell_hash` covers what determines one cell's numbers (the config without the grid lists, plus
-the cell and its drafter spec), so every result row says precisely what produced it. Hashes see a
-sampling field only when it differs from greedy decoding's value, next to the fixed key
-``temperature: 0.0`` that configs had before sampling existed: a greedy config hashes as it always
-did (earlier run folders resume, committed reference runs stay comparable), and adding
-``--temperatures 0,1`` to a greedy run is a grid change that keeps its finished T = 0 cells.
+the cell and its drafter spec), so every result row says precisely what produced it. Hashes leave
+out a field at its default (`jetflow_bench.hashing.hashed_fields`, except the fields they have always
+covered), and keep the fixed key ``temperature: 0.0`` that configs had before sampling existed: a
+config that sets no newer field hashes as it always did (earlier run folders resume, committed
+reference runs stay comparable), and adding ``--temperatures 0,1`` to a greedy run is a grid change
+that keeps its finished T = 0 cells.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ from jetflow_bench.budget_policy import DEFAULT_CANDIDATES, Budget, check_budget
 from jetflow_bench.engine.sampling import SamplingParams
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
+from jetflow_bench.hashing import hashed_fields
 
 CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat", "temperature", "load"]
 PAIR_KEYS = ["suite", "batch_size", "repeat", "temperature", "load"]  # a drafter cell's AR baseline shares these
 GRID_FIELDS = ("drafters", "suites", "budgets", "batch_sizes", "repeats", "temperatures", "loads")  # not in a cell's hash
-SAMPLING_DEFAULTS = {"temperatures": [0.0], "top_p": 1.0, "top_k": 0}  # a greedy config's sampling fields
 
 
 @dataclass(frozen=True)
@@ -177,37 +178,32 @@ def config_dict(config: SweepConfig) -> dict[str, Any]:
     return _plain(config)
 
 
+# The fields every config hash has covered, at any value, since before the rule of
+# `hashed_fields`: every other field is left out at its default, so a new field keeps older hashes.
+ALWAYS_HASHED = ("limit", "max_new_tokens", "sample_seed", "seed", "engine", "tie_eps", "warmup_tokens", "n_boot", "extra")
+SPEC_ALWAYS_HASHED = ("variant", "checkpoint", "options", "train")
+
+
+def config_identity(plain: dict[str, Any]) -> dict[str, Any]:
+    """The config (as `config_dict` gives it and a manifest stores it) as its hashes see it: fields at
+    their default left out (`hashed_fields`; the sampling fields at greedy decoding's values, next to
+    the fixed ``temperature: 0.0`` of configs made before sampling existed), the target and
+    checkpoints named by their weights, not their paths."""
+    compile = plain.get("compile") or None  # eager runs made before --graphs recorded False
+    if compile == "inductor":  # compiled runs made before --graphs existed recorded True
+        compile = True
+    identity = hashed_fields({**plain, "compile": compile}, SweepConfig, ALWAYS_HASHED)
+    return {**identity, "temperature": 0.0, "target": model_fingerprint(plain["target"]),
+            "drafters": [_spec_identity(s) for s in plain["drafters"]]}
+
+
 def _identity(config: SweepConfig) -> dict[str, Any]:
-    """The config with the target and checkpoints named by their weights, not their paths.
-
-    The default attention backend and an eager target are left out, so runs made before ``--attention``
-    and ``--compile`` existed keep their hashes; so are sampling fields at greedy decoding's values (module docstring).
-    """
-    plain = {k: v for k, v in config_dict(config).items() if SAMPLING_DEFAULTS.get(k, ...) != v}
-    plain["temperature"] = 0.0
-    identity = {**plain, "target": model_fingerprint(config.target),
-                "drafters": [_spec_identity(s) for s in config.drafters]}
-    if identity["attention"] == "sdpa":
-        del identity["attention"]
-    if not identity["profile"]:  # the default leaves the hashes of runs made before `--profile` existed
-        del identity["profile"]
-    if not identity["compile"]:
-        del identity["compile"]
-    elif identity["compile"] == "inductor":  # runs compiled before --graphs existed stored True
-        identity["compile"] = True
-    if not identity["tau_only"]:  # timed runs hash as they did before `--tau-only` existed
-        del identity["tau_only"]
-    if not identity["loads"]:  # runs without a load axis keep the hashes they had before it existed
-        del identity["loads"]
-    return identity
+    return config_identity(config_dict(config))
 
 
-def _spec_identity(spec: DrafterSpec) -> dict[str, Any]:
-    checkpoint = spec.checkpoint and model_fingerprint(spec.checkpoint)
-    identity = {**_plain(spec), "checkpoint": checkpoint}
-    if spec.budgets is None:  # the default leaves the hashes of runs made before the field existed
-        del identity["budgets"]
-    return identity
+def _spec_identity(spec: dict[str, Any]) -> dict[str, Any]:
+    checkpoint = spec["checkpoint"] and model_fingerprint(spec["checkpoint"])
+    return {**hashed_fields(spec, DrafterSpec, SPEC_ALWAYS_HASHED), "checkpoint": checkpoint}
 
 
 def config_hash(config: SweepConfig) -> str:
@@ -215,8 +211,13 @@ def config_hash(config: SweepConfig) -> str:
     return stable_hash(_identity(config))
 
 
+def without_grid(identity: dict[str, Any]) -> dict[str, Any]:
+    """A config's identity without the grid lists: what the settings hash and every cell hash cover."""
+    return {k: v for k, v in identity.items() if k not in GRID_FIELDS}
+
+
 def _settings(config: SweepConfig) -> dict[str, Any]:
-    return {k: v for k, v in _identity(config).items() if k not in GRID_FIELDS}
+    return without_grid(_identity(config))
 
 
 def settings_hash(config: SweepConfig) -> str:
@@ -226,12 +227,8 @@ def settings_hash(config: SweepConfig) -> str:
 
 def cell_hash(config: SweepConfig, cell: Cell, spec: DrafterSpec) -> str:
     """Hash of what determines one cell: shared settings, the cell keys and its drafter spec."""
-    keys = {**cell.keys, "budget": _plain(cell.budget)}  # the policy's candidates are part of its cell
-    if not cell.temperature:
-        del keys["temperature"]
-    if not cell.load:
-        del keys["load"]
-    return stable_hash({"config": _settings(config), "cell": keys, "drafter": _spec_identity(spec)})
+    keys = hashed_fields({**cell.keys, "budget": _plain(cell.budget)}, Cell)  # a policy's candidates count
+    return stable_hash({"config": _settings(config), "cell": keys, "drafter": _spec_identity(_plain(spec))})
 
 
 def sampling_for(config: SweepConfig, cell: Cell) -> SamplingParams:

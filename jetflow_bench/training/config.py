@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.hashing import hashed_fields
 from jetflow_bench.plugins import family_of, recipe_defaults
 from jetflow_bench.training.recipe import resolve_options
 
@@ -33,6 +34,11 @@ SOURCES = ("gsm8k", "mbpp", "sharegpt")
 # 4: `heldout` sequences kept out of training for the acceptance proxy.
 RECIPE_VERSION = 4
 DEEP_TARGET = 24  # targets at least this deep get the paper's proportion (`TrainingObjective.head_layers`)
+# The shared fields every head's record (and so its cache key) has held, at any value, since before
+# the rule of `hashed_fields`: any other field is left out at its default, so a new field keeps the keys.
+ALWAYS_RECORDED = ("head", "loss", "data", "corpus", "prompts", "max_new_tokens", "steps", "batch_size", "seq_len", "lr",
+                   "warmup", "grad_clip", "layers", "num_taps", "block_size", "anchors", "decay", "heldout", "eval_every",
+                   "stop_on_plateau", "draft_vocab", "seed")
 
 
 def canonical_head(name: str | None) -> str | None:
@@ -194,9 +200,8 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         """The recipe record: shared fields and the family's own (`TrainingObjective.record`), flat."""
-        shared = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "options"}
-        if self.data_seed is None:  # unset: recorded as before the field existed, so those heads keep their keys
-            del shared["data_seed"]
+        shared = hashed_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "options"},
+                               TrainConfig, ALWAYS_RECORDED)
         return {**shared, "corpus": list(self.corpus), "head": self.mode, **self.objective.record(self)}
 
     def resolved(self, target_layers: int | None = None) -> dict[str, Any]:

@@ -294,13 +294,13 @@ def test_plain_vllm_runs_once_per_batch_size_and_old_hashes_stay():
     # Bugs: vllm:none re-measured at every budget (two baselines per batch size), or the new
     # DrafterSpec field changing the hash of every earlier run (CI reference cells recomputed).
     from jetflow_bench.budget_policy import Budget
-    from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig, _spec_identity, cells
+    from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig, _identity, cells
 
     config = SweepConfig("t", (DrafterSpec("vllm:none", budgets=(Budget.fixed(1),)), DrafterSpec("vllm:ngram")),
                          ("gsm8k",), (Budget.fixed(4), Budget.fixed(8)), (1,), 1, "cpu", "float32", 1)
     assert [(c.drafter, c.budget.label) for c in cells(config)] == [("ar", "1"), ("vllm:none", "1"), ("vllm:ngram", "4"),
                                                                      ("vllm:ngram", "8")]
-    assert "budgets" not in _spec_identity(DrafterSpec("ngram"))
+    assert "budgets" not in _identity(config)["drafters"][1] and "budgets" in _identity(config)["drafters"][0]
 
 
 def test_spread_respects_caps():
