@@ -36,6 +36,7 @@ from jetflow_bench.cli.options import (
 )
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.runtime import resolve_device, resolve_dtype, set_threads
+from jetflow_bench.targets import absolute_target
 from suites import SUITES
 
 if TYPE_CHECKING:  # the sweep machinery imports torch and pandas: commands import it when they run
@@ -151,12 +152,6 @@ def grid_command(after: Mapping[str, tuple[str, ...]] = MappingProxyType({})) ->
     return decorate
 
 
-def resolve_target(target: str) -> str:
-    """A local folder becomes an absolute path (so the config hash names it); a hub id stays."""
-    local = Path(target).expanduser()
-    return str(local.resolve()) if local.exists() else target
-
-
 def grid_config(
     target: str, drafters: list[DrafterSpec], grid: GridFlags, extra: tuple = (), load: str | None = None,
 ) -> SweepConfig:
@@ -197,7 +192,7 @@ def grid_config(
     dtype = str(resolve_dtype(grid.dtype, dev)).removeprefix("torch.")
     tie_eps = DEFAULT_TIE_EPS[dtype] if grid.tie_eps is None else grid.tie_eps
     return SweepConfig(
-        target=resolve_target(target), drafters=tuple(drafters), suites=suites, budgets=budgets,
+        target=absolute_target(target), drafters=tuple(drafters), suites=suites, budgets=budgets,
         batch_sizes=sizes, repeats=1 if grid.tau_only else grid.repeats, device=str(dev),
         dtype=dtype, threads=torch.get_num_threads(),
         limit=grid.limit, max_new_tokens=grid.max_new_tokens, temperatures=temperatures,

@@ -7,7 +7,7 @@ from pathlib import Path
 from jetflow_bench.errors import JfbenchError
 from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.hardware import CPU_HERE, resolve_hardware
-from jetflow_bench.projection.shapes import DTYPE_BYTES, presets, resolve_target
+from jetflow_bench.projection.shapes import DTYPE_BYTES, presets, target_shape
 from jetflow_bench.projection.verify_cost import load_calibration
 
 DEFAULT_HARDWARE = "h100-sxm"
@@ -20,7 +20,7 @@ def build_cost_model(
     """(cost model, hardware name). A calibration fixes the device, dtype and (by default) context."""
     if not target:
         raise JfbenchError("the run does not name its target: pass --target-config (a preset, folder or hub id)")
-    shape = resolve_target(target)
+    shape = target_shape(target)
     if calibration is not None:
         if hardware not in (None, CPU_HERE):
             raise JfbenchError(

@@ -135,8 +135,9 @@ def shape_from_config(config: dict[str, Any], name: str) -> ModelShape:
         ) from err
 
 
-def resolve_target(spec: str) -> ModelShape:
-    """`spec` is a preset name, a folder holding config.json, or a hub id found in the local HF cache."""
+def target_shape(spec: str) -> ModelShape:
+    """The shape (layers, widths, heads) of the target `spec` names, for the projection: a preset name,
+    a folder holding config.json, or a hub id found in the local HF cache (never a download)."""
     known = presets()["target"]
     if spec in known:
         return shape_from_config(known[spec], spec)

@@ -118,6 +118,13 @@ def resolve_target(value: str | Path) -> str:
     return _hub_id(text)
 
 
+def absolute_target(target: str) -> str:
+    """A resolved ``--target`` as a sweep's config names it: a local folder by its absolute path (so
+    the config and its hash name it wherever the command ran), a hub id as it is."""
+    local = Path(target).expanduser()
+    return str(local.resolve()) if local.exists() else target
+
+
 def known_names() -> list[str]:
     """Every name `--target` takes: the toy presets, the catalog and the cached targets' folders."""
     root = runtime.cache_dir() / "targets"

@@ -14,7 +14,7 @@ from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.hardware import resolve_hardware
 from jetflow_bench.projection.project import project_run
 from jetflow_bench.projection.resolve import build_cost_model
-from jetflow_bench.projection.shapes import DTYPE_BYTES, head_shape, presets, resolve_target
+from jetflow_bench.projection.shapes import DTYPE_BYTES, head_shape, presets, target_shape
 from jetflow_bench.projection.verify_cost import Calibration, fit_profile, load_calibration, write_calibration
 from jetflow_bench.report.loading import load_run
 
@@ -27,7 +27,7 @@ PAPER_HEAD_LAYERS, PAPER_PASSES, PAPER_ENTRIES, PAPER_TAPS = 5, 1, 16, 5
 
 
 def h100_qwen8b() -> CostModel:
-    return CostModel(resolve_target("qwen3-8b"), resolve_hardware("h100-sxm"), BF16, CONTEXT)
+    return CostModel(target_shape("qwen3-8b"), resolve_hardware("h100-sxm"), BF16, CONTEXT)
 
 
 def paper_speedup(model: CostModel, tau: float, budget: int, batch: int) -> float:
@@ -66,7 +66,7 @@ def test_verify_memory_bound_at_batch_1_compute_bound_at_batch_32():
 
 
 def test_moe_counts_active_parameters_for_flops_and_touched_experts_for_bytes():
-    moe = resolve_target("qwen3-30b-a3b")
+    moe = target_shape("qwen3-30b-a3b")
     assert moe.experts_touched(1) == pytest.approx(8)  # one token: its 8 routed experts
     assert moe.experts_touched(4096) == pytest.approx(128, rel=1e-3)  # a big batch touches them all
     active = moe.flops(1, 1, 0) / 2  # FLOPs of one token without attention = 2 · active params
@@ -77,7 +77,7 @@ def test_moe_counts_active_parameters_for_flops_and_touched_experts_for_bytes():
 def test_layer_overhead_is_the_residual_of_the_published_h100_ar_rate():
     # presets.toml derives layer_overhead_s from SGLang's 158.34 tok/s (Llama-3.1-8B, H100, batch 1);
     # bug caught: a preset edited without redoing its derivation.
-    h100, llama = resolve_hardware("h100-sxm"), resolve_target("llama3-8b")
+    h100, llama = resolve_hardware("h100-sxm"), target_shape("llama3-8b")
     residual = 1 / 158.34 - llama.weight_bytes(1, BF16) / h100.bandwidth
     assert h100.layer_overhead_s == pytest.approx(residual / llama.overhead_units(), rel=0.01)
     model = CostModel(llama, h100, BF16, context=0)
@@ -101,7 +101,7 @@ def test_unknown_hardware_and_target_are_user_errors_naming_them():
     with pytest.raises(JfbenchError, match="'h900'"):
         resolve_hardware("h900")
     with pytest.raises(JfbenchError, match="'qwen9-8b'"):
-        resolve_target("qwen9-8b")
+        target_shape("qwen9-8b")
     with pytest.raises(JfbenchError, match="cpu-here"):
         build_cost_model("cpu-here", "qwen3-8b", None, None, None)
 
@@ -142,7 +142,7 @@ def test_fit_profile_of_a_flat_forward_keeps_the_highest_rate_reached():
 
 
 def _calibration(tmp_path: Path, target: str = "qwen3-8b") -> Path:
-    shape = resolve_target(target)
+    shape = target_shape(target)
     flops = [shape.flops(n, 1, 64) for n in (1, 4, 16)]
     points = [{"tokens": n, "batch": 1, "verify_s": 1e-3 * (1 + n / 4), "bookkeeping_s": 1e-4 * n}
               for n in (1, 4, 16)]
