@@ -31,13 +31,7 @@ from jetflow_bench.sweep.ablation import (
     with_seeds,
 )
 from jetflow_bench.sweep.arm_syntax import parse_drafters
-from jetflow_bench.sweep.arms import (
-    arm_label,
-    arm_spec,
-    check_option_names,
-    option_defaults,
-    other_target_heads,
-)
+from jetflow_bench.sweep.arms import arm_spec, check_option_names, option_defaults, other_target_heads
 from jetflow_bench.sweep.grid import (
     DrafterSpec,
     SweepConfig,
@@ -60,7 +54,7 @@ class AblationPlan:
     @property
     def notes(self) -> tuple[str, ...]:
         """One line per variant: what it is compared with and at which setting (stderr, manifest)."""
-        return tuple(c.note(arm_label(self.base)) for c in self.comparisons.values())
+        return tuple(c.note(self.base.full_label) for c in self.comparisons.values())
 
     @property
     def extra(self) -> tuple[tuple[str, Any], ...]:
@@ -136,7 +130,7 @@ def plan_ablation(
         own_seed = int({**trained_recipe(base.checkpoint), **recipe}.get("seed", 0))
         learned = trains(base.name)
         if not learned or (base.checkpoint and not trained_recipe(base.checkpoint)):
-            raise JfbenchError(f"--seeds: {arm_label(base)} has no jfbench training recipe to re-train with other seeds; "
+            raise JfbenchError(f"--seeds: {base.full_label} has no jfbench training recipe to re-train with other seeds; "
                                "pass a head made by `jfbench train`")
         specs = with_seeds(specs, parse_ints(seeds, "--seeds", minimum=0), own_seed)
     return AblationPlan(base, tuple(specs), comparisons, recipe)

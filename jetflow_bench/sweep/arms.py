@@ -70,13 +70,6 @@ def arm_spec(name: str, options: dict[str, Any], checkpoint: Path | None, varian
     )
 
 
-def arm_label(spec: DrafterSpec) -> str:
-    """``eagle[depth=15]`` for an arm with options, whatever its variant is called (ablation bases)."""
-    if spec.variant != DEFAULT_VARIANT or not spec.options:
-        return spec.label
-    return f"{spec.name}[{options_label(dict(spec.options))}]"
-
-
 OTHER_TARGET = "other-target"  # in an arm's variant: its head was trained on another target (`pin_heads`)
 
 
@@ -210,4 +203,4 @@ def check_compiled_budgets(specs: Iterable[DrafterSpec], budgets: Iterable[Budge
 
     most = max(b.nodes for b in budgets)
     for spec in specs:
-        check_compiled_budget(arm_label(spec), most, DRAFTERS.get(spec.name).max_compiled_budget(dict(spec.options)))
+        check_compiled_budget(spec.full_label, most, DRAFTERS.get(spec.name).max_compiled_budget(dict(spec.options)))

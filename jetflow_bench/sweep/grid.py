@@ -62,6 +62,12 @@ class DrafterSpec:
     def label(self) -> str:
         return arm_label(self.name, self.variant)
 
+    @property
+    def full_label(self) -> str:
+        """The arm named by its options even where its variant is the default: an ablation's base
+        ``eagle[top_k=4]`` (whose tables call it ``eagle``, the default every variant is compared with)."""
+        return arm_label(self.name, self.variant if self.variant != DEFAULT_VARIANT else options_label(dict(self.options)))
+
 
 AR_SPEC = DrafterSpec(AR_ARM)
 

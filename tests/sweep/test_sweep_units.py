@@ -128,7 +128,7 @@ def test_drafter_list_parsing(tmp_path):
 
 
 def test_arm_names_carry_only_non_default_options():
-    from jetflow_bench.sweep.arms import arm_label, arm_spec
+    from jetflow_bench.sweep.arms import arm_spec
 
     assert arm_spec("ngram", {"max_ngram": 2}, None).label == "ngram[max_ngram=2]"
     assert arm_spec("pld", {"max_ngram": 4, "min_ngram": 1}, None).label == "ngram"  # defaults drop out
@@ -136,7 +136,7 @@ def test_arm_names_carry_only_non_default_options():
     assert arm_spec("jetflow", {"refine_passes": 0}, None).label == "jetflow"  # the released default
     assert arm_spec("jetflow-refine", {"refine_passes": 0}, None).label == "jetflow-refine[refine_passes=0]"
     base = arm_spec("eagle", {"depth": 8}, None, variant="default")
-    assert base.label == "eagle" and arm_label(base) == "eagle[depth=8]" and base.options == (("depth", 8),)
+    assert base.label == "eagle" and base.full_label == "eagle[depth=8]" and base.options == (("depth", 8),)
     with pytest.raises(JfbenchError, match="has no option 'dpth': did you mean 'depth'"):
         arm_spec("eagle", {"dpth": 8}, None)
 
