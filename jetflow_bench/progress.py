@@ -1,4 +1,6 @@
-"""The one progress-bar layout every long command uses (on stderr, so stdout stays for results)."""
+"""Progress on stderr (stdout stays for results): the one bar layout every long command uses, the
+sweep's and training's displays built on it (a live bar on a terminal, plain lines in a log), and
+`say` for a note wrapped to the output width."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import shutil
 import sys
 import textwrap
 import time
+from types import TracebackType
 from typing import Any
 
 from rich.console import Console
@@ -80,3 +83,135 @@ def say(text: str, file: Any = None) -> None:
     width = output_width()
     lines = textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) if width else [text]
     print("\n".join(lines), file=file or sys.stderr)
+
+
+class _Display:
+    """A live bar on a terminal (opened by the subclass's ``__enter__`` through `_open`), else plain
+    lines; ``enabled=False`` keeps it silent (tests)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.enabled = enabled
+        self._bar: Progress | None = None
+
+    def _open(self, description: str, *middle: ProgressColumn) -> Progress | None:
+        if self.enabled and self.console.is_terminal:
+            self._bar = progress_bar(self.console, description, *middle)
+            self._bar.__enter__()
+        return self._bar
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(exc_type, exc, tb)
+
+
+class SweepProgress(_Display):
+    """Overall cells (with ETA), the prompt batches of the repeat being timed and its tokens/s
+    (the sweep times a pairing group's cells interleaved, so progress is per repeat of a group)."""
+
+    def __init__(self, total_cells: int, done_cells: int, enabled: bool = True) -> None:
+        super().__init__(enabled)
+        self.total = total_cells
+        self.done = done_cells
+        self._overall: TaskID | None = None
+        self._cell: TaskID | None = None
+        self._cell_tokens = 0
+        self._cell_start = 0.0
+        self._label = ""
+
+    def __enter__(self) -> SweepProgress:
+        if self._open("{task.description}", TextColumn("{task.fields[rate]}")) is not None:
+            self._overall = self._bar.add_task("cells", total=self.total, completed=self.done, rate="")
+        return self
+
+    def start(self, label: str, n_rounds: int) -> None:
+        self._label, self._cell_tokens, self._cell_start = label, 0, time.perf_counter()
+        if self._bar is not None:
+            if self._cell is not None:
+                self._bar.remove_task(self._cell)
+            self._cell = self._bar.add_task(self._label, total=n_rounds, rate="")
+
+    def advance(self, rounds: int, tokens: int) -> None:
+        """Called after each round (one prompt batch, every interleaved slot) with the tokens it decoded."""
+        self._cell_tokens += tokens
+        if self._bar is not None and self._cell is not None:
+            rate = self._cell_tokens / max(time.perf_counter() - self._cell_start, 1e-9)
+            self._bar.update(self._cell, advance=rounds, rate=f"{rate:,.0f} tok/s")
+
+    def end_cell(self, cell: str) -> None:
+        """Called as each cell is stored; the log line's rate covers its repeat's interleaved slots."""
+        self.done += 1
+        elapsed = time.perf_counter() - self._cell_start
+        if self._bar is not None:
+            self._bar.update(self._overall, completed=self.done)
+        elif self.enabled:
+            rate = self._cell_tokens / max(elapsed, 1e-9)
+            self.console.print(
+                f"[{self.done}/{self.total}] {cell} ({self._label}: {self._cell_tokens} tokens, {rate:,.0f} tok/s "
+                f"incl. warm-ups and checks, {elapsed:.1f} s)"
+            )
+
+    def cells_stored(self, cells: int, text: str) -> None:
+        """Cells that ran elsewhere (a cluster executor's group), stored at once; ``text`` says where."""
+        self.done += cells
+        if self._bar is not None:
+            self._bar.update(self._overall, completed=self.done)
+        elif self.enabled:
+            self.console.print(f"[{self.done}/{self.total}] {text}")
+
+    def note(self, text: str) -> None:
+        """A warning or note about a cell: printed with or without the progress display."""
+        self.console.print(text)
+
+
+class TrainProgress(_Display):
+    """Shows step, tokens/s, smoothed loss and ETA; `enabled=False` keeps it silent (tests)."""
+
+    def __init__(self, total_steps: int, tokens_per_step: int, label: str, enabled: bool = True) -> None:
+        self.total_steps = total_steps
+        self.tokens_per_step = tokens_per_step
+        self.label = label
+        super().__init__(enabled)
+        self.loss_ema: float | None = None
+        self._start = time.perf_counter()
+        self._timed_from: tuple[int, float] | None = None  # (step, time) after the first, slower step
+        self._log_every = max(1, total_steps // 20)
+        self._task = None
+
+    def __enter__(self) -> TrainProgress:
+        rate = TextColumn("{task.fields[tps]:>6.0f} tok/s  loss {task.fields[loss]:.3f}")
+        if self._open("[bold]{task.description}", rate) is not None:
+            self._task = self._bar.add_task(self.label, total=self.total_steps, tps=0.0, loss=float("nan"))
+        return self
+
+    def tokens_per_second(self, step: int) -> float:
+        """Throughput since the end of step 1 (its one-off allocation cost excluded)."""
+        if self._timed_from is None or step <= self._timed_from[0]:
+            return 0.0
+        first_step, first_time = self._timed_from
+        return (step - first_step) * self.tokens_per_step / (time.perf_counter() - first_time)
+
+    def update(self, step: int, loss: float) -> None:
+        """Record the loss of finished step `step` (1-based) and refresh the display."""
+        self.loss_ema = loss if self.loss_ema is None else 0.95 * self.loss_ema + 0.05 * loss
+        if step == 1:
+            self._timed_from = (1, time.perf_counter())
+        if not self.enabled:
+            return
+        tps = self.tokens_per_second(step)
+        if step == min(6, self.total_steps) and tps > 0:
+            eta = (self.total_steps - step) * self.tokens_per_step / tps
+            self.console.print(
+                f"{self.label}: {self.total_steps} steps at ~{tps:,.0f} tok/s, estimated {eta / 60:.1f} min"
+            )
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, tps=tps, loss=self.loss_ema)
+        elif step % self._log_every == 0 or step == self.total_steps:
+            elapsed = time.perf_counter() - self._start
+            eta = (self.total_steps - step) * self.tokens_per_step / tps if tps else float("nan")
+            self.console.print(
+                f"{self.label} step {step}/{self.total_steps}  loss {self.loss_ema:.3f}  {tps:,.0f} tok/s  "
+                f"elapsed {elapsed / 60:.1f} min  ETA {eta / 60:.1f} min"
+            )

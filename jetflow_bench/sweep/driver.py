@@ -41,6 +41,7 @@ from jetflow_bench.budget_policy import AUTO_COLUMN, BudgetPolicy
 from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.progress import SweepProgress
 from jetflow_bench.report.loading import INTERLEAVED, TAU_ONLY
 from jetflow_bench.runtime import cpu_numerics
 from jetflow_bench.sweep.efficiency import engine_efficiency
@@ -64,7 +65,6 @@ from jetflow_bench.sweep.journal import CellJournal
 from jetflow_bench.sweep.load import paired_with, run_load_cell
 from jetflow_bench.sweep.lossless import Verdict, judge, sampled_verdict
 from jetflow_bench.sweep.memory import check_memory
-from jetflow_bench.sweep.progress import SweepProgress
 from jetflow_bench.sweep.records import CellRun, DecodedBatch, Prompt
 from jetflow_bench.sweep.runner import (
     batches,

@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from jetflow_bench.errors import JfbenchError
+from jetflow_bench.progress import SweepProgress
 from jetflow_bench.runtime import set_threads
 from jetflow_bench.sweep.driver import GroupJob, run_group_in
 from jetflow_bench.sweep.grid import Cell
 from jetflow_bench.sweep.groups import PairingGroup
 from jetflow_bench.sweep.journal import CellJournal
-from jetflow_bench.sweep.progress import SweepProgress
 from jetflow_bench.sweep.store import PARTIAL, CellParts, RunStore
 
 RAY_EXTRA = 'pip install -e ".[ray]"'

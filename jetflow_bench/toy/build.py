@@ -20,6 +20,7 @@ import torch
 import transformers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3ForCausalLM
 
+from jetflow_bench.progress import TrainProgress
 from jetflow_bench.runtime import cpu_numerics
 from jetflow_bench.toy.corpus import CorpusFile, Document, load_documents
 from jetflow_bench.toy.data import (
@@ -30,7 +31,6 @@ from jetflow_bench.toy.data import (
     tokenize_stream,
 )
 from jetflow_bench.toy.presets import FORMAT_VERSION, MARKER, ToyPreset
-from jetflow_bench.toy.progress import TrainProgress
 from jetflow_bench.toy.tokenizer import train_tokenizer
 from jetflow_bench.toy.train import build_model, heldout_nll, train_steps
 

@@ -8,9 +8,9 @@ import math
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
+from jetflow_bench.progress import TrainProgress
 from jetflow_bench.toy.data import WindowSampler
 from jetflow_bench.toy.presets import ToyPreset
-from jetflow_bench.toy.progress import TrainProgress
 
 
 def build_model(preset: ToyPreset, tokenizer: PreTrainedTokenizerFast) -> Qwen3ForCausalLM:

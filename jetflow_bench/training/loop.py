@@ -28,8 +28,7 @@ from jetflow_bench.errors import JfbenchError
 from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.heads.checkpoint import TargetShape, default_taps, save_head
 from jetflow_bench.heads.head import DraftHead, HeadConfig
-from jetflow_bench.progress import say
-from jetflow_bench.toy.progress import TrainProgress
+from jetflow_bench.progress import TrainProgress, say
 from jetflow_bench.training.config import TrainConfig, canonical_head, target_depth
 from jetflow_bench.training.data import SequenceBatcher, coverage, frequent_tokens, training_sequences
 from jetflow_bench.training.teacher import TeacherCache
