@@ -18,7 +18,8 @@ from jetflow_bench.errors import JfbenchError, writable_folder
 from jetflow_bench.runtime import pin_portable_cpu_numerics
 from jetflow_bench.training.config import SOURCES, TrainConfig
 
-_DEFAULTS = SimpleNamespace(**{f.name: f.default for f in dataclasses.fields(TrainConfig)})  # no drafter lookup: --help stays light
+# Every recipe flag's default is the recipe's own (`TrainConfig`), read without a drafter lookup: --help stays light.
+_DEFAULTS = SimpleNamespace(**{f.name: f.default for f in dataclasses.fields(TrainConfig)})
 
 
 @app.command("train", context_settings=EXTRA_FLAGS, epilog=epilog("--NAME VALUE or --option NAME=VALUE"))
@@ -32,14 +33,14 @@ def train(
         str | None,
         typer.Option("--head", help="In-block attention: causal or bidirectional (alias: diffusion). "
                                 "Default: the drafter's own (dflash bidirectional, else causal)."),
-    ] = None,
-    loss: Annotated[str, typer.Option("--loss", help="fkl (forward KL), rkl (reverse KL) or sft (target argmax).")] = "fkl",
+    ] = _DEFAULTS.head,
+    loss: Annotated[str, typer.Option("--loss", help="fkl (forward KL), rkl (reverse KL) or sft (target argmax).")] = _DEFAULTS.loss,
     data: Annotated[
         str, typer.Option("--data", help="regen (the target's own continuations, cached) or raw (corpus answers).")
-    ] = "regen",
+    ] = _DEFAULTS.data,
     corpus: Annotated[
         str, typer.Option("--corpus", "--suites", help=f"Training prompt sources (training splits): {','.join(SOURCES)}.")
-    ] = ",".join(SOURCES),
+    ] = ",".join(_DEFAULTS.corpus),
     prompts: Annotated[int, typer.Option("--prompts", min=1, help="Training prompts drawn from the sources.")] = _DEFAULTS.prompts,
     max_new_tokens: Annotated[
         int, typer.Option("--max-new-tokens", min=1, help="Length of each regenerated continuation.")
@@ -51,7 +52,7 @@ def train(
     layers: Annotated[
         int | None, typer.Option("--layers", min=1, help="Draft layers. Default: 1 for eagle; block heads 5/36 of a target of 24+ layers with as many tapped "
                                                    "layers (4 for SmolLM2's 30, 5 for 36), else 1/7 of its layers, at least 2.")
-    ] = None,
+    ] = _DEFAULTS.layers,
     block_size: Annotated[
         int, typer.Option("--block-size", min=2, help="Anchor + drafted positions of block heads.")
     ] = _DEFAULTS.block_size,
@@ -67,16 +68,16 @@ def train(
     ] = _DEFAULTS.heldout,
     eval_every: Annotated[
         int | None, typer.Option("--eval-every", min=1, help="Steps between held-out evaluations. Default: steps / 20.")
-    ] = None,
+    ] = _DEFAULTS.eval_every,
     stop_on_plateau: Annotated[
         bool, typer.Option("--stop-on-plateau", help="End once the held-out proxy moved < 2% over the last 20% of the steps.")
-    ] = False,
+    ] = _DEFAULTS.stop_on_plateau,
     draft_vocab: Annotated[
         int | None,
         typer.Option("--draft-vocab", min=1, help="Reduced draft vocabulary (EAGLE-3's d2t): the head scores only the N "
                      "most frequent continuation tokens of its training data, mapped back to target ids. Cuts the "
                      "LM-head cost by V/N; output stays lossless. Default: the whole vocabulary."),
-    ] = None,
+    ] = _DEFAULTS.draft_vocab,
     decay: Annotated[
         float,
         typer.Option("--decay", min=0.0, help="Loss weight exp(-(k-1)/decay) at drafted depth k (DFlash's gamma); "
@@ -85,13 +86,13 @@ def train(
     seed: Annotated[
         int, typer.Option("--seed", min=0, help="Seeds initialisation and batch order, and the training-prompt draw "
                           "unless --data-seed is given.")
-    ] = 0,
+    ] = _DEFAULTS.seed,
     data_seed: Annotated[
         int | None,
         typer.Option("--data-seed", min=0, help="Seeds the training-prompt draw alone, so heads of several --seeds "
                      "share one regenerated data set (and its held-out part): cheap extra seeds on a real target, "
                      "and seed spread that is initialisation only. Default: --seed."),
-    ] = None,
+    ] = _DEFAULTS.data_seed,
     seeds: Annotated[
         str | None,
         typer.Option("--seeds", help="Train one head per seed, e.g. 0,1,2, into <out>/seed-<N> (replaces --seed)."),
@@ -141,7 +142,7 @@ def train(
         draft_vocab=draft_vocab, heldout=heldout, eval_every=eval_every, stop_on_plateau=stop_on_plateau,
         seed=seed, data_seed=data_seed, options={**family_flags(ctx.args), **option_pairs(option, "--option")},
     )
-    if seeds is not None and seed != 0:
+    if seeds is not None and seed != _DEFAULTS.seed:
         raise JfbenchError("--seed and --seeds both given: use --seeds 0,1,2 alone")
     runs = [(out, config)] if seeds is None else [
         (out / f"seed-{s}", dataclasses.replace(config, seed=s)) for s in parse_ints(seeds, "--seeds", minimum=0)
