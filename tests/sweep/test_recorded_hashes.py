@@ -19,7 +19,7 @@ import pytest
 
 from jetflow_bench.hashing import hashed_fields
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((ROOT / "results").rglob("manifest.json"))
 SMOLLM2 = "named:smollm2-135m-instruct:bcc81830d10ce7d9"  # its jfbench_target.json: name and sha256[:16]
 
