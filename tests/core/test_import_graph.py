@@ -22,7 +22,7 @@ ROOT_PACKAGE = "jetflow_bench"  # its __init__ (the version string) is a utility
 # family makes, sits below the training loop that reads them).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("utilities", (
-        ROOT_PACKAGE, "jetflow_bench.errors", "jetflow_bench.registry", "jetflow_bench.runtime", "jetflow_bench.fingerprint",
+        ROOT_PACKAGE, "jetflow_bench.errors", "jetflow_bench.registry", "jetflow_bench.runtime", "jetflow_bench.fingerprint", "jetflow_bench.hashing",
         "jetflow_bench.progress", "jetflow_bench.arms", "jetflow_bench.flops", "jetflow_bench.calibration",
         "jetflow_bench.budget_policy", "jetflow_bench.serving_metrics", "jetflow_bench.integrity",
         "jetflow_bench.metrics", "jetflow_bench.kernels",
