@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from drafters import block, eagle, ngram, oracle
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.registry import load_attr
 from jetflow_bench.plugins import DRAFTERS, export_formats, load_family_entry_points, register_family
-from jetflow_bench.registry import load_attr
 
 # Registration order is the legend's order: oldest family first.
 register_family(ngram.FAMILY)

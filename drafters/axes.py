@@ -8,7 +8,7 @@ bidirectional head never sees. The family records (`drafters/eagle/__init__.py`,
 `drafters/block/__init__.py`) name them as their `Family.axes`.
 """
 
-from jetflow_bench.ablation_axes import AblationAxes, CommonSetting
+from jetflow_bench.plugins.ablation_axes import AblationAxes, CommonSetting
 from jetflow_bench.training.recipe import RecipeOption
 
 SCORINGS = ("logp", "entropy")

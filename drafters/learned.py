@@ -21,9 +21,9 @@ import torch
 from drafters.head_cache import ContextCache, StaticHead
 from drafters.tree_builder import TreeOptions
 from drafters.tree_tensors import Dists, top_children
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.compiled import check_compile
 from jetflow_bench.engine.drafter import DraftCost, Drafter, SequenceView
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.checkpoint import HeadInfo, load_head
 from jetflow_bench.heads.head import DraftHead
 

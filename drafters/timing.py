@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import torch
 
-from jetflow_bench.runtime import synchronize
+from jetflow_bench.core.runtime import synchronize
 
 
 class SplitTimer:

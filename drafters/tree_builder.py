@@ -56,8 +56,8 @@ from typing import NamedTuple
 import torch
 
 from drafters.axes import CONSTRUCTIONS, SCORINGS
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.errors import JfbenchError
 
 BUILDERS = ("auto", "tensor", "host")
 

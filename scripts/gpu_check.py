@@ -46,7 +46,7 @@ JFBENCH = [sys.executable, "-c", "import sys; sys.argv[0] = 'jfbench'; from jetf
 PACKAGES = ("torch", "transformers", "triton", "typer", "rich", "pandas", "pyarrow", "scipy", "matplotlib")
 HEADS = ("jetflow", "dflash", "eagle")
 ARMS = ("ngram", "eagle", "dflash", "jetflow", "jetflow-refine")  # AR is every sweep's baseline
-NO_GPU = "asked for a GPU but none is available"  # jetflow_bench.runtime.resolve_device's error
+NO_GPU = "asked for a GPU but none is available"  # jetflow_bench.core.runtime.resolve_device's error
 DRY_RUN_SLACK = 10  # a dry run's or rehearsal's limits are this many times the GPU's: a loaded 2-core CPU is slow
 LIMITS = {"preflight": 20, "steps": 420, "baseline": 150, "sweep": 420, "kernels": 180, "calibrate": 60,
           "projection": 60}  # seconds on the GPU
@@ -147,8 +147,8 @@ def preflight(args: argparse.Namespace) -> list[str]:
 # The in-process snippets' device: argv[2] is the mode; a dry run stops at its first CUDA call
 DEVICE = """
 import sys
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.runtime import resolve_device
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.runtime import resolve_device
 device = 'cpu' if sys.argv[2] == 'rehearse' else 'cuda'
 try:
     resolve_device(device)  # the first CUDA call: on a CPU (the dry run) the 'asked for a GPU' error
@@ -162,7 +162,7 @@ STEPS = """
 import json, sys, torch
 from pathlib import Path
 from transformers import AutoConfig, AutoModelForCausalLM
-from jetflow_bench.bench_compile import compare_forwards
+from jetflow_bench.bench.compile import compare_forwards
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.sweep.efficiency import measure_efficiency
 shapes, mode, out = json.loads(sys.argv[1]), sys.argv[2], Path(sys.argv[3])

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.registry import Registry
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.registry import Registry
 from suites.base import LoadedSuite, Record, Request, Suite
 
 SUITES: Registry[type[Suite]] = Registry("suite", entry_point_group="jfbench.suites")

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.runtime import data_dir as resolve_data_dir
-from jetflow_bench.runtime import hub_offline
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.runtime import data_dir as resolve_data_dir
+from jetflow_bench.core.runtime import hub_offline
 
 HUB_TIMEOUT_S = 5.0  # seconds for the metadata request that decides whether the hub is reachable
 

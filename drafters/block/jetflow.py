@@ -49,10 +49,10 @@ from drafters.timing import span
 from drafters.tree_builder import TreeOptions
 from drafters.tree_ops import build_trees
 from drafters.tree_tensors import Dists, KnownNodes, TreeBatch
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.compiled import TREE_BUCKETS, buckets_up_to, check_compiled_budget
 from jetflow_bench.engine.drafter import SequenceView
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.masks import tree_allowed
 
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from drafters.block import BLOCK_RECORDED, OLD_JETFLOW_LAYOUTS
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.heads.head import DraftHead
 from jetflow_bench.heads.masks import block_allowed, context_allowed, join, tree_allowed
 from jetflow_bench.training.losses import depth_weights

@@ -45,10 +45,10 @@ from drafters.tree_builder import TreeOptions
 from drafters.tree_host import trie_index
 from drafters.tree_ops import draft_trees
 from drafters.tree_tensors import Dists, KnownNodes
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.compiled import buckets_up_to, tree_bucket
 from jetflow_bench.engine.drafter import NOT_EXPLORED, OUTSIDE_TOP_K, SequenceView
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.checkpoint import HeadInfo, read_json
 from jetflow_bench.heads.head import DraftHead
 

@@ -46,11 +46,11 @@ from safetensors.torch import save_file
 from torch import nn
 
 from drafters.head_cache import ContextCache
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.attention import DEFAULT_ATTENTION, AttentionFn, get_attention
 from jetflow_bench.engine.drafter import SequenceView
 from jetflow_bench.engine.rope import Rotary, rotate
 from jetflow_bench.engine.target import EMBEDDING_TAP
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.checkpoint import HeadInfo, TargetShape, load_tensors, read_json
 from jetflow_bench.heads.head import HeadConfig, HeadMeter, KVStore, SwiGLU
 from jetflow_bench.kernels.mask import TreeMask

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.drafter import Drafter, SequenceView
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.errors import JfbenchError
 
 PREFER = ("latest", "earliest")
 

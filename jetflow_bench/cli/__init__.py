@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import typer
 
-from jetflow_bench.errors import JfbenchError, one_line
+from jetflow_bench.core.errors import JfbenchError, one_line
 
 app = typer.Typer(
     name="jfbench",

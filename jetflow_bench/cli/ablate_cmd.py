@@ -14,11 +14,11 @@ from typing import Annotated
 
 import typer
 
-from jetflow_bench.arms import ARM_SYNTAX
 from jetflow_bench.cli import app
 from jetflow_bench.cli.grid_options import GridFlags, OutOpt, grid_command, grid_config, run_and_report
 from jetflow_bench.cli.options import AllowOtherTargetOpt, TargetOpt
 from jetflow_bench.cli.recipe_flags import EXTRA_FLAGS, epilog, family_flags, option_pairs
+from jetflow_bench.core.arms import ARM_SYNTAX
 
 
 @app.command("ablate", context_settings=EXTRA_FLAGS,

@@ -26,9 +26,9 @@ from jetflow_bench.cli.options import (
 )
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit
 from jetflow_bench.cli.vllm_options import VLLMBinOpt
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.runtime import core_list, cpu_cores, pin_cores, set_threads
-from jetflow_bench.runtime import data_dir as resolve_data_dir
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.runtime import core_list, cpu_cores, pin_cores, set_threads
+from jetflow_bench.core.runtime import data_dir as resolve_data_dir
 
 bench_app = typer.Typer(help="Speed benchmarks that compare two implementations in one run.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
@@ -84,10 +84,10 @@ def baseline(
     """
     import torch
 
-    from jetflow_bench.bench_baseline import compare
+    from jetflow_bench.bench.baseline import compare
     from jetflow_bench.engine.compiled import compile_flags
     from jetflow_bench.engine.target import TargetRunner
-    from jetflow_bench.prompts import encode, suite_requests
+    from jetflow_bench.sweep.prompts import encode, suite_requests
 
     if vllm_bin is not None and against is not Against.vllm:
         raise JfbenchError("--vllm-bin is for --against vllm: add --against vllm, or leave --vllm-bin out")
@@ -131,7 +131,7 @@ def baseline(
 def _rival(against: Against, runner, target: str, vllm_bin: str | None, hf_static_cache: bool, max_batch: int,
            cores: tuple[int, ...]):  # fmt: skip
     """The rival decoder as a context manager (a vLLM server stops when the benchmark ends)."""
-    from jetflow_bench.bench_baseline import Transformers
+    from jetflow_bench.bench.baseline import Transformers
 
     if against is Against.transformers:
         return contextlib.nullcontext(Transformers(runner, hf_static_cache))
@@ -177,13 +177,13 @@ def drafter(
     --budgets 16,64,256
     """
     from drafters import DRAFTERS
-    from jetflow_bench.bench_drafter import ar_step_ms, split_drafter
+    from jetflow_bench.bench.drafter import ar_step_ms, split_drafter
     from jetflow_bench.engine.stopping import StopRule
     from jetflow_bench.engine.target import TargetRunner
-    from jetflow_bench.prompts import encode, suite_requests
     from jetflow_bench.sweep.arm_syntax import parse_drafters
     from jetflow_bench.sweep.arms import arm_spec
     from jetflow_bench.sweep.grid import parse_sizes
+    from jetflow_bench.sweep.prompts import encode, suite_requests
 
     if prompts % batch_size:
         raise JfbenchError(f"--prompts {prompts} is not a multiple of --batch-size {batch_size}: "
@@ -312,13 +312,13 @@ def compile_(
     import torch
 
     from drafters import DRAFTERS
-    from jetflow_bench.bench_compile import DecodeArm, compare_decodes, compare_forwards
+    from jetflow_bench.bench.compile import DecodeArm, compare_decodes, compare_forwards
     from jetflow_bench.engine.stopping import StopRule
     from jetflow_bench.engine.target import TargetRunner
-    from jetflow_bench.prompts import encode, suite_requests
     from jetflow_bench.sweep.arm_syntax import parse_drafters
     from jetflow_bench.sweep.arms import arm_spec
     from jetflow_bench.sweep.grid import parse_sizes
+    from jetflow_bench.sweep.prompts import encode, suite_requests
 
     set_threads(threads)
     tree_sizes = sorted({1, *_int_list(sizes, "--sizes")})

@@ -15,8 +15,8 @@ from rich.table import Table
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit, print_table
-from jetflow_bench.errors import JfbenchError, writable_folder
-from jetflow_bench.progress import say
+from jetflow_bench.core.errors import JfbenchError, writable_folder
+from jetflow_bench.core.progress import say
 from jetflow_bench.report import DEFAULT_BASELINE
 
 if TYPE_CHECKING:  # report.check reads tables with pandas: imported when `check` runs

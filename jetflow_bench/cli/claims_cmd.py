@@ -36,7 +36,7 @@ def claims(
 
         jfbench claims runs/main-s0 runs/main-s1 --format csv
     """
-    from jetflow_bench.claims import claims_table
+    from jetflow_bench.report.claims import claims_table
 
     table = claims_table(runs, gamma)
     if format in (TableFormat.csv, TableFormat.json):

@@ -30,9 +30,9 @@ from jetflow_bench.cli.options import (
     TopKOpt,
     TopPOpt,
 )
-from jetflow_bench.progress import say
-from jetflow_bench.runtime import data_dir as resolve_data_dir
-from jetflow_bench.runtime import set_threads
+from jetflow_bench.core.progress import say
+from jetflow_bench.core.runtime import data_dir as resolve_data_dir
+from jetflow_bench.core.runtime import set_threads
 
 # The closing projection of the full demo: these drafters' τ on the paper's setting (docs/projection.md).
 DEMO_PROJECTION = {"hardware": "h100-sxm", "target": "qwen3-8b"}
@@ -103,9 +103,9 @@ def demo(
 
         jfbench demo --temperatures 0,1 --out results/demo-sampled
     """
+    from jetflow_bench.core.runtime import resolve_device
     from jetflow_bench.engine.attention import get_attention
     from jetflow_bench.plugins import trainable_drafters
-    from jetflow_bench.runtime import resolve_device
     from jetflow_bench.sweep.grid import DrafterSpec
     from jetflow_bench.toy import ensure_toy_target
     from jetflow_bench.training import ensure_head

@@ -23,7 +23,7 @@ from jetflow_bench.cli.options import (
     TopPOpt,
 )
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 
 
 @app.command("eval")
@@ -84,6 +84,7 @@ def eval_(
 
         jfbench eval --target T --drafter jetflow=HEAD --tasks gsm8k --limit 64 --compare-plain --temperature 1
     """
+    from jetflow_bench.core.runtime import resolve_device, set_threads
     from jetflow_bench.engine.attention import get_attention
     from jetflow_bench.engine.sampling import SamplingParams
     from jetflow_bench.integrations.lm_eval_run import (
@@ -94,7 +95,6 @@ def eval_(
         require_lm_eval,
         run_eval,
     )
-    from jetflow_bench.runtime import resolve_device, set_threads
 
     require_lm_eval()
     names = [t.strip() for t in tasks.split(",") if t.strip()]

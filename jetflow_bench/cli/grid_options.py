@@ -34,8 +34,8 @@ from jetflow_bench.cli.options import (
     TopKOpt,
     TopPOpt,
 )
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.runtime import resolve_device, resolve_dtype, set_threads
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.runtime import resolve_device, resolve_dtype, set_threads
 from jetflow_bench.targets import absolute_target
 from suites import SUITES
 
@@ -254,7 +254,7 @@ def run_and_report(
         outcome = run_sweep(config, out, command=sys.argv, data_dir=grid.data_dir, force=grid.force, kind=kind,
                             show_progress=grid.progress, derived=derived, max_memory=max_memory,
                             engine_options=engine_options, executor=executor)
-    from jetflow_bench.progress import say
+    from jetflow_bench.core.progress import say
 
     for note in outcome.notes:
         say(note)

@@ -10,7 +10,7 @@ import typer
 from jetflow_bench.cli.bench_cmd import _int_list, bench_app
 from jetflow_bench.cli.options import DeviceOpt, DtypeOpt
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 
 DEFAULT_BACKENDS = "sdpa,triton,flex"
 CPU_NOTE = (
@@ -52,7 +52,7 @@ def kernels(
     sizes, prefixes, batches = (_int_list(tree_sizes, "--tree-sizes"), _int_list(prefix_lens, "--prefix-lens"),
                                 _int_list(batch_sizes, "--batch-sizes"))
     names = [n.strip() for n in backends.split(",") if n.strip()]
-    from jetflow_bench.runtime import resolve_device, resolve_dtype
+    from jetflow_bench.core.runtime import resolve_device, resolve_dtype
 
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
@@ -60,7 +60,7 @@ def kernels(
     if len(head_shape) != 3 or head_shape[0] % head_shape[1]:
         raise JfbenchError(f"--heads {heads!r}: give Q_HEADS,KV_HEADS,HEAD_DIM with Q_HEADS a multiple of KV_HEADS")
 
-    from jetflow_bench.bench_kernels import run_case
+    from jetflow_bench.bench.kernels import run_case
     from jetflow_bench.engine.attention import get_attention
 
     for name in list(names):

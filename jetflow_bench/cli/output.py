@@ -27,8 +27,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.progress import output_width
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.progress import output_width
 
 
 class TableFormat(str, Enum):

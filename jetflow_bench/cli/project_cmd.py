@@ -11,7 +11,7 @@ import typer
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit, print_table
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 
 
 def parse_sizes(spec: str, flag: str) -> list[int]:

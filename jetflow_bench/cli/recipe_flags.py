@@ -10,9 +10,9 @@ without touching the CLI. `ablate` also takes each drafter's drafting options
 
 from __future__ import annotations
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.registry import did_you_mean
 from jetflow_bench.plugins import drafting_help, drafting_options, families, options_help
-from jetflow_bench.registry import did_you_mean
 from jetflow_bench.training.recipe import RecipeOption
 
 # Typer settings of a command that accepts family flags: unknown --flags reach `ctx.args`.

@@ -11,8 +11,8 @@ from rich.console import Console
 
 from jetflow_bench.cli import app
 from jetflow_bench.cli.output import TableFormat
-from jetflow_bench.errors import JfbenchError, writable_folder
-from jetflow_bench.progress import say
+from jetflow_bench.core.errors import JfbenchError, writable_folder
+from jetflow_bench.core.progress import say
 
 RunArg = Annotated[Path, typer.Argument(help="Run folder written by `jfbench sweep` or `jfbench ablate`.")]
 FIGURE_FORMATS = ("png", "svg", "pdf")

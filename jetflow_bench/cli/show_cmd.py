@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from jetflow_bench.arms import arm_label
 from jetflow_bench.cli import app
 from jetflow_bench.cli.output import TableFormat, TableFormatOpt, emit, markdown, print_table, rich_table
 from jetflow_bench.cli.summary_view import LEGEND, SAMPLED, column_help, pick_columns, summary_rows
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.progress import say
+from jetflow_bench.core.arms import arm_label
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.progress import say
 
 if TYPE_CHECKING:  # pandas loads when a table is shown, not for `--help`
     import pandas as pd
@@ -71,7 +71,7 @@ def _read(run: Path, name: str) -> pd.DataFrame:
         raise JfbenchError(f"{path} does not exist ({hint}): check the run folder")
     import pandas as pd
 
-    from jetflow_bench.integrity import READ_ERRORS, reason, warn
+    from jetflow_bench.measure.integrity import READ_ERRORS, reason, warn
     from jetflow_bench.report.loading import CELL_KEYS, REBUILD, with_cell_keys
 
     try:
@@ -150,8 +150,8 @@ def evidence_lines(summary: pd.DataFrame) -> list[str]:
 
 def _tree_rows(shape: pd.DataFrame, what: str) -> list[dict[str, str]]:
     """One row per arm: mean ``what`` (drafted or accepted) nodes per drafting step at each depth."""
-    from jetflow_bench.arms import arm_label
-    from jetflow_bench.budget_policy import budget_label
+    from jetflow_bench.core.arms import arm_label
+    from jetflow_bench.core.budget_policy import budget_label
     from jetflow_bench.report.tree_shape import ARM, by_depth
 
     wide = by_depth(shape, what)
@@ -263,7 +263,7 @@ def show(
     manifest = read_json(run / MANIFEST)
     if manifest is None and not (run / MANIFEST).is_file():
         raise JfbenchError(f"{run} holds no jfbench run ({MANIFEST} missing): pass a folder written by `jfbench sweep`")
-    from jetflow_bench.integrity import warn, warn_damaged_cells
+    from jetflow_bench.measure.integrity import warn, warn_damaged_cells
 
     if manifest is None:
         warn(f"{run / MANIFEST} is not valid JSON; going on without the run's provenance")
@@ -302,8 +302,8 @@ def show(
 
 def _show_load(run: Path, format: TableFormat, slo_text: str | None, config: dict) -> None:
     """`--table load`: latency per load level, the break-even load per arm x budget, the best budget per level."""
+    from jetflow_bench.measure.serving import STATS, parse_slo
     from jetflow_bench.report.load import best_budgets, break_even, load_table
-    from jetflow_bench.serving_metrics import STATS, parse_slo
 
     slo = parse_slo(slo_text)
     requests = _read(run, "requests")

@@ -15,7 +15,7 @@ from rich.text import Text
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt
 from jetflow_bench.cli.output import ObjectFormatOpt, TableFormat, TableFormatOpt, emit, object_format
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from suites import SUITES, get_suite
 from suites.sources import MissingData
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from jetflow_bench.arms import ARM_KEYS
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.arms import ARM_KEYS
+from jetflow_bench.core.errors import JfbenchError
 
 if TYPE_CHECKING:  # pandas loads when a table is shown, not for `--help`
     import pandas as pd
@@ -40,13 +40,13 @@ def _mean(column: str, digits: int, scale: float = 1.0) -> Callable[[pd.DataFram
 
 
 def _arm_name(g: pd.DataFrame, arm: dict) -> str:
-    from jetflow_bench.arms import arm_label
+    from jetflow_bench.core.arms import arm_label
 
     return arm_label(arm["drafter"], arm["variant"])
 
 
 def _budget(g: pd.DataFrame, arm: dict) -> str:
-    from jetflow_bench.budget_policy import budget_label
+    from jetflow_bench.core.budget_policy import budget_label
 
     return budget_label(arm["budget"])
 

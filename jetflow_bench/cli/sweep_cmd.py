@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 
-from jetflow_bench.arms import ARM_SYNTAX
 from jetflow_bench.cli import app
 from jetflow_bench.cli.grid_options import (
     GridFlags,
@@ -22,6 +21,7 @@ from jetflow_bench.cli.grid_options import (
 )
 from jetflow_bench.cli.options import AllowOtherTargetOpt, TargetOpt
 from jetflow_bench.cli.vllm_options import PPOpt, TPOpt, VLLMArgsOpt, VLLMBinOpt, VLLMPortOpt, VLLMUrlOpt
+from jetflow_bench.core.arms import ARM_SYNTAX
 
 VLLM_FLAGS = ("vllm_bin", "vllm_url", "vllm_port", "vllm_args", "tensor_parallel_size", "pipeline_parallel_size")
 

@@ -13,7 +13,7 @@ import typer
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, ThreadsOpt
 from jetflow_bench.cli.output import ObjectFormatOpt, TableFormat, object_format
-from jetflow_bench.errors import JfbenchError, writable_folder
+from jetflow_bench.core.errors import JfbenchError, writable_folder
 from jetflow_bench.toy import MARKER, PRESETS, ensure_toy_target, read_summary
 
 target_app = typer.Typer(

@@ -14,8 +14,8 @@ import typer
 from jetflow_bench.cli import app
 from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt, ThreadsOpt
 from jetflow_bench.cli.recipe_flags import EXTRA_FLAGS, epilog, family_flags, option_pairs
-from jetflow_bench.errors import JfbenchError, writable_folder
-from jetflow_bench.runtime import pin_portable_cpu_numerics
+from jetflow_bench.core.errors import JfbenchError, writable_folder
+from jetflow_bench.core.runtime import pin_portable_cpu_numerics
 from jetflow_bench.training.config import SOURCES, TrainConfig
 
 # Every recipe flag's default is the recipe's own (`TrainConfig`), read without a drafter lookup: --help stays light.

@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from jetflow_bench.registry import close_names
+from jetflow_bench.core.registry import close_names
 
 
 def _kinds(err: BaseException) -> set[str]:

@@ -17,9 +17,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.registry import load_attr
 from jetflow_bench.kernels.mask import TreeMask
-from jetflow_bench.registry import load_attr
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, TreeMask | None, float], torch.Tensor]
 

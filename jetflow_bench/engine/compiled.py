@@ -44,9 +44,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.runtime import synchronize
 from jetflow_bench.engine.kv_cache import KVCache
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.runtime import synchronize
 
 TREE_BUCKETS = (1, 16, 64, 256, 1024)  # padded tree widths; the last is budget_policy.MAX_BUDGET
 CAPACITY_STEP = 512  # compiled KV caches hold a multiple of this many slots per row

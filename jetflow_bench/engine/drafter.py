@@ -57,7 +57,7 @@ class DraftCost:
 
     passes: int  # sequential drafter forwards this step (EAGLE: one per depth; JetFlow: 1 + r; ngram: 0)
     entries: list[int]  # (B,) token positions the head processed for each row, summed over passes
-    flops: list[float]  # (B,) estimated FLOPs spent on each row (jetflow_bench.flops)
+    flops: list[float]  # (B,) estimated FLOPs spent on each row (jetflow_bench.core.flops)
 
     @classmethod
     def free(cls, rows: int) -> DraftCost:

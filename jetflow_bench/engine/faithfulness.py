@@ -2,7 +2,7 @@
 
 The paper's figure (the authors' project page): the share of steps whose top-ranked draft branch
 lies within 5 nats of the target's preferred continuation. Per verify step the engine records two
-raw counters from the tree and the verify logits it already has; `jetflow_bench.metrics` applies
+raw counters from the tree and the verify logits it already has; `jetflow_bench.measure.metrics` applies
 the threshold.
 
 - The top-ranked branch: from the root, step to the child with the highest draft score

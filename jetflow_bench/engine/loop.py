@@ -4,7 +4,7 @@ The AR baseline is this engine with no drafter (every tree is just its root); a 
 passes a drafter. Batches of prompts decode together with ragged acceptance; finished rows leave
 the batch. Greedy by default; with `SamplingParams` (temperature > 0) every token is a sample of
 the target, drawn with its request's random stream (`jetflow_bench.engine.sampling`). Every verify step
-leaves raw counters and timings; all rates are derived later (`jetflow_bench.metrics`).
+leaves raw counters and timings; all rates are derived later (`jetflow_bench.measure.metrics`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import BudgetPolicy, check_budget, require_logp_scores
+from jetflow_bench.core.arms import AR_ARM
+from jetflow_bench.core.budget_policy import BudgetPolicy, check_budget, require_logp_scores
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.drafter import Drafter, SequenceView
 from jetflow_bench.engine.meter import (
     Clock,
@@ -30,7 +31,6 @@ from jetflow_bench.engine.speculative_sampling import sample_accept
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.errors import JfbenchError
 
 
 @dataclass

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 import torch
 
-from jetflow_bench.budget_policy import BudgetPolicy
+from jetflow_bench.core.budget_policy import BudgetPolicy
+from jetflow_bench.core.flops import TransformerShape
+from jetflow_bench.core.runtime import synchronize
 from jetflow_bench.engine.acceptance import Acceptance
 from jetflow_bench.engine.drafter import DraftCost, Drafter, SequenceView
 from jetflow_bench.engine.faithfulness import branch_gaps
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.flops import TransformerShape
-from jetflow_bench.runtime import synchronize
 
 
 class Clock:
@@ -67,7 +67,7 @@ class StepRecord:
     depth: int  # tree depth
     draft_passes: int  # sequential drafter forwards in this step (rows of one forward share it)
     draft_entries: int  # token positions the draft head processed for this row, summed over passes
-    draft_flops: float  # estimated drafting FLOPs for this row (jetflow_bench.flops)
+    draft_flops: float  # estimated drafting FLOPs for this row (jetflow_bench.core.flops)
     verify_flops: float  # estimated FLOPs of this row's tree in the target forward
     # The split below is measured when `timing` is "split"; with "step" timing it is NaN (unmeasured).
     draft_s: float  # drafter: propose + observe (head forwards, tree building inside the drafter)

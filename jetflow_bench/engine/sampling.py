@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ Poisson process; a request that finds every slot taken waits, and that wait is p
 as in a server's queue) or closed loop (``arrivals`` None: a request is sent when a slot frees,
 so ``max_concurrency`` requests are always in flight). Every token a request receives is stamped:
 its first token when its prefill's draw is done, then each step's emitted tokens (a "chunk", what
-a streaming server sends at once) when that step ends. `jetflow_bench.metrics` turns the stamps
+a streaming server sends at once) when that step ends. `jetflow_bench.measure.metrics` turns the stamps
 into TTFT, TPOT, ITL and E2E latency.
 """
 
@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jetflow_bench.budget_policy import BudgetPolicy
+from jetflow_bench.core.budget_policy import BudgetPolicy
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.loop import (
     BatchResult,
@@ -44,7 +45,6 @@ from jetflow_bench.engine.meter import Clock, StepMeter
 from jetflow_bench.engine.sampling import GREEDY, RandomStreams, SamplingParams, draw
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.errors import JfbenchError
 
 
 @dataclass

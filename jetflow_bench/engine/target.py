@@ -16,16 +16,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.flops import TransformerShape
+from jetflow_bench.core.runtime import resolve_device, resolve_dtype
 from jetflow_bench.engine.attention import DEFAULT_ATTENTION, get_attention
 from jetflow_bench.engine.compiled import check_compile, compile_mode, pad_visibility
 from jetflow_bench.engine.forwards import EagerVerify, PreparedTrees, StaticVerify, VerifyForward
 from jetflow_bench.engine.kv_cache import KVCache, PersistentCache, write_entries
 from jetflow_bench.engine.rope import rotate
 from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.flops import TransformerShape
 from jetflow_bench.kernels.mask import TreeMask
-from jetflow_bench.runtime import resolve_device, resolve_dtype
 from jetflow_bench.targets import check_hub_id, resolve_target
 
 # The tap that reads the token embeddings (the input of layer 0); tap i >= 0 is layer i's output.

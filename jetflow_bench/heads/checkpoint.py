@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.heads.head import DraftHead, HeadConfig
 
 if TYPE_CHECKING:

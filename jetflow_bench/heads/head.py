@@ -31,10 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from jetflow_bench.core.flops import TransformerShape, matrix_params
 from jetflow_bench.engine.attention import DEFAULT_ATTENTION, AttentionFn, get_attention
 from jetflow_bench.engine.drafter import DraftCost
 from jetflow_bench.engine.rope import Rotary, rotate
-from jetflow_bench.flops import TransformerShape, matrix_params
 from jetflow_bench.kernels.mask import TreeMask
 
 
@@ -163,7 +163,7 @@ class HeadMeter:
 
     The head calls it from ``forward`` (one pass over (B, N) entries attending to T + N keys),
     ``logits`` (LM-head rows), ``fuse`` (committed context tokens: fusion + context k/v) and
-    ``eagle_inputs`` (EAGLE's input projection); formulas in `jetflow_bench.flops`.
+    ``eagle_inputs`` (EAGLE's input projection); formulas in `jetflow_bench.core.flops`.
     """
 
     def __init__(self, head: DraftHead) -> None:

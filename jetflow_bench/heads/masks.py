@@ -20,8 +20,8 @@ import functools
 
 import torch
 
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.tree import ancestor_mask
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.kernels.mask import TreeMask
 
 BLOCK_MODES = ("causal", "bidirectional")

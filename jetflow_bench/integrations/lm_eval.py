@@ -10,7 +10,7 @@
   token, and the text is cut before the first ``until`` string as the harness expects. Speculative
   greedy decoding is lossless, so every drafter must give plain decoding's strings and accuracy.
   Per request it records verify steps, drafted and accepted tokens; ``speculation_stats()``
-  derives τ from them (`jetflow_bench.metrics`) and ``stats_path=FILE`` writes them as a side file.
+  derives τ from them (`jetflow_bench.measure.metrics`) and ``stats_path=FILE`` writes them as a side file.
 - ``loglikelihood`` / ``loglikelihood_rolling`` score continuations with one batched target
   forward per batch (the same `TargetRunner` forward as prefill), so multiple-choice tasks work.
 
@@ -37,17 +37,17 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from drafters import DRAFTERS, Drafter
-from jetflow_bench.budget_policy import check_budget
+from jetflow_bench.core.budget_policy import check_budget
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.fingerprint import model_fingerprint
 from jetflow_bench.engine import loop as engine
 from jetflow_bench.engine.attention import DEFAULT_ATTENTION
 from jetflow_bench.engine.sampling import SamplingParams
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.fingerprint import model_fingerprint
-from jetflow_bench.metrics import acceptance_stats
-from jetflow_bench.prompts import encode
+from jetflow_bench.measure.metrics import acceptance_stats
 from jetflow_bench.sweep.arm_syntax import parse_drafters
+from jetflow_bench.sweep.prompts import encode
 from suites import Request
 
 logger = logging.getLogger(__name__)

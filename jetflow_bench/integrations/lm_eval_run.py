@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.registry import did_you_mean
 from jetflow_bench.integrations.lm_eval_tasks import CODE_SUITES, TASK_DIR, task_name
 from jetflow_bench.integrations.lm_eval_tasks import SUITES as HARNESS_SUITES
-from jetflow_bench.registry import did_you_mean
 
 PLAIN = ("none", 1)  # (drafter, budget) of plain decoding
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.budget_policy import Budget
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.registry import did_you_mean
+from jetflow_bench.core.budget_policy import Budget
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.registry import did_you_mean
 
 PREFIX = "vllm:"
 NONE = "none"

@@ -24,12 +24,13 @@ from typing import Any
 
 import httpx
 
-from jetflow_bench.budget_policy import BudgetPolicy
+from jetflow_bench.core.budget_policy import BudgetPolicy
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.runtime import cpu_cores
 from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.loop import BatchResult
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 from jetflow_bench.engine.stopping import StopRule
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.integrations import vllm_setup
 from jetflow_bench.integrations.vllm_arms import (
     NONE,
@@ -50,7 +51,6 @@ from jetflow_bench.integrations.vllm_server import (
     served_model,
 )
 from jetflow_bench.integrations.vllm_steps import batch_result
-from jetflow_bench.runtime import cpu_cores
 from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
 from jetflow_bench.sweep.hf_engine import HFEngine
 

@@ -15,8 +15,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from jetflow_bench.bench_baseline import Decode
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.bench.baseline import Decode
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.integrations.vllm_client import RequestFailed, Sampling, complete_all
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, http_get, served_model
 

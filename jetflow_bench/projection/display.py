@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.table import Table
 
-from jetflow_bench.arms import arm_label
+from jetflow_bench.core.arms import arm_label
 from jetflow_bench.projection.cost import CostModel
 
 PROJECTION_LABEL = "projection, not a measurement"

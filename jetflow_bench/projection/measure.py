@@ -17,12 +17,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from jetflow_bench.core.runtime import synchronize
 from jetflow_bench.engine.acceptance import accept_tree
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree
 from jetflow_bench.projection.shapes import ModelShape
 from jetflow_bench.projection.verify_cost import fit_profile
-from jetflow_bench.runtime import synchronize
 
 FANOUT = 4  # children per node of the timed trees
 COPY_BYTES = 1 << 27  # 128 MiB buffer for the bandwidth probe (larger than any CPU cache)

@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import AUTO_COLUMN, BudgetPolicy, budget_label
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.arms import AR_ARM
+from jetflow_bench.core.budget_policy import AUTO_COLUMN, BudgetPolicy, budget_label
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.project import _cells, _specs, head_info
 from jetflow_bench.projection.shapes import head_shape

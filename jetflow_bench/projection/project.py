@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import AUTO_COLUMN
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.arms import AR_ARM
+from jetflow_bench.core.budget_policy import AUTO_COLUMN
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.nominal import nominal_counters
 from jetflow_bench.projection.shapes import ModelShape, head_shape

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.hardware import CPU_HERE, resolve_hardware
 from jetflow_bench.projection.shapes import DTYPE_BYTES, presets, target_shape

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.projection.hardware import CPU_HERE, HardwareProfile, profile_from_dict
 from jetflow_bench.projection.shapes import ModelShape
 

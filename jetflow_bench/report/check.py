@@ -31,11 +31,11 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from jetflow_bench.arms import AR_ARM
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.arms import AR_ARM
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.runtime import numerics_difference
 from jetflow_bench.report import DEFAULT_BASELINE
 from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run, align, load_run, paired_only
-from jetflow_bench.runtime import numerics_difference
 
 GATED_DEPTHS = ("a_1", "a_2", "a_3")
 Level = Literal["fail", "warn", "info"]

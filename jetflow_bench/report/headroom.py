@@ -29,10 +29,10 @@ import numpy as np
 import pandas as pd
 
 from drafters.tree_builder import ChildDist, TreeOptions, build_tree, marginal_lookup
-from jetflow_bench.arms import arm_label
-from jetflow_bench.budget_policy import AUTO_COLUMN
+from jetflow_bench.core.arms import arm_label
+from jetflow_bench.core.budget_policy import AUTO_COLUMN
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.report.loading import CELL_KEYS
 
 BUDGETS = (16, 32, 64, 128, 256, 512, 1024)  # the budgets every headroom table replays

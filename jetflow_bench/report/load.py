@@ -20,9 +20,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.arms import AR_ARM, DEFAULT_VARIANT, arm_label
-from jetflow_bench.metrics import paired_ratio_ci, tau
-from jetflow_bench.serving_metrics import latency_stats
+from jetflow_bench.core.arms import AR_ARM, DEFAULT_VARIANT, arm_label
+from jetflow_bench.measure.metrics import paired_ratio_ci, tau
+from jetflow_bench.measure.serving import latency_stats
 
 ARM = ["suite", "drafter", "variant", "budget", "batch_size", "temperature"]
 LEVEL = [*ARM, "load"]

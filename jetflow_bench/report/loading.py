@@ -17,9 +17,9 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from jetflow_bench.arms import AR_ARM, DEFAULT_VARIANT
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.integrity import READ_ERRORS, reason, warn, warn_damaged_cells
+from jetflow_bench.core.arms import AR_ARM, DEFAULT_VARIANT
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.measure.integrity import READ_ERRORS, reason, warn, warn_damaged_cells
 
 # The columns that identify one cell; the AR baseline has drafter AR_ARM, budget 1, variant "default".
 # Equal to `jetflow_bench.sweep.grid.CELL_KEYS` (tested); repeated so reading results never imports torch.
@@ -167,7 +167,7 @@ def old_recipe_heads(run_path: Path, manifest: dict[str, Any]) -> dict[str, str]
     since replaced (`drafters.block.old_recipe`), read from the head's config.json at the
     manifest's checkpoint, else from ``<run>/../heads/<label>.config.json`` (a published baseline)."""
     from drafters.block import old_recipe
-    from jetflow_bench.arms import arm_label
+    from jetflow_bench.core.arms import arm_label
 
     notes = {}
     for spec in (manifest.get("config") or {}).get("drafters") or []:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 
-from jetflow_bench.arms import AR_ARM
+from jetflow_bench.core.arms import AR_ARM
 from jetflow_bench.plugins import FAMILIES, family_colour
 
 AR_COLOR = "#7f7f7f"

@@ -23,9 +23,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import AUTO_COLUMN
-from jetflow_bench.calibration import expected_calibration_error, reliability_table
+from jetflow_bench.core.arms import AR_ARM
+from jetflow_bench.core.budget_policy import AUTO_COLUMN
+from jetflow_bench.core.calibration import expected_calibration_error, reliability_table
 from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run, depth_columns
 from jetflow_bench.report.palette import AR_COLOR, drafter_color, drafter_order
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import budget_label
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.integrity import warn
+from jetflow_bench.core.arms import AR_ARM
+from jetflow_bench.core.budget_policy import budget_label
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.measure.integrity import warn
 from jetflow_bench.report.loading import (
     CELL_KEYS,
     NO_SPEEDUP,

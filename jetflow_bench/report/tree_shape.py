@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.report.loading import CELL_KEYS, REBUILD, with_cell_keys
 
 NODE_CAP = 256  # nodes.parquet keeps at most this many nodes of a tree, root included (sweep.tables)

@@ -26,7 +26,7 @@ Run-folder layout (``--out RUN``; plots, reports and regression checks read thes
 
 Cell keys (first columns of every table): suite, drafter, variant, budget, batch_size, repeat,
 temperature, load ("" without a serving load).
-The AR baseline is drafter `AR_ARM` (jetflow_bench.arms), variant "default", budget 1.
+The AR baseline is drafter `AR_ARM` (jetflow_bench.core.arms), variant "default", budget 1.
 
 steps:    run_id, <cell keys>, request, step, batch_step, active, drafted, accepted (kept after the
           stop rule), accepted_raw (before it), emitted, depth, draft_passes, draft_entries,
@@ -48,7 +48,7 @@ cells:    run_id, <cell keys>, cell_id, config_hash, engine, n_requests, wall_s,
           speed-ups divide by: AR, or vllm:none for vLLM arms), session (the one that stored it),
           pairing ("interleaved", or "tau-only"), base_wall_s (load cells: the wall time of
           the plain-decoding serving run they are paired with)
-summary:  <cell keys>, then `jetflow_bench.metrics.summarize`'s columns (tau, accepted_per_step,
+summary:  <cell keys>, then `jetflow_bench.measure.metrics.summarize`'s columns (tau, accepted_per_step,
           tau_per_draft, alpha, draft_passes, draft_entries, draft_flops, verify_flops,
           budget_efficiency, a_1..a_D, p_1..p_D, accept_hist, rank1_faithful, tokens_per_s, tpot_s, ttft_s,
           other_share, speedup_{decode,e2e}_{micro,macro}{,_lo,_hi}, accuracy, baseline_accuracy,

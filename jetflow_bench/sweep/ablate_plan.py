@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.arms import DEFAULT_VARIANT
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.arms import DEFAULT_VARIANT
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.plugins import axes_of, drafting_options, family_options, trains
 from jetflow_bench.sweep.ablation import (
     TRAIN_AXES,

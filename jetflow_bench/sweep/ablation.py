@@ -11,7 +11,7 @@ exactly one setting. Where the base's own setting is impossible for the variant 
 head cannot train on the packed layout nor read paths through tree-causal refinement), both
 arms run at the nearest common setting: the variant is compared with a copy of the base at that
 setting (e.g. `head=bidirectional` vs `layout=prefix`), and the table names it. Which settings
-clash is declared by the drafter (`jetflow_bench.ablation_axes.CommonSetting`).
+clash is declared by the drafter (`jetflow_bench.plugins.ablation_axes.CommonSetting`).
 
 ablation table — one row per drafter × variant × suite × budget × batch size, repeats pooled:
     factor, compared_with, held_fixed   (what changed, against which arm, at which setting)
@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.arms import AR_ARM, DEFAULT_VARIANT
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.metrics import bootstrap_draws, rate, tau
+from jetflow_bench.core.arms import AR_ARM, DEFAULT_VARIANT
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.measure.metrics import bootstrap_draws, rate, tau
 from jetflow_bench.plugins import axes_of
 from jetflow_bench.report.loading import with_cell_keys
 from jetflow_bench.sweep.grid import DrafterSpec
@@ -48,7 +48,7 @@ from jetflow_bench.sweep.grid import DrafterSpec
 # fields (its objective's `RecipeOption`s, e.g. layout, match_depth1) are training axes too; every
 # other axis (a drafter's declared drafting options, --option KEY=...) is a build option of the
 # base's own head. What a variant forces on both arms is declared by the drafter
-# (`jetflow_bench.ablation_axes`, `one_factor`).
+# (`jetflow_bench.plugins.ablation_axes`, `one_factor`).
 TRAIN_AXES = (
     "head",  # causal | bidirectional block mask in the head
     "loss",  # fkl | rkl | sft
@@ -112,7 +112,7 @@ def one_factor(
     """Make every variant differ from the arm it is compared with in exactly one factor.
 
     ``base_settings`` holds the base's effective value of each setting its drafter's common
-    settings name (`jetflow_bench.ablation_axes.CommonSetting`; e.g. {"layout": "packed",
+    settings name (`jetflow_bench.plugins.ablation_axes.CommonSetting`; e.g. {"layout": "packed",
     "refine_passes": 0}; a missing or None value never conflicts). A variant whose setting the base
     cannot share is moved, with a reference copy of the base, to the nearest common setting. Example: base jetflow (packed layout), variant head=bidirectional ->
     the variant trains with layout=prefix and is compared with a new arm `layout=prefix` (the

@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.arms import AR_ARM, ARM_SYNTAX
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.arms import AR_ARM, ARM_SYNTAX
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.sweep.engines import ENGINES
 from jetflow_bench.sweep.grid import parse_value
 

@@ -19,10 +19,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.arms import DEFAULT_VARIANT
-from jetflow_bench.budget_policy import Budget
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.registry import did_you_mean
+from jetflow_bench.core.arms import DEFAULT_VARIANT
+from jetflow_bench.core.budget_policy import Budget
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.registry import did_you_mean
 from jetflow_bench.sweep.grid import DrafterSpec, options_label
 
 
@@ -144,7 +144,7 @@ def other_target_heads(
     arm whose head records another target than ``target`` (`jfbench train` records it). Such a head
     is refused unless ``allow_other_target``; ``flag`` is the command's way to allow it (empty: the
     command has none)."""
-    from jetflow_bench.fingerprint import model_fingerprint
+    from jetflow_bench.core.fingerprint import model_fingerprint
     from jetflow_bench.heads.checkpoint import head_origin
 
     here = model_fingerprint(target)
@@ -189,7 +189,7 @@ def _arm(name: str, options: dict[str, Any], checkpoint: Path | None, engine: st
 def check_auto_budgets(specs: Iterable[DrafterSpec]) -> None:
     """--budgets auto needs node scores that are log-probs: refuse the others before any model loads."""
     from drafters import DRAFTERS
-    from jetflow_bench.budget_policy import require_logp_scores
+    from jetflow_bench.core.budget_policy import require_logp_scores
 
     for spec in specs:
         require_logp_scores(DRAFTERS.get(spec.name).scores_with(dict(spec.options)), spec.label)

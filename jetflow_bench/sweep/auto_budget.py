@@ -6,7 +6,7 @@ measured at every candidate budget, at batch 1 and at the cell's batch size (row
 as they finish); between two measured batch sizes the time is interpolated linearly. Measuring in
 the cell itself keeps the policy honest on a shared machine: the curve is the one the cell runs on.
 The measurement is not part of the cell's timed region. Drafting seconds are learned online by the
-policy (`jetflow_bench.budget_policy`).
+policy (`jetflow_bench.core.budget_policy`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from jetflow_bench.budget_policy import BudgetPolicy, StepCost
+from jetflow_bench.core.budget_policy import BudgetPolicy, StepCost
 from jetflow_bench.engine.acceptance import accept_tree
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.projection.measure import complete_tree, interleaved

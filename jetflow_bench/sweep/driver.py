@@ -36,14 +36,14 @@ from typing import Any, Protocol
 import pandas as pd
 import torch
 
-from jetflow_bench.arms import arm_label
-from jetflow_bench.budget_policy import AUTO_COLUMN, BudgetPolicy
+from jetflow_bench.core.arms import arm_label
+from jetflow_bench.core.budget_policy import AUTO_COLUMN, BudgetPolicy
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.progress import SweepProgress
+from jetflow_bench.core.runtime import cpu_numerics
 from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.stopping import StopRule
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.progress import SweepProgress
 from jetflow_bench.report.loading import INTERLEAVED, TAU_ONLY
-from jetflow_bench.runtime import cpu_numerics
 from jetflow_bench.sweep.efficiency import engine_efficiency
 from jetflow_bench.sweep.engines import ENGINES, Engine
 from jetflow_bench.sweep.grid import (

@@ -15,13 +15,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from jetflow_bench.core.registry import Registry
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
-from jetflow_bench.registry import Registry
 
 if TYPE_CHECKING:
     import torch
 
-    from jetflow_bench.budget_policy import BudgetPolicy
+    from jetflow_bench.core.budget_policy import BudgetPolicy
     from jetflow_bench.engine.loop import BatchResult
     from jetflow_bench.engine.stopping import StopRule
     from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig

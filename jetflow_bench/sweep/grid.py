@@ -11,7 +11,7 @@ Hashes: `config_hash` covers the whole resolved config (a run folder holds exact
 the target and checkpoints named by their weights' fingerprint rather than their path;
 `cell_hash` covers what determines one cell's numbers (the config without the grid lists, plus
 the cell and its drafter spec), so every result row says precisely what produced it. Hashes leave
-out a field at its default (`jetflow_bench.hashing.hashed_fields`, except the fields they have always
+out a field at its default (`jetflow_bench.core.hashing.hashed_fields`, except the fields they have always
 covered), and keep the fixed key ``temperature: 0.0`` that configs had before sampling existed: a
 config that sets no newer field hashes as it always did (earlier run folders resume, committed
 reference runs stay comparable), and adding ``--temperatures 0,1`` to a greedy run is a grid change
@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.arms import AR_ARM, DEFAULT_VARIANT, arm_label
-from jetflow_bench.budget_policy import DEFAULT_CANDIDATES, Budget, check_budget
+from jetflow_bench.core.arms import AR_ARM, DEFAULT_VARIANT, arm_label
+from jetflow_bench.core.budget_policy import DEFAULT_CANDIDATES, Budget, check_budget
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.fingerprint import model_fingerprint
+from jetflow_bench.core.hashing import hashed_fields
 from jetflow_bench.engine.sampling import SamplingParams
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.fingerprint import model_fingerprint
-from jetflow_bench.hashing import hashed_fields
 
 CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat", "temperature", "load"]
 PAIR_KEYS = ["suite", "batch_size", "repeat", "temperature", "load"]  # a drafter cell's AR baseline shares these

@@ -12,8 +12,9 @@ from typing import Any
 import torch
 
 from drafters import DRAFTERS, Drafter
-from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import BudgetPolicy
+from jetflow_bench.core.arms import AR_ARM
+from jetflow_bench.core.budget_policy import BudgetPolicy
+from jetflow_bench.core.runtime import available_memory_bytes, cpuinfo_field, synchronize
 from jetflow_bench.engine import loop as hf_engine
 from jetflow_bench.engine.kv_cache import KVCache
 from jetflow_bench.engine.loop import BatchResult
@@ -21,9 +22,8 @@ from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 from jetflow_bench.engine.serving import ServeResult, serve
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.prompts import encode
-from jetflow_bench.runtime import available_memory_bytes, cpuinfo_field, synchronize
 from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
+from jetflow_bench.sweep.prompts import encode
 
 
 class HFEngine:

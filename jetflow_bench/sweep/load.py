@@ -20,10 +20,10 @@ from dataclasses import replace
 
 import numpy as np
 
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.serving_metrics import request_latency
+from jetflow_bench.measure.serving import request_latency
 from jetflow_bench.sweep.engines import Engine
 from jetflow_bench.sweep.grid import Cell
 from jetflow_bench.sweep.records import CellRun, DecodedBatch, Prompt

@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.loop import cache_capacity
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.sweep.engines import Engine
 from jetflow_bench.sweep.grid import SweepConfig
 from jetflow_bench.sweep.records import Prompt

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.progress import SweepProgress
-from jetflow_bench.runtime import set_threads
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.progress import SweepProgress
+from jetflow_bench.core.runtime import set_threads
 from jetflow_bench.sweep.driver import GroupJob, run_group_in
 from jetflow_bench.sweep.grid import Cell
 from jetflow_bench.sweep.groups import PairingGroup

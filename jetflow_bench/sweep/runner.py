@@ -23,7 +23,7 @@ from jetflow_bench.sweep.grid import Cell
 from jetflow_bench.sweep.records import CellRun, DecodedBatch, Prompt
 
 if TYPE_CHECKING:
-    from jetflow_bench.budget_policy import BudgetPolicy
+    from jetflow_bench.core.budget_policy import BudgetPolicy
     from jetflow_bench.engine.loop import MarginalBlock, RankBlock
 
 

@@ -29,8 +29,8 @@ from typing import Any
 import pandas as pd
 from filelock import FileLock, Timeout
 
-from jetflow_bench.errors import JfbenchError, writable_folder
-from jetflow_bench.integrity import READ_ERRORS, cell_problems, reason
+from jetflow_bench.core.errors import JfbenchError, writable_folder
+from jetflow_bench.measure.integrity import READ_ERRORS, cell_problems, reason
 from jetflow_bench.report.loading import ADDED_KEYS, with_cell_keys
 from jetflow_bench.sweep.tables import (
     CELL_COLUMNS,

@@ -1,6 +1,6 @@
 """The tidy tables of a run: raw rows per cell, and the summary derived from them.
 
-Every number in `summary` comes from `jetflow_bench.metrics.summarize` over the raw `steps` and
+Every number in `summary` comes from `jetflow_bench.measure.metrics.summarize` over the raw `steps` and
 `requests` rows (plus the per-cell wall clock), so the summary can always be rebuilt, and checked,
 from the raw rows. Column lists are in `jetflow_bench.sweep` (the run-folder layout).
 """
@@ -15,10 +15,10 @@ from dataclasses import asdict
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.arms import AR_ARM, ARM_KEYS
-from jetflow_bench.budget_policy import AUTO_COLUMN
-from jetflow_bench.calibration import calibration_by
-from jetflow_bench.metrics import (
+from jetflow_bench.core.arms import AR_ARM, ARM_KEYS
+from jetflow_bench.core.budget_policy import AUTO_COLUMN
+from jetflow_bench.core.calibration import calibration_by
+from jetflow_bench.measure.metrics import (
     DRAFT_COST_COLUMNS,
     clear_of_noise,
     noise_floor,
@@ -27,9 +27,9 @@ from jetflow_bench.metrics import (
     summarize,
     tau,
 )
+from jetflow_bench.measure.serving import LATENCY_COLUMNS, request_latency
 from jetflow_bench.report.loading import paired_only
 from jetflow_bench.report.tree_shape import NODE_CAP
-from jetflow_bench.serving_metrics import LATENCY_COLUMNS, request_latency
 from jetflow_bench.sweep.grid import CELL_KEYS, PAIR_KEYS, Cell
 from jetflow_bench.sweep.lossless import Verdict
 from jetflow_bench.sweep.records import PAIRED_COLUMNS, CellRun

@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from jetflow_bench import runtime
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core import runtime
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.toy.presets import MARKER as TOY_MARKER
 from jetflow_bench.toy.presets import PRESETS
 
@@ -133,7 +133,7 @@ def known_names() -> list[str]:
 
 
 def _choices(text: str) -> str:
-    from jetflow_bench.registry import did_you_mean
+    from jetflow_bench.core.registry import did_you_mean
 
     hint = did_you_mean(text, known_names())
     return f"{hint}choose from {', '.join([*PRESETS, *CATALOG])} (`jfbench target list`), a model folder or a hub id"

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 from unittest import mock
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.targets import MARKER, RealTarget, converted
 
 CHECK_PROMPTS = ("What is 7 times 8?", "Write a Python function that reverses a string.", "Name three colours.")

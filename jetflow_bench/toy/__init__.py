@@ -22,8 +22,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from jetflow_bench import runtime
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core import runtime
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.toy.corpus import CorpusFile, corpus_key, find_corpus_files
 from jetflow_bench.toy.presets import MARKER, PRESETS, ToyPreset, get_preset
 

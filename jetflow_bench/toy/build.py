@@ -20,8 +20,8 @@ import torch
 import transformers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3ForCausalLM
 
-from jetflow_bench.progress import TrainProgress
-from jetflow_bench.runtime import cpu_numerics
+from jetflow_bench.core.progress import TrainProgress
+from jetflow_bench.core.runtime import cpu_numerics
 from jetflow_bench.toy.corpus import CorpusFile, Document, load_documents
 from jetflow_bench.toy.data import (
     WindowSampler,

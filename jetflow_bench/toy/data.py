@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.toy.corpus import Document
 from jetflow_bench.toy.tokenizer import encode_segments
 

@@ -11,8 +11,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.registry import did_you_mean
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.registry import did_you_mean
 
 # Bump when the corpus formatting, tokenizer or training loop changes in a way that alters the weights.
 FORMAT_VERSION = 1

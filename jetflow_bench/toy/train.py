@@ -8,7 +8,7 @@ import math
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from jetflow_bench.progress import TrainProgress
+from jetflow_bench.core.progress import TrainProgress
 from jetflow_bench.toy.data import WindowSampler
 from jetflow_bench.toy.presets import ToyPreset
 

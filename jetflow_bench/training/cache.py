@@ -12,8 +12,8 @@ from typing import Any
 
 from filelock import FileLock
 
-from jetflow_bench import runtime
-from jetflow_bench.fingerprint import model_fingerprint
+from jetflow_bench.core import runtime
+from jetflow_bench.core.fingerprint import model_fingerprint
 from jetflow_bench.training.config import TrainConfig, target_depth
 from jetflow_bench.training.loop import finished, train_drafter
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.hashing import hashed_fields
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.hashing import hashed_fields
 from jetflow_bench.plugins import family_of, recipe_defaults
 from jetflow_bench.training.recipe import resolve_options
 

@@ -22,13 +22,13 @@ import torch
 from filelock import FileLock
 from rich.console import Console
 
-from jetflow_bench import runtime
+from jetflow_bench.core import runtime
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.fingerprint import model_fingerprint
+from jetflow_bench.core.progress import progress_bar, say
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.fingerprint import model_fingerprint
-from jetflow_bench.progress import progress_bar, say
 from jetflow_bench.training.config import TrainConfig
 from suites import get_suite
 from suites.base import Record, render_chat

@@ -22,13 +22,13 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from jetflow_bench import runtime
+from jetflow_bench.core import runtime
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.fingerprint import model_fingerprint
+from jetflow_bench.core.progress import TrainProgress, say
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.heads.checkpoint import TargetShape, default_taps, save_head
 from jetflow_bench.heads.head import DraftHead, HeadConfig
-from jetflow_bench.progress import TrainProgress, say
 from jetflow_bench.training.config import TrainConfig, canonical_head, target_depth
 from jetflow_bench.training.data import SequenceBatcher, coverage, frequent_tokens, training_sequences
 from jetflow_bench.training.teacher import TeacherCache

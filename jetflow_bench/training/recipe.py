@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.registry import Registry, did_you_mean
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.registry import Registry, did_you_mean
 
 # Family name -> its tuple of `RecipeOption`, from the old ``jfbench.recipes`` entry-point group only
 # (a family bare of a record, `jetflow_bench.plugins.legacy_family`).
@@ -25,7 +25,7 @@ _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 @dataclass(frozen=True)
 class RecipeOption:
     """One declared option of a plug-in — a family's recipe field, or a drafter's drafting option
-    (`jetflow_bench.ablation_axes`): its name, type, default, allowed values and help."""
+    (`jetflow_bench.plugins.ablation_axes`): its name, type, default, allowed values and help."""
 
     name: str  # the `TrainConfig.options` key (or the build option); on the command line --NAME with "_" -> "-"
     kind: type  # bool, int, float or str

@@ -28,11 +28,11 @@ import torch.nn.functional as F
 from filelock import FileLock
 from numpy.lib.format import open_memmap
 
-from jetflow_bench import runtime
+from jetflow_bench.core import runtime
+from jetflow_bench.core.fingerprint import model_fingerprint
+from jetflow_bench.core.progress import say
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.fingerprint import model_fingerprint
 from jetflow_bench.heads.head import ConcatKV, DraftHead
-from jetflow_bench.progress import say
 from jetflow_bench.training.data import Sample, progress_steps
 from jetflow_bench.training.losses import distill_loss
 

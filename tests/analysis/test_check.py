@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.runtime import cpu_numerics
 from jetflow_bench.report.check import check_run, update_baseline
 from jetflow_bench.report.loading import paired_only, with_cell_keys
-from jetflow_bench.runtime import cpu_numerics
 from tests.helpers.fixtures_runs import write_fixture_run
 
 JETFLOW_16 = {"suite": "gsm8k", "drafter": "jetflow", "variant": "default", "budget": 16, "batch_size": 1,

@@ -1,4 +1,4 @@
-"""Claim verdicts computed from effects and their CIs (`jetflow_bench.claims`)."""
+"""Claim verdicts computed from effects and their CIs (`jetflow_bench.report.claims`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jetflow_bench.claims import VERDICTS, Effect, claim1, claim1_paper, claim2, load_requests, verdict
+from jetflow_bench.report.claims import VERDICTS, Effect, claim1, claim1_paper, claim2, load_requests, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 

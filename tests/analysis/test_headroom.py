@@ -11,8 +11,8 @@ import pytest
 
 from drafters.axes import CONSTRUCTIONS
 from drafters.tree_builder import ChildDist, TreeOptions, build_tree, marginal_lookup
-from jetflow_bench.claims import tau_inf
 from jetflow_bench.engine.drafter import NOT_EXPLORED
+from jetflow_bench.report.claims import tau_inf
 from jetflow_bench.report.headroom import emitted, matched_nodes, nearest, replay_cell, top_k_depth
 from tests.helpers.data_dirs import benchmark_data_dir
 from tests.helpers.random_models import save_random_model

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.metrics import (
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.measure.metrics import (
     acceptance_stats,
     clear_of_noise,
     noise_floor,

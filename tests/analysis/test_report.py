@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.report.html import methodology_url, render_report
 from jetflow_bench.report.loading import load_run
 from jetflow_bench.report.palette import AR_COLOR, drafter_color, palette

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.report.tree_shape import by_depth, node_depths, tree_shape
 from tests.helpers.data_dirs import benchmark_data_dir
 from tests.helpers.random_models import save_random_model

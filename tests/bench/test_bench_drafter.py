@@ -14,9 +14,9 @@ import torch
 
 from drafters import DRAFTERS, timing
 from drafters.timing import SplitTimer, span
-from jetflow_bench.bench_drafter import split_drafter
+from jetflow_bench.bench.drafter import split_drafter
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.stopping import StopRule
-from jetflow_bench.errors import JfbenchError
 from tests.helpers.data_dirs import benchmark_data_dir
 from tests.helpers.heads import PROMPTS
 

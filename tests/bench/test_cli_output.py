@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from jetflow_bench.bench_baseline import BaselineComparison
+from jetflow_bench.bench.baseline import BaselineComparison
 from tests.helpers.data_dirs import benchmark_data_dir
 from tests.helpers.random_models import save_random_model
 

@@ -54,8 +54,8 @@ def test_rehearsal_runs_every_step_and_trains_a_matched_pair(micro_target, tmp_p
 
 
 def test_a_regen_file_of_other_prompts_is_refused(micro_target, tmp_path, monkeypatch):
+    from jetflow_bench.core.errors import JfbenchError
     from jetflow_bench.engine.target import TargetRunner
-    from jetflow_bench.errors import JfbenchError
     from jetflow_bench.training.config import TrainConfig
     from jetflow_bench.training.data import adopt_regenerated
 

@@ -32,7 +32,7 @@ def test_demo_without_data_shows_its_finished_run(cli, no_data, tmp_path: Path) 
 def test_the_quick_demo_says_how_long_it_takes_before_it_trains(cli, tmp_path: Path, monkeypatch) -> None:
     # Bug: the demo ran for 18 minutes with no estimate, on the micro target and 9 cells.
     import jetflow_bench.toy as toy
-    from jetflow_bench.errors import JfbenchError
+    from jetflow_bench.core.errors import JfbenchError
     from tests.helpers.data_dirs import benchmark_data_dir
 
     def stop(preset, *args, **kwargs):
@@ -107,17 +107,17 @@ def test_eta_comes_from_the_rate_measured_after_the_first_unit() -> None:
 
     from rich.progress import Progress
 
-    from jetflow_bench.progress import MeasuredRemainingColumn
+    from jetflow_bench.core.progress import MeasuredRemainingColumn
 
     column = MeasuredRemainingColumn()
     with Progress(column, disable=True) as bar:
         task_id = bar.add_task("t", total=10)
         task = bar.tasks[0]
-        with mock.patch("jetflow_bench.progress.time.perf_counter", return_value=100.0):
+        with mock.patch("jetflow_bench.core.progress.time.perf_counter", return_value=100.0):
             assert column.render(task).plain == "-"  # nothing finished: no rate yet
             bar.update(task_id, completed=1)  # the first unit took long (warm-up); not a rate
             assert column.render(task).plain == "-"
-        with mock.patch("jetflow_bench.progress.time.perf_counter", return_value=130.0):
+        with mock.patch("jetflow_bench.core.progress.time.perf_counter", return_value=130.0):
             bar.update(task_id, completed=4)  # 3 units in 30 s after the first: 10 s each
             assert column.render(task).plain == "0:01:00"  # 6 left
 

@@ -24,7 +24,7 @@ from drafters.tree_builder import (
     conditional_lookup,
     marginal_lookup,
 )
-from jetflow_bench.budget_policy import (
+from jetflow_bench.core.budget_policy import (
     EXPLORE_EVERY,
     BudgetPolicy,
     OnlineCalibration,
@@ -32,7 +32,12 @@ from jetflow_bench.budget_policy import (
     expected_tokens,
     label_nodes,
 )
-from jetflow_bench.calibration import SCORE_EDGES, expected_calibration_error, reliability_table, score_bin
+from jetflow_bench.core.calibration import (
+    SCORE_EDGES,
+    expected_calibration_error,
+    reliability_table,
+    score_bin,
+)
 
 
 def synthetic_nodes(rng: np.random.Generator, n: int, overconfidence: float) -> tuple[np.ndarray, np.ndarray]:

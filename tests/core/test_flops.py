@@ -2,8 +2,8 @@
 
 from torch import nn
 
+from jetflow_bench.core.flops import TransformerShape
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.flops import TransformerShape
 from tests.helpers.random_models import random_model
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jetflow_bench import runtime
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core import runtime
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.targets import CATALOG, MARKER, check_hub_id, converted, resolve_target
 from tests.helpers.gguf_files import write_llama_gguf
 

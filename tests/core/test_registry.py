@@ -4,9 +4,9 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from jetflow_bench import registry as registry_module
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.registry import Registry
+from jetflow_bench.core import registry as registry_module
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.registry import Registry
 
 
 def plugins(monkeypatch: pytest.MonkeyPatch, *points: tuple[str, str]) -> None:

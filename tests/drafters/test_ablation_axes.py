@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from jetflow_bench.ablation_axes import AblationAxes, CommonSetting
 from jetflow_bench.cli.recipe_flags import family_flags
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.plugins import FAMILIES
+from jetflow_bench.plugins.ablation_axes import AblationAxes, CommonSetting
 from jetflow_bench.sweep.ablate_plan import plan_ablation
 from jetflow_bench.training.recipe import RecipeOption
 

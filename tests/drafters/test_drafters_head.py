@@ -14,11 +14,11 @@ from safetensors.torch import save_file
 
 from drafters import DRAFTERS
 from drafters.head_cache import ContextCache
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree, pad_trees
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.checkpoint import TargetShape, default_taps, load_head, save_head
 from jetflow_bench.heads.head import DraftHead
 from jetflow_bench.heads.masks import block_allowed, context_allowed, join, tree_allowed

@@ -15,8 +15,8 @@ from drafters.tree_builder import (
     marginal_lookup,
     tree_paths,
 )
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.tree import ancestor_mask, pad_trees
-from jetflow_bench.errors import JfbenchError
 from tests.helpers.trees import MARGINALS, check_invariants, dist, names
 
 

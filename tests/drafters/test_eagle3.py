@@ -15,12 +15,12 @@ from safetensors.torch import load_file
 
 from drafters import DRAFTERS
 from drafters.eagle.eagle3 import export_eagle3, load_eagle3
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.rope import Rotary, rotate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.errors import JfbenchError
 from tests.helpers.eagle3_heads import (
     HEAD_DIM,
     HEADS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from drafters import DRAFTERS
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.training.config import TrainConfig
 
 

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from drafters.ngram.drafter import NgramDrafter, find_continuations, trie_tree
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.drafter import SequenceView
-from jetflow_bench.errors import JfbenchError
 
 TOKENS = [5, 6, 7, 9, 5, 6, 8, 5, 6]
 

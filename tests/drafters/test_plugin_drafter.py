@@ -23,8 +23,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from jetflow_bench.ablation_axes import ABLATION_AXES, AblationAxes
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.plugins import (
     DRAFTERS,
     FAMILIES,
@@ -35,6 +34,7 @@ from jetflow_bench.plugins import (
     objective_for,
     register_family,
 )
+from jetflow_bench.plugins.ablation_axes import ABLATION_AXES, AblationAxes
 from jetflow_bench.training.recipe import RECIPES
 from tests.drafters.next_token import FAMILY, GUESSES, NAME
 from tests.drafters.next_token.drafter import NEXT_TOKEN_TRAINING, NextTokenDrafter

@@ -14,13 +14,13 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from drafters import DRAFTERS
-from jetflow_bench.budget_policy import BudgetPolicy
+from jetflow_bench.core.budget_policy import BudgetPolicy
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.drafter import Drafter, SequenceView
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.errors import JfbenchError
 from tests.helpers.random_models import random_model, repetitive_prompts
 
 

@@ -7,6 +7,7 @@ import torch
 
 from drafters import DRAFTERS
 from drafters.head_cache import StaticHead
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.compiled import (
     StaticForward,
     buckets_up_to,
@@ -21,7 +22,6 @@ from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.errors import JfbenchError
 from tests.helpers.random_models import random_model, repetitive_prompts
 
 HAVE_COMPILER = any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "c++"))
@@ -236,7 +236,7 @@ def test_refinement_wider_than_the_largest_bucket_is_refused_naming_the_budget(t
 def test_compiled_budget_limits_are_checked_before_any_model_loads(cli, tmp_path):
     """The same refusal from the arm's options alone: it once came only at the drafter's warm-up,
     after the target had loaded and the AR cells had run."""
-    from jetflow_bench.budget_policy import Budget
+    from jetflow_bench.core.budget_policy import Budget
     from jetflow_bench.sweep.arms import check_compiled_budgets
     from jetflow_bench.sweep.grid import DrafterSpec
 
@@ -491,7 +491,7 @@ def test_regional_compilation_traces_one_layer_for_every_layer(monkeypatch):
 
 def test_free_memory_check_on_cuda_asks_the_driver(monkeypatch):
     """The CUDA branch of the memory check, on a CPU: it once named `torch` without importing it."""
-    from jetflow_bench.runtime import available_memory_bytes
+    from jetflow_bench.core.runtime import available_memory_bytes
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (123 << 20, 456 << 20))
     assert available_memory_bytes(torch.device("cuda")) == 123 << 20

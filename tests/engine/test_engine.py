@@ -7,10 +7,10 @@ import torch
 
 from drafters import DRAFTERS
 from drafters.oracle.drafter import OracleDrafter
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.errors import JfbenchError
 from tests.helpers.random_models import repetitive_prompts
 
 

@@ -19,7 +19,7 @@ from jetflow_bench.engine.faithfulness import branch_gaps, top_branch
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.metrics import FAITHFUL_NATS, acceptance_stats
+from jetflow_bench.measure.metrics import FAITHFUL_NATS, acceptance_stats
 from tests.helpers.random_models import repetitive_prompts
 
 A, B, C, X = 1, 2, 3, 4

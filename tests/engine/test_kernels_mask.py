@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.attention import get_attention
 from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.heads.masks import block_allowed, context_allowed, join
 from jetflow_bench.kernels.mask import TreeMask
 from tests.helpers.data_dirs import benchmark_data_dir
@@ -89,7 +89,7 @@ def test_attention_backend_is_in_the_config_hash_except_the_default():
     a kernel backend is a different config."""
     from dataclasses import replace
 
-    from jetflow_bench.budget_policy import Budget
+    from jetflow_bench.core.budget_policy import Budget
     from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig, _identity, config_hash
 
     config = SweepConfig(target="org/model", drafters=(DrafterSpec("ngram"),), suites=("gsm8k",), budgets=(Budget.fixed(16),),

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.acceptance import accept_tree
 from jetflow_bench.engine.sampling import (
     GREEDY,
@@ -18,7 +19,6 @@ from jetflow_bench.engine.sampling import (
 )
 from jetflow_bench.engine.speculative_sampling import point_mass, sample_accept, verify_node, walk_tree
 from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
-from jetflow_bench.errors import JfbenchError
 from tests.helpers.chi_square import ALPHA, chi_square_p
 
 LOGITS = torch.log(torch.tensor([0.1, 0.4, 0.2, 0.3]))

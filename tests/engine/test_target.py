@@ -5,9 +5,9 @@ import random
 import pytest
 import torch
 
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.engine.tree import DraftTree
-from jetflow_bench.errors import JfbenchError
 from tests.helpers.random_models import VOCAB, random_model, save_random_model
 
 

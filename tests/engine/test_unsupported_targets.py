@@ -8,8 +8,8 @@ Llama-style loop would give wrong tokens without an error, so both traits must s
 import pytest
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.errors import JfbenchError
 
 
 def _gemma3_folder(tmp_path, layer_types):

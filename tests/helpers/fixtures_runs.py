@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.metrics import summarize
+from jetflow_bench.measure.metrics import summarize
 from jetflow_bench.sweep.tables import evidence
 
 CELL_KEYS = ["suite", "drafter", "variant", "budget", "batch_size", "repeat"]

@@ -20,7 +20,7 @@ from jetflow_bench.engine.target import TargetRunner  # noqa: E402
 from jetflow_bench.integrations.lm_eval import JfbenchLM  # noqa: E402
 from jetflow_bench.integrations.lm_eval_tasks import CODE_SUITES, SUITES, TASK_DIR, task_name  # noqa: E402
 from jetflow_bench.integrations.lm_eval_tasks.suite_tasks import load_docs, process_results  # noqa: E402
-from jetflow_bench.prompts import suite_requests  # noqa: E402
+from jetflow_bench.sweep.prompts import suite_requests  # noqa: E402
 from suites import get_suite  # noqa: E402
 from tests.helpers.data_dirs import benchmark_data_dir  # noqa: E402
 

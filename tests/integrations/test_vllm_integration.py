@@ -15,7 +15,7 @@ import httpx
 import pandas as pd
 import pytest
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, http_get, port_free
 from jetflow_bench.integrations.vllm_setup import default_bin
 from tests.helpers.data_dirs import shared_data_dir

@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.runtime import core_list, cpu_cores
 from jetflow_bench.engine.stopping import StopRule
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.integrations.vllm_arms import VLLMArm, parse_arm
 from jetflow_bench.integrations.vllm_metrics import (
     EMPTY,
@@ -22,7 +23,6 @@ from jetflow_bench.integrations.vllm_metrics import (
 )
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, log_cause
 from jetflow_bench.integrations.vllm_steps import _assign, batch_result
-from jetflow_bench.runtime import core_list, cpu_cores
 
 RECORDED = Path(__file__).parents[1] / "data" / "vllm_metrics"
 
@@ -293,7 +293,7 @@ def test_batch_result_from_the_recorded_stream():
 def test_plain_vllm_runs_once_per_batch_size_and_old_hashes_stay():
     # Bugs: vllm:none re-measured at every budget (two baselines per batch size), or the new
     # DrafterSpec field changing the hash of every earlier run (CI reference cells recomputed).
-    from jetflow_bench.budget_policy import Budget
+    from jetflow_bench.core.budget_policy import Budget
     from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig, _identity, cells
 
     config = SweepConfig("t", (DrafterSpec("vllm:none", budgets=(Budget.fixed(1),)), DrafterSpec("vllm:ngram")),
@@ -325,7 +325,7 @@ def test_vllm_arms_speedups_divide_by_vllm_plain_decoding():
     # Bug: vLLM arms' speed-ups divided by jfbench's AR (another engine), hiding vLLM's own gain.
     import pandas as pd
 
-    from jetflow_bench.budget_policy import Budget
+    from jetflow_bench.core.budget_policy import Budget
     from jetflow_bench.sweep.driver import GroupRunner
     from jetflow_bench.sweep.grid import Cell
     from jetflow_bench.sweep.tables import summary_table

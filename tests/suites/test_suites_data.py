@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import suites.sources
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from suites import SUITES, get_suite, parse_suites
 from tests.helpers.benchmark_data import REAL_FACTS, DataFacts
 

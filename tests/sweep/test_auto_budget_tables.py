@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jetflow_bench.budget_policy import AUTO_COLUMN, DEFAULT_CANDIDATES, Budget
+from jetflow_bench.core.budget_policy import AUTO_COLUMN, DEFAULT_CANDIDATES, Budget
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.loop import NodeBlock
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.projection.policy_replay import replay_arm
 from jetflow_bench.report.loading import load_run
 from jetflow_bench.report.plots import make_figures, reliability_diagram

@@ -1,5 +1,5 @@
-from jetflow_bench.arms import AR_ARM, DEFAULT_VARIANT
-from jetflow_bench.budget_policy import Budget
+from jetflow_bench.core.arms import AR_ARM, DEFAULT_VARIANT
+from jetflow_bench.core.budget_policy import Budget
 from jetflow_bench.sweep.grid import Cell
 from jetflow_bench.sweep.groups import pairing_groups
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.report.loading import INTERLEAVED
 from jetflow_bench.sweep.grid import CELL_KEYS, DrafterSpec
 from tests.helpers.cli import jfbench

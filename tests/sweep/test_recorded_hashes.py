@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jetflow_bench.hashing import hashed_fields
+from jetflow_bench.core.hashing import hashed_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((ROOT / "results").rglob("manifest.json"))

@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jetflow_bench.arms import AR_ARM
-from jetflow_bench.budget_policy import Budget
+from jetflow_bench.core.arms import AR_ARM
+from jetflow_bench.core.budget_policy import Budget
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.serving import RequestTimeline
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.measure.serving import latency_stats, parse_slo, request_latency
 from jetflow_bench.report.load import best_budgets, break_even, load_table
-from jetflow_bench.serving_metrics import latency_stats, parse_slo, request_latency
 from jetflow_bench.sweep import grid
 from jetflow_bench.sweep.grid import (
     DrafterSpec,

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
-from jetflow_bench.metrics import acceptance_stats
+from jetflow_bench.measure.metrics import acceptance_stats
 from jetflow_bench.sweep import driver
 from jetflow_bench.sweep.grid import CELL_KEYS
 from jetflow_bench.sweep.hf_engine import HFEngine

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jetflow_bench.metrics import paired_ratio_ci
+from jetflow_bench.measure.metrics import paired_ratio_ci
 from jetflow_bench.sweep import driver
 from tests.helpers.cli import jfbench
 from tests.helpers.data_dirs import benchmark_data_dir

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 import torch
 
-from jetflow_bench.budget_policy import Budget
+from jetflow_bench.core.budget_policy import Budget
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.loop import (
     BatchResult,
     MarginalBlock,
@@ -23,7 +24,6 @@ from jetflow_bench.engine.loop import (
     RequestResult,
     StepRecord,
 )
-from jetflow_bench.errors import JfbenchError
 from jetflow_bench.sweep.ablation import ablation_table, trained_recipe, variants, with_checkpoints
 from jetflow_bench.sweep.arm_syntax import parse_drafters
 from jetflow_bench.sweep.grid import (
@@ -184,7 +184,7 @@ def test_tie_eps_default_follows_the_dtype(dtype, given, expected):
 
 def test_every_accepted_dtype_has_a_tie_eps_default():
     # Bug caught: a dtype added to --dtype without a tolerance would fail in grid_config, after parsing.
-    from jetflow_bench.runtime import DTYPES
+    from jetflow_bench.core.runtime import DTYPES
     from jetflow_bench.sweep.grid import DEFAULT_TIE_EPS
 
     assert set(DEFAULT_TIE_EPS) == set(DTYPES)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from jetflow_bench.arms import DEFAULT_VARIANT
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.fingerprint import model_fingerprint
+from jetflow_bench.core.arms import DEFAULT_VARIANT
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.fingerprint import model_fingerprint
 from jetflow_bench.sweep.arms import OTHER_TARGET, pin_heads, sweep_arms
 from jetflow_bench.sweep.grid import DrafterSpec
 from jetflow_bench.toy.presets import MARKER

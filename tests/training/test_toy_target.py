@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.runtime import cpu_numerics
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.runtime import cpu_numerics
 from jetflow_bench.toy import PRESETS, ensure_toy_target, toy_target_path
 from jetflow_bench.toy import corpus as corpus_mod
 from jetflow_bench.toy.corpus import CorpusFile, _exchanges, find_corpus_files, load_documents

@@ -18,9 +18,9 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from drafters.block.training import DFLASH_TRAINING, JETFLOW_TRAINING
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.runtime import PORTABLE_CPU_NUMERICS, cpu_vendor, pin_portable_cpu_numerics
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.runtime import PORTABLE_CPU_NUMERICS, cpu_vendor, pin_portable_cpu_numerics
 from jetflow_bench.training import TrainConfig, ensure_head, head_path, train_drafter
 from jetflow_bench.training import data as training_data
 from jetflow_bench.training import loop as training_loop

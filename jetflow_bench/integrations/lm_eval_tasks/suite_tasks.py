@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 from suites import Record, Suite, get_suite
 from suites.code_suites import ExecutedCodeSuite
 

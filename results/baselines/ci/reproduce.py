@@ -10,7 +10,7 @@ sweep of those heads (the jetflow head also as `jetflow-refine`) and `ngram` on 
 64, batch 1, 64 new tokens, greedy, fp32 on the CPU with torch's default threads, --strict.
 τ and per-depth acceptance are deterministic for this setup, so the check gates on them.
 
-The CPU numerics are pinned (`jetflow_bench.runtime.PORTABLE_CPU_NUMERICS`, set before torch
+The CPU numerics are pinned (`jetflow_bench.core.runtime.PORTABLE_CPU_NUMERICS`, set before torch
 loads and inherited by the sweep): torch's vector kernels capped at AVX2, oneDNN likewise, and MKL in its SSE2 "compatible"
 branch. Unpinned, the same seed trains the micro target to other weights on an AVX-512 CPU than on
 an AVX2-only one, and the gate then fails on τ with no code changed. Pinned, AMD CPUs agree bit for
@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jetflow_bench.runtime import data_dir, pin_portable_cpu_numerics  # loads no torch
+from jetflow_bench.core.runtime import data_dir, pin_portable_cpu_numerics  # loads no torch
 
 LEARNED = ("eagle", "dflash", "jetflow")
 # Recipe fields pinned to what the reference trained, where a default has moved since: the jetflow
@@ -40,7 +40,7 @@ def trained_elsewhere(records: dict[Path, dict | None]) -> str | None:
     """An error line if a cached target or head (path -> its training record) was trained under other
     CPU numerics than this gate pins: the cache reuses it by name (e.g. a micro target the tests
     trained in-process), and the gate would then compare other weights. Records without numerics pass."""
-    from jetflow_bench.runtime import cpu_numerics, numerics_difference
+    from jetflow_bench.core.runtime import cpu_numerics, numerics_difference
 
     here = cpu_numerics()
     for path, record in records.items():

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from jetflow_bench.bench_baseline import hf_greedy
+from jetflow_bench.bench.baseline import hf_greedy
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.prompts import encode
+from jetflow_bench.sweep.prompts import encode
 from jetflow_bench.targets import resolve_target
 
 

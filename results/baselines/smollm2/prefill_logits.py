@@ -16,10 +16,10 @@ import statistics
 
 import torch
 
+from jetflow_bench.core.runtime import data_dir
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.projection.measure import interleaved
-from jetflow_bench.prompts import encode, suite_requests
-from jetflow_bench.runtime import data_dir
+from jetflow_bench.sweep.prompts import encode, suite_requests
 
 
 def main() -> None:

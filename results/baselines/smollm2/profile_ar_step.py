@@ -16,11 +16,11 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from jetflow_bench.core.runtime import data_dir
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.prompts import encode, suite_requests
-from jetflow_bench.runtime import data_dir
+from jetflow_bench.sweep.prompts import encode, suite_requests
 
 
 def op_times(runner: TargetRunner, prompt: list[int], tokens: int) -> dict[str, tuple[int, float]]:

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.metrics import bootstrap_draws, rate, tau
+from jetflow_bench.measure.metrics import bootstrap_draws, rate, tau
 from jetflow_bench.sweep.ablation import split_seed
 from jetflow_bench.training.loop import plateaued
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from jetflow_bench.arms import arm_label
+from jetflow_bench.core.arms import arm_label
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("run", type=Path)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from jetflow_bench import metrics
-from jetflow_bench.arms import arm_label
+from jetflow_bench.core.arms import arm_label
+from jetflow_bench.measure import metrics
 
 HERE = Path(__file__).parent
 

@@ -4,8 +4,8 @@
 sweeps, ablates and exports it like a built-in. Torch-free, as every family record (`--help` reads it).
 """
 
-from jetflow_bench.ablation_axes import AblationAxes
 from jetflow_bench.plugins import Family
+from jetflow_bench.plugins.ablation_axes import AblationAxes
 from jetflow_bench.training.recipe import RecipeOption
 
 NAME = "next-token"

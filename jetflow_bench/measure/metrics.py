@@ -29,8 +29,8 @@ import numpy as np
 import pandas as pd
 from pandas.api.typing import DataFrameGroupBy
 
-from jetflow_bench.arms import AR_ARM, ARM_KEYS
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.arms import AR_ARM, ARM_KEYS
+from jetflow_bench.core.errors import JfbenchError
 
 STEP_TIME_COLUMNS = ("draft_s", "verify_s", "other_s")
 DRAFT_COST_COLUMNS = ("draft_passes", "draft_entries", "draft_flops")  # the drafter's, per step row

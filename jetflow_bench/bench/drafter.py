@@ -25,11 +25,11 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 from drafters.timing import SplitTimer, span, timing
-from jetflow_bench import metrics
 from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.loop import BatchResult, StepRecord, generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
+from jetflow_bench.measure import metrics
 
 # The draft head's compute: its input embedding (block heads' anchor + MASK rows, EAGLE's fused
 # inputs), its forward, LM-head logits, context fusion and the context K/V projections.

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 STATS = {"mean": np.mean, "median": np.median, "p90": lambda a: np.percentile(a, 90), "p99": lambda a: np.percentile(a, 99)}

@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from jetflow_bench.core.runtime import synchronize
 from jetflow_bench.engine.attention import get_attention, sdpa_attention
 from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees
 from jetflow_bench.kernels.mask import TreeMask
-from jetflow_bench.runtime import synchronize
 
 
 def prepare(backend: str, mask: TreeMask) -> object:

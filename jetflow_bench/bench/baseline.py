@@ -20,11 +20,11 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from jetflow_bench.core.runtime import synchronize
 from jetflow_bench.engine.loop import cache_capacity, generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.metrics import paired_ratio_ci
-from jetflow_bench.runtime import synchronize
+from jetflow_bench.measure.metrics import paired_ratio_ci
 
 
 @dataclass

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 
 if TYPE_CHECKING:  # torch loads on first use: `jfbench --help` and the path helpers must not pay for it
     import torch

@@ -22,7 +22,7 @@ is what a step costs while the policy keeps choosing B (EAGLE's drafting grows w
 budget allows; a block head's barely moves). A draft budget not yet tried is assumed free (0 s):
 optimism that makes the policy try it once, after which its measured cost counts.
 
-P(path accepted) comes from `OnlineCalibration`: per score bin (`jetflow_bench.calibration`),
+P(path accepted) comes from `OnlineCalibration`: per score bin (`jetflow_bench.core.calibration`),
 
     P(u) = (accepted_b + m · exp(score_u)) / (nodes_b + m)
 
@@ -44,8 +44,8 @@ from typing import Protocol
 
 import numpy as np
 
-from jetflow_bench.calibration import SCORE_EDGES, score_bin
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.calibration import SCORE_EDGES, score_bin
+from jetflow_bench.core.errors import JfbenchError
 
 DEFAULT_CANDIDATES: tuple[int, ...] = (1, 4, 16, 64, 256)
 MAX_BUDGET = 1024  # most nodes per tree, root included

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from jetflow_bench.ablation_axes import ABLATION_AXES, AblationAxes
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.registry import Registry, load_attr
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.registry import Registry, load_attr
+from jetflow_bench.plugins.ablation_axes import ABLATION_AXES, AblationAxes
 from jetflow_bench.training.recipe import RECIPES, RecipeOption, declarations_help
 
 if TYPE_CHECKING:

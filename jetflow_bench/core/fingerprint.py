@@ -11,7 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from jetflow_bench.errors import JfbenchError
+from jetflow_bench.core.errors import JfbenchError
 
 HASH_CONTENT_UP_TO = 256 * 2**20  # weight bytes; bigger folders are named by file sizes (hashing GBs is slow)
 

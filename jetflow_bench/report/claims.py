@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jetflow_bench.errors import JfbenchError
-from jetflow_bench.metrics import bootstrap_draws, tau
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.measure.metrics import bootstrap_draws, tau
 
 VERDICTS = ("reproduced", "contradicted", "inconclusive", "untestable here")
 N_BOOT = 2000

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jetflow_bench.registry import Registry
+from jetflow_bench.core.registry import Registry
 from jetflow_bench.training.recipe import RecipeOption
 
 
