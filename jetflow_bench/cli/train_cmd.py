@@ -70,7 +70,7 @@ def train(
         int | None, typer.Option("--eval-every", min=1, help="Steps between held-out evaluations. Default: steps / 20.")
     ] = _DEFAULTS.eval_every,
     stop_on_plateau: Annotated[
-        bool, typer.Option("--stop-on-plateau", help="End once the held-out proxy moved < 2% over the last 20% of the steps.")
+        bool, typer.Option("--stop-on-plateau", help="End once the held-out proxy (mean of the last evaluations) moved < 2% over the last 20% of the steps.")
     ] = _DEFAULTS.stop_on_plateau,
     draft_vocab: Annotated[
         int | None,

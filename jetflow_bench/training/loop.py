@@ -37,6 +37,7 @@ PARTIAL = ".partial"
 PLATEAU_SHARE = 0.2  # converged: the held-out proxy moved less than PLATEAU_CHANGE over the last 20% of the steps
 PLATEAU_CHANGE = 0.02
 PLATEAU_MIN_EVALS = 5
+PLATEAU_SMOOTH = 3  # evaluations averaged on each side of the plateau window
 BACKWARD_FACTOR = 3  # training FLOPs = forward + backward (about twice the forward) = 3 x the counted forward
 
 
@@ -149,19 +150,21 @@ def heldout_proxy(
 
 def plateaued(heldout: list[dict[str, Any]], share: float = PLATEAU_SHARE, tolerance: float = PLATEAU_CHANGE) -> bool:
     """Whether the proxy (``accept_len``) changed by less than ``tolerance`` (relative) over the last
-    ``share`` of the steps run: the latest evaluation against the last one at or before
-    (1 - share) x its step. Needs at least `PLATEAU_MIN_EVALS` evaluations, and a proxy above zero:
-    a head flat at zero never learned (e.g. reverse KL stuck on a one-hot start), it did not converge."""
-    if len(heldout) < PLATEAU_MIN_EVALS:
+    ``share`` of the steps run: the mean of the evaluations after (1 - share) x the latest step
+    against the mean of the ones just before it (up to `PLATEAU_SMOOTH` on each side). Single
+    points will not do: on a few dozen held-out sequences the proxy moves by ~10% between
+    evaluations, so two noisy points 2% apart ended a still-rising SmolLM2 head at a tenth of its
+    steps. Needs at least `PLATEAU_MIN_EVALS` evaluations, and a proxy above zero: a head flat at
+    zero never learned (e.g. reverse KL stuck on a one-hot start), it did not converge."""
+    if len(heldout) < PLATEAU_MIN_EVALS or heldout[-1]["accept_len"] <= 0:
         return False
-    now = heldout[-1]
-    if now["accept_len"] <= 0:
+    cut = (1 - share) * heldout[-1]["step"]
+    before = [h["accept_len"] for h in heldout if h["step"] <= cut][-PLATEAU_SMOOTH:]
+    after = [h["accept_len"] for h in heldout if h["step"] > cut][-PLATEAU_SMOOTH:]
+    if not before:
         return False
-    earlier = [h for h in heldout[:-1] if h["step"] <= (1 - share) * now["step"]]
-    if not earlier:
-        return False
-    then = earlier[-1]["accept_len"]
-    return abs(now["accept_len"] - then) <= tolerance * max(then, 1e-9)
+    then, now = sum(before) / len(before), sum(after) / len(after)
+    return abs(now - then) <= tolerance * max(then, 1e-9)
 
 
 def train_drafter(

@@ -270,15 +270,20 @@ def test_draft_vocabulary_heads_train_and_record_their_tokens(random_target, tmp
     assert load_file(str(out / "model.safetensors"))["d2t"].tolist() == expected.tolist()
 
 
-def test_plateau_is_under_two_percent_over_the_last_fifth():
+def test_plateau_is_under_two_percent_over_the_last_fifth_on_smoothed_evaluations():
     def curve(values, every=10):
         return [{"step": every * (i + 1), "accept_len": v} for i, v in enumerate(values)]
 
     assert not plateaued(curve([1.0, 1.5, 2.0, 2.5]))  # too few evaluations
     assert not plateaued(curve([1.0, 1.5, 2.0, 2.5, 3.0]))
-    assert plateaued(curve([1.0, 1.5, 2.0, 2.99, 3.0]))  # step 50 vs step 40: +0.3%
-    assert not plateaued(curve([1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.5]))  # step 100 vs 80: +17%
+    assert not plateaued(curve([1.0, 1.5, 3.0, 2.99, 3.0]))  # 3.0 against mean(1.5, 3.0, 2.99): +20%
+    assert plateaued(curve([1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.01, 3.0]))  # steps 60-80 vs 90-100: +0.2%
+    assert not plateaued(curve([1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.5]))  # +8%
     assert not plateaued(curve([0.0] * 10))  # flat at zero: a head that never learned
+    # A real SmolLM2 jetflow head (held-out proxy every 50 steps): still rising through its noise;
+    # step 600 against step 450 alone (0.729 vs 0.740) read as a plateau.
+    smollm2 = [0.074, 0.088, 0.143, 0.21, 0.311, 0.361, 0.456, 0.646, 0.74, 0.694, 0.625, 0.729]
+    assert not plateaued(curve(smollm2, every=50))
 
 
 def test_training_records_heldout_curves_supervision_and_cost(random_target, tmp_path):
