@@ -9,6 +9,8 @@ external (``--vllm-url``; its served model and speculative configuration must ma
 Metrics: every request is streamed and vLLM's `/metrics` counters are read before and after each
 prompt batch; `vllm_steps` turns both into jfbench's step rows (per request from the stream, the
 batch's drafted tokens from the counters). TTFT and decode time come from the client's stream.
+Under a serving load (`serve`, the ``--load`` axis) the suite's own client sends the requests with
+the arrival process and seed of jfbench's load cells and stamps every chunk (`vllm_client.send_all`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 import shlex
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from jetflow_bench.core.runtime import cpu_cores
 from jetflow_bench.engine.drafter import Drafter
 from jetflow_bench.engine.loop import BatchResult
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
+from jetflow_bench.engine.serving import ServeResult
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.integrations import vllm_setup
 from jetflow_bench.integrations.vllm_arms import (
@@ -41,7 +44,13 @@ from jetflow_bench.integrations.vllm_arms import (
     is_vllm_arm,
     parse_arm,
 )
-from jetflow_bench.integrations.vllm_client import RequestFailed, Sampling, complete_all
+from jetflow_bench.integrations.vllm_client import (
+    Completion,
+    RequestFailed,
+    Sampling,
+    complete_all,
+    send_all,
+)
 from jetflow_bench.integrations.vllm_metrics import SpecCounters, spec_counters
 from jetflow_bench.integrations.vllm_server import (
     ManagedServer,
@@ -50,7 +59,7 @@ from jetflow_bench.integrations.vllm_server import (
     http_get,
     served_model,
 )
-from jetflow_bench.integrations.vllm_steps import batch_result
+from jetflow_bench.integrations.vllm_steps import batch_result, request_timelines
 from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
 from jetflow_bench.sweep.hf_engine import HFEngine
 
@@ -133,23 +142,48 @@ class VLLMEngine:
         if not self.serving_cell:
             return self.hf.generate(prompts, stop, budget, drafter, sampling=sampling, request_ids=request_ids,
                                     policy=policy)
+        send = lambda url, body, start: complete_all(url, self.model, prompts, body)  # noqa: E731
+        return self._requests(prompts, stop, budget, drafter, sampling, policy, send)[1]
+
+    def serve(
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, arrivals: Sequence[float] | None, max_concurrency: int,
+        budget: int, drafter: Drafter | VLLMArm | None, sampling: SamplingParams = GREEDY,
+        request_ids: Sequence[int] | None = None, policy: BudgetPolicy | None = None,
+    ) -> ServeResult:
+        """The load axis (`jetflow_bench.sweep.load`): a vLLM arm's requests sent by the suite's own
+        client at the same arrival times, or with the same requests in flight, as jfbench's engine
+        gets them (`vllm_client.send_all`); their chunk stamps are the timelines."""
+        self.serving_cell = isinstance(drafter, VLLMArm)
+        if not self.serving_cell:
+            return self.hf.serve(prompts, stop, arrivals, max_concurrency, budget, drafter, sampling=sampling,
+                                 request_ids=request_ids, policy=policy)
+        send = lambda url, body, start: send_all(url, self.model, prompts, body, arrivals, max_concurrency, start)  # noqa: E731
+        completions, batch, start = self._requests(prompts, stop, budget, drafter, sampling, policy, send)
+        return ServeResult(batch, request_timelines(completions, batch.requests, start))
+
+    def _requests(
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, budget: int, arm: VLLMArm, sampling: SamplingParams,
+        policy: BudgetPolicy | None, send: Callable[[str, Sampling, float], list[Completion]],
+    ) -> tuple[list[Completion], BatchResult, float]:
+        """A vLLM arm's prompts sent by ``send(url, body, start)``, between two reads of the server's
+        counters; the completions, their batch rows and the perf_counter time the sending started."""
         if policy is not None:
             raise JfbenchError("--budgets auto: vLLM arms draft a fixed number of tokens; give them static budgets")
         if sampling.temperature > 0:
             raise JfbenchError("--engine vllm decodes greedily so far: vLLM arms run at temperature 0 only")
-        url = self._serve(drafter, budget)
-        sampling = Sampling(stop.max_new_tokens, stop.stop_strings, tuple(sorted(stop.eos_token_ids)))
+        url = self._serve(arm, budget)
+        body = Sampling(stop.max_new_tokens, stop.stop_strings, tuple(sorted(stop.eos_token_ids)))
         before = self._counters(url)
         start = time.perf_counter()
         try:
-            completions = complete_all(url, self.model, prompts, sampling)
+            completions = send(url, body, start)
         except RequestFailed as err:
             if self.server is not None:
                 self.server.check_alive(wait_s=10.0)
             where = f"see {self.server.log}" if self.server else f"check the server at {url}"
             raise JfbenchError(f"a vLLM request failed ({err}); {where}") from None
         counters = self._counters(url) - before
-        return batch_result(prompts, completions, stop, budget, counters, start)
+        return completions, batch_result(prompts, completions, stop, budget, counters, start), start
 
     def budget_policy(self, candidates: Sequence[int], batch_size: int, context: int) -> BudgetPolicy:
         raise JfbenchError(f"--budgets auto runs on the hf engine only; engine {self.name!r} chooses its own budget")

@@ -6,7 +6,8 @@ counter differences add what the stream cannot show (drafted tokens, drafts that
 nothing). A server that fell behind merges steps into one chunk; the counters expose that (more
 accepted tokens than they count), and the batch's rows are then rebuilt from the counters alone
 (`vllm_metrics.step_rows`), split over its requests (`_assign`). The step times (draft, verify,
-other) are not observable from outside vLLM and are NaN.
+other) are not observable from outside vLLM and are NaN. Under a serving load each request's
+chunk stamps become its timeline (`request_timelines`), read as jfbench's own engine's are.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from jetflow_bench.engine.loop import BatchResult, RequestResult, StepRecord
+from jetflow_bench.engine.serving import RequestTimeline
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.integrations.vllm_client import Completion
 from jetflow_bench.integrations.vllm_metrics import SpecCounters, StepCounts, step_rows
@@ -43,6 +45,21 @@ def batch_result(prompts: Sequence[Sequence[int]], completions: list[Completion]
         result.steps = sum(1 for s in steps if s.request == result.request)
     wall = max(d.last for d in completions) - start
     return BatchResult(results, steps, wall_s=wall)
+
+
+def request_timelines(completions: list[Completion], results: list[RequestResult],
+                      start: float) -> list[RequestTimeline]:  # fmt: skip
+    """Each request's send time and chunk stamps in seconds after ``start`` (a perf_counter time), its
+    chunks cut to the tokens jfbench's stop rule kept (``results``, `batch_result`'s), so that TTFT,
+    TPOT, ITL and E2EL (`measure.serving`) cover the same tokens as the request's output. A request
+    joined running ones when it went out while another's stream was open."""
+    timelines = []
+    for i, (done, result) in enumerate(zip(completions, results, strict=True)):
+        kept = _cut(done.chunks, len(result.output_tokens))
+        chunks = [(t - start, n) for t, n in zip(done.stamps, kept, strict=False)] or [(done.first - start, 0)]
+        joined = any(other.posted < done.posted < other.last for other in completions if other is not done)
+        timelines.append(RequestTimeline(i, done.sent - start, done.posted - start, joined, chunks))
+    return timelines
 
 
 def _cut(chunks: list[int], kept: int) -> list[int]:

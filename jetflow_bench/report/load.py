@@ -2,7 +2,8 @@
 load level, the break-even load of every arm and budget, and the best budget at each level.
 
 Speed-ups divide plain decoding's figure at the same load (same suite, batch size, temperature,
-repeat and arrival times), timed in the same session as the arm (the sweep records it on each of
+repeat and arrival times; the arm's own engine's plain decoding, its cells' ``baseline``: vllm:none
+for vLLM arms, jfbench's AR otherwise), timed in the same session as the arm (the sweep records it on each of
 the arm's rows: ``base_decode_s``, and the cell's ``base_wall_s``), by the arm's. TPOT speed-up:
 mean TPOT of plain decoding / the arm's, over the same requests (pooled over repeats), with a
 paired bootstrap 95% CI over requests (`metrics.paired_ratio_ci`, micro); plain decoding's TPOT is
@@ -26,7 +27,7 @@ from jetflow_bench.measure.serving import latency_stats
 
 ARM = ["suite", "drafter", "variant", "budget", "batch_size", "temperature"]
 LEVEL = [*ARM, "load"]
-PLAIN = {"drafter": AR_ARM, "variant": DEFAULT_VARIANT, "budget": 1}  # the baseline's keys at a level
+PLAIN = {"drafter": AR_ARM, "variant": DEFAULT_VARIANT, "budget": 1}  # the baseline's keys at a level (its drafter: the cells')
 
 
 def load_level(load: str) -> tuple[str, float]:
@@ -58,8 +59,9 @@ def load_table(requests: pd.DataFrame, cells: pd.DataFrame, slo: Mapping[str, fl
     loaded = requests[requests["load"] != ""]
     speedups = []
     for _, row in table.iterrows():
-        arm, base = _select(loaded, row), _select(loaded, {**row, **PLAIN})
-        speedups.append(_speedups(arm, base, _select(cells, row), n_boot, seed))
+        arm_cells = _select(cells, row)
+        arm, base = _select(loaded, row), _select(loaded, {**row, **PLAIN, "drafter": _baseline(arm_cells)})
+        speedups.append(_speedups(arm, base, arm_cells, n_boot, seed))
     table = pd.concat([table, pd.DataFrame(speedups)], axis=1)
     kinds = table["load"].map(load_level)
     table["load_kind"], table["load_level"] = [k for k, _ in kinds], [v for _, v in kinds]
@@ -82,6 +84,12 @@ def _speedups(arm: pd.DataFrame, base: pd.DataFrame, arm_cells: pd.DataFrame, n_
     plain = base.groupby("repeat")["new_tokens"].sum() / wall.get("base_wall_s", np.nan)
     return {"tpot_speedup": ci["micro"], "tpot_speedup_lo": ci["micro_lo"], "tpot_speedup_hi": ci["micro_hi"],
             "tput_speedup": float((own / plain).mean())}
+
+
+def _baseline(arm_cells: pd.DataFrame) -> str:
+    """The plain-decoding arm ``arm_cells`` were paired with (their ``baseline``: vllm:none for vLLM arms)."""
+    named = arm_cells["baseline"].dropna() if "baseline" in arm_cells else ()
+    return str(named.iloc[0]) if len(named) else AR_ARM
 
 
 def _select(frame: pd.DataFrame, keys: Mapping) -> pd.DataFrame:

@@ -13,8 +13,9 @@ cells of an earlier run of the same config are skipped, and their AR outputs sti
 references; a cell it left half-done decodes only the batches its journal lacks. A cluster
 executor (`GroupExecutor`, `--executor ray`) runs each group the same way in a worker
 (`run_group_in`) and hands its cells back to be stored here. A group at a serving load level
-(`load`) times whole serving runs instead of rounds: per repeat, plain decoding at that load and
-each pending arm, one after another in a rotated order, paired the same way.
+(`load`) times whole serving runs instead of rounds: per repeat, plain decoding at that load (the
+arm's engine's: vllm:none for vLLM arms) and each pending arm, one after another in a rotated
+order, paired the same way.
 """
 
 from __future__ import annotations
@@ -412,14 +413,15 @@ class GroupRunner:
         stored: Callable[[Cell], None],
     ) -> None:
         """Time a serving-load group's pending cells: its requests arrive over time, so a cell is one
-        serving run, not rounds of prompt batches. Per repeat, the pending cells and the AR cell at
-        the same load (served again even when finished) run one after another, in an order rotated
-        per repeat; each arm's requests then carry the AR run's times from this session
-        (`load.paired_with`). Nothing is journaled: a killed repeat is served again whole."""
+        serving run, not rounds of prompt batches. Per repeat, the pending cells and the plain-decoding
+        cells they pair with at the same load (`base`: jfbench's AR, or vllm:none for vLLM arms;
+        served again even when finished) run one after another, in an order rotated per repeat;
+        each arm's requests then carry its base run's times from this session (`load.paired_with`).
+        Nothing is journaled: a killed repeat is served again whole."""
         work, session = self.workloads[group.suite], self.session["session"]
         for repeat, members, pending in _pending_repeats(group, todo):
-            ar = next(c for c in members if c.is_baseline)
-            timed = [c for c in members if c in pending or (c == ar and not self.tau_only)]
+            bases = {c: self.base(c, members) for c in pending}
+            timed = [c for c in members if c in pending or (c in bases.values() and not self.tau_only)]
             order = timed[repeat % len(timed):] + timed[: repeat % len(timed)]
             progress.start(f"{group.label()} r{repeat}: {len(pending)} serving run(s) alternated", len(order))
             torch.manual_seed(self.config.seed)
@@ -429,7 +431,7 @@ class GroupRunner:
                                            session, sampling_for(self.config, cell))
                 progress.advance(1, sum(len(r.output_tokens) for r in runs[cell].outputs.values()))
             for cell in sorted(pending, key=lambda c: not c.is_baseline):
-                run = runs[cell] if self.tau_only else paired_with(runs[cell], runs[ar], session)
+                run = runs[cell] if self.tau_only else paired_with(runs[cell], runs[bases[cell]], session)
                 self.finalize(cell, hashes[cell.cell_id], run, progress)
                 stored(cell)
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from jetflow_bench.core.budget_policy import BudgetPolicy
     from jetflow_bench.engine.loop import BatchResult
+    from jetflow_bench.engine.serving import ServeResult
     from jetflow_bench.engine.stopping import StopRule
     from jetflow_bench.sweep.grid import DrafterSpec, SweepConfig
 
@@ -54,6 +55,14 @@ class Engine(Protocol):
     ) -> BatchResult: ...  # sampling: draw token t of request r with the uniform U[(seed, r), t] (`sampling`)
     # ``policy``: the budget is chosen per step among its candidates (`--budgets auto`); ``budget`` is
     # then the largest one.
+
+    # `--load`: ``prompts`` as requests sent at ``arrivals`` (seconds after the start; None: closed
+    # loop), ``max_concurrency`` in flight, each request's chunks stamped (`jetflow_bench.sweep.load`).
+    def serve(
+        self, prompts: Sequence[Sequence[int]], stop: StopRule, arrivals: Sequence[float] | None,
+        max_concurrency: int, budget: int, drafter: Arm | None, sampling: SamplingParams = GREEDY,
+        request_ids: Sequence[int] | None = None, policy: BudgetPolicy | None = None,
+    ) -> ServeResult: ...
 
     # `--budgets auto`: a fresh per-cell policy priced on this device (a `JfbenchError` naming the
     # fix where the engine cannot run one).

@@ -8,7 +8,10 @@ engine's capacity: at most that many requests decode together (`engine.serving.s
 wait in its queue (their TTFT counts the wait). A load cell is resumable as a whole: it is one
 serving run, so it is decoded again if interrupted, never in parts. The sweep times a level's
 cells one after another, plain decoding among them, and pairs each arm with plain decoding's run
-of the same session (`paired_with`; `driver.GroupRunner`).
+of the same session (`paired_with`; `driver.GroupRunner`): its engine's own plain decoding where
+the grid has it (a vLLM arm's: ``vllm:none`` at the same load), else jfbench's AR. ``--engine
+vllm`` serves a vLLM arm's requests from the suite's own client with these same arrival times or
+closed loop (`vllm_engine.VLLMEngine.serve`), so its latencies read as jfbench's.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from jetflow_bench.sweep.records import CellRun, DecodedBatch, Prompt
 from jetflow_bench.sweep.runner import _stop_of, cell_run, warm_up
 
 KINDS = ("poisson", "concurrency")
+SERVING_ENGINES = ("hf", "vllm")  # engines with a `serve` (vLLM's arms: the suite's client, `vllm_client.send_all`)
 
 
 def parse_loads(text: str) -> tuple[str, ...]:
@@ -85,8 +89,8 @@ def check_load_grid(loads: tuple[str, ...], batch_sizes: tuple[int, ...], engine
     """Refuse, before anything runs, a load grid this engine cannot serve."""
     if not loads:
         return
-    if engine != "hf":
-        raise JfbenchError(f"--load runs on jfbench's own engine only (--engine hf), not --engine {engine}")
+    if engine not in SERVING_ENGINES:
+        raise JfbenchError(f"--load runs on --engine {' or '.join(SERVING_ENGINES)}, not --engine {engine}")
     if compile:
         raise JfbenchError("--load admits requests into running batches, which the static-shape engine cannot: drop --compile / --graphs")
     for load in loads:
@@ -121,9 +125,9 @@ def run_load_cell(
 
 def paired_with(run: CellRun, base: CellRun, session: str) -> CellRun:
     """``run`` with each request's pairing columns (`runner.PAIRED_COLUMNS`) taken from ``base``,
-    plain decoding's serving run at the same load in this ``session``: the same request's TTFT and
-    decode time (E2EL - TTFT, as the requests rows keep it), and ``base``'s wall time for the
-    throughput ratio. A serving run has no A/A copy: those columns stay empty."""
+    plain decoding's serving run at the same load in this ``session`` (its engine's: `GroupRunner.base`):
+    the same request's TTFT and decode time (E2EL - TTFT, as the requests rows keep it), and
+    ``base``'s wall time for the throughput ratio. A serving run has no A/A copy: those columns stay empty."""
     times = {r: request_latency(t.sent_s, t.chunks) for r, t in base.timelines.items()}
     paired = {r: {"session": session, "batch_started": run.started, "base_ttft_s": times[r]["ttft_s"],
                   "base_decode_s": times[r]["e2el_s"] - times[r]["ttft_s"]} for r in run.outputs}

@@ -11,6 +11,10 @@ chosen by environment variables:
                                   (so the re-run after a crash finds a healthy server)
 
 and FAKE_VLLM_ENV_OUT=PATH writes its VLLM_* and OMP_* environment variables to PATH (JSON) at start.
+For load tests, FAKE_VLLM_TOKEN_DELAY=SECONDS sleeps that long before each streamed token, and
+FAKE_VLLM_LOG=PATH appends a JSON line per completion request as it arrives: its unix time, its
+prompt and the requests in flight with it. A server started without --speculative-config
+(plain decoding) exports no spec counters, as vLLM's does not.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ import json
 import os
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-STATE = {"requests": 0, "drafts": 0}
+STATE = {"requests": 0, "drafts": 0, "in_flight": 0}
 LOCK = threading.Lock()
 
 
@@ -40,6 +45,7 @@ def _dies_now() -> bool:
 
 class Handler(BaseHTTPRequestHandler):
     model = "?"
+    speculative = True
 
     def log_message(self, *args) -> None:
         pass
@@ -59,6 +65,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, json.dumps({"data": [{"id": self.model, "root": self.model}]}))
         elif self.path == "/version":
             self._send(200, json.dumps({"version": "0.0-fake"}))
+        elif self.path == "/metrics" and not Handler.speculative:
+            self._send(200, "# no spec decoding\n", "text/plain")
         elif self.path == "/metrics":
             d = STATE["drafts"]
             text = (f"vllm:spec_decode_num_drafts_total{{engine=\"0\"}} {d}\n"
@@ -78,14 +86,33 @@ class Handler(BaseHTTPRequestHandler):
                 print("RuntimeError: fake engine core died", flush=True)
                 os._exit(3)
             STATE["drafts"] += 1
+            STATE["in_flight"] += 1
+            _log(body["prompt"])
+        try:
+            self._stream(body["max_tokens"])
+        finally:
+            with LOCK:
+                STATE["in_flight"] -= 1
+
+    def _stream(self, n: int) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        n = body["max_tokens"]
+        delay = float(os.environ.get("FAKE_VLLM_TOKEN_DELAY", "0"))
         for i in range(n):
+            time.sleep(delay)
             chunk = {"choices": [{"index": 0, "token_ids": [7], "finish_reason": "length" if i == n - 1 else None}]}
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
         self.wfile.write(b"data: [DONE]\n\n")
+
+
+def _log(prompt: list[int]) -> None:
+    """One line per request as it arrives (FAKE_VLLM_LOG), under LOCK."""
+    path = os.environ.get("FAKE_VLLM_LOG")
+    if path:
+        with open(path, "a") as log:
+            log.write(json.dumps({"t": time.time(), "prompt": prompt, "in_flight": STATE["in_flight"]}) + "\n")
 
 
 def main(argv: list[str]) -> None:
@@ -100,6 +127,7 @@ def main(argv: list[str]) -> None:
         settings = {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "OMP_"))}
         Path(os.environ["FAKE_VLLM_ENV_OUT"]).write_text(json.dumps(settings))
     Handler.model = model
+    Handler.speculative = "--speculative-config" in argv
     ThreadingHTTPServer((host, port), Handler).serve_forever()
 
 
