@@ -108,3 +108,22 @@ def test_a_vllm_load_sweep_writes_latencies_pairs_with_vllm_none_and_shows_the_l
     table = pd.read_csv(io.StringIO(stdout))
     assert {"vllm:none", "vllm:ngram"} <= set(table["drafter"])
     assert table.loc[table["drafter"] == "vllm:ngram", "tpot_speedup"].notna().all()
+
+
+def test_the_load_table_divides_a_vllm_arm_by_vllm_none_tokens_not_jfbench_ar():
+    # Bug caught: plain decoding's TPOT for vllm:ngram taken as its paired decode time over jfbench
+    # AR's token count (9 here) instead of vllm:none's (5): 0.8 s / 4 = 0.2 s per token, not 0.1.
+    from jetflow_bench.report.load import load_table
+
+    keys = {"suite": "s", "variant": "default", "batch_size": 2, "temperature": 0.0, "load": "poisson:2", "repeat": 0}
+    rows, cell_rows = [], []
+    for drafter, budget, tokens, baseline in (("ar", 1, 9, "ar"), ("vllm:none", 1, 5, "ar"), ("vllm:ngram", 3, 5, "vllm:none")):
+        for request in range(2):
+            rows.append({**keys, "drafter": drafter, "budget": budget, "request": request, "new_tokens": tokens,
+                         "emitted": tokens, "steps": 2, "ttft_s": 0.1, "tpot_s": 0.05, "e2el_s": 0.3, "itl_s": [0.05],
+                         "base_decode_s": 0.8})
+        cell_rows.append({**keys, "drafter": drafter, "budget": budget, "wall_s": 1.0, "base_wall_s": 2.0,
+                          "baseline": baseline})
+    table = load_table(pd.DataFrame(rows), pd.DataFrame(cell_rows), {}, n_boot=10).set_index("drafter")
+    assert table.loc["vllm:ngram", "tpot_speedup"] == pytest.approx(4.0)  # (0.8 / 4) / 0.05
+    assert table.loc["vllm:none", "tpot_speedup"] == pytest.approx(2.0)  # (0.8 / 8) / 0.05, vs jfbench's AR
