@@ -112,3 +112,17 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> 
         return code, captured.out, captured.err
 
     return run
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A `vllm` that runs the stand-in server (tests/helpers/fake_vllm.py); the installed-vLLM query answers for it."""
+    from jetflow_bench.integrations import vllm_engine
+    from jetflow_bench.integrations.vllm_arms import VLLMInstall
+
+    script = tmp_path / "bin" / "vllm"
+    script.parent.mkdir()
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).parent / 'helpers' / 'fake_vllm.py'} \"$@\"\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(vllm_engine, "discover", lambda _bin: VLLMInstall("0.0-fake", ("ngram",)))
+    return str(script)

@@ -4,27 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
-import pytest
-
-from jetflow_bench.integrations import vllm_engine
-from jetflow_bench.integrations.vllm_arms import VLLMInstall
 from tests.helpers.data_dirs import benchmark_data_dir
-
-FAKE = Path(__file__).parents[1] / "helpers" / "fake_vllm.py"
-
-
-@pytest.fixture
-def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A `vllm` that runs the stand-in server; the installed-vLLM query answers for it."""
-    script = tmp_path / "bin" / "vllm"
-    script.parent.mkdir()
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
-    script.chmod(0o755)
-    monkeypatch.setattr(vllm_engine, "discover", lambda _bin: VLLMInstall("0.0-fake", ("ngram",)))
-    return str(script)
 
 
 def _sweep(cli, target: Path, out: Path, vllm_bin: str, *extra: str):

@@ -6,44 +6,34 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from jetflow_bench.integrations import vllm_engine
-from jetflow_bench.integrations.vllm_arms import VLLMInstall
 from jetflow_bench.integrations.vllm_client import Sampling, send_all
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig
 from jetflow_bench.sweep.load import arrivals
 from tests.helpers.data_dirs import benchmark_data_dir
 
-FAKE = Path(__file__).parents[1] / "helpers" / "fake_vllm.py"
-
 
 @pytest.fixture
-def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A `vllm` that runs the stand-in server, streaming a token every 20 ms and logging each request."""
-    script = tmp_path / "bin" / "vllm"
-    script.parent.mkdir()
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
-    script.chmod(0o755)
-    monkeypatch.setattr(vllm_engine, "discover", lambda _bin: VLLMInstall("0.0-fake", ("ngram",)))
+def fake_stream(fake_bin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The stand-in `vllm`, streaming a token every 20 ms and logging each request as it arrives."""
     monkeypatch.setenv("FAKE_VLLM_TOKEN_DELAY", "0.02")
     monkeypatch.setenv("FAKE_VLLM_LOG", str(tmp_path / "requests.jsonl"))
-    return str(script)
+    return fake_bin
 
 
 def _logged(tmp_path: Path) -> list[dict]:
     return [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
 
 
-def test_the_client_sends_at_jfbench_arrival_times_and_keeps_n_in_flight(fake_bin, tmp_path):
+def test_the_client_sends_at_jfbench_arrival_times_and_keeps_n_in_flight(fake_stream, tmp_path):
     # Bugs: requests sent all at once (or on another schedule than jfbench's engine gets for the
     # same seed), the wait for a slot left out of TTFT, or more than N requests in flight.
-    server = ManagedServer(fake_bin, ServerConfig("/m", "float32", None, 1), tmp_path / "l.log")
+    server = ManagedServer(fake_stream, ServerConfig("/m", "float32", None, 1), tmp_path / "l.log")
     server.start()
     try:
         prompts = [[i] for i in range(6)]
@@ -73,13 +63,13 @@ def test_the_client_sends_at_jfbench_arrival_times_and_keeps_n_in_flight(fake_bi
 
 
 def test_a_vllm_load_sweep_writes_latencies_pairs_with_vllm_none_and_shows_the_load_table(
-    cli, micro_target, fake_bin, tmp_path
+    cli, micro_target, fake_stream, tmp_path
 ):
     # Bugs: --load refused for --engine vllm; vLLM arms under load decoded as a plain batch (no
     # arrivals, no latency columns); vllm:ngram paired with jfbench's AR instead of vllm:none at
     # the same load; `show --table load` leaving the vLLM arms out.
     out = tmp_path / "run"
-    code, _, err = cli("sweep", "--engine", "vllm", "--vllm-bin", fake_bin, "--target", str(micro_target),
+    code, _, err = cli("sweep", "--engine", "vllm", "--vllm-bin", fake_stream, "--target", str(micro_target),
                        "--drafters", "vllm:none,vllm:ngram", "--suites", "gsm8k", "--budgets", "3", "--limit", "4",
                        "--max-new-tokens", "4", "--batch-sizes", "2", "--repeats", "1", "--no-progress",
                        "--load", "poisson:4,concurrency:2", "--out", str(out), "--data-dir", str(benchmark_data_dir()))
