@@ -187,7 +187,7 @@ def grid_config(
         check_compiled_budgets(drafters, budgets)
         check_compile(dev, grid.attention, compile)
     loads = parse_loads(load) if load is not None else ()
-    check_load_grid(loads, sizes, engine, compile)
+    check_load_grid(loads, sizes, compile)
     set_threads(grid.threads)
     dtype = str(resolve_dtype(grid.dtype, dev)).removeprefix("torch.")
     tie_eps = DEFAULT_TIE_EPS[dtype] if grid.tie_eps is None else grid.tie_eps

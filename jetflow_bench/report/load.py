@@ -3,9 +3,9 @@ load level, the break-even load of every arm and budget, and the best budget at 
 
 Speed-ups divide plain decoding's figure at the same load (same suite, batch size, temperature,
 repeat and arrival times; the arm's own engine's plain decoding, its cells' ``baseline``: vllm:none
-for vLLM arms, jfbench's AR otherwise), timed in the same session as the arm (the sweep records it on each of
-the arm's rows: ``base_decode_s``, and the cell's ``base_wall_s``), by the arm's. TPOT speed-up:
-mean TPOT of plain decoding / the arm's, over the same requests (pooled over repeats), with a
+for vLLM arms, jfbench's AR otherwise), timed in the same session as the arm (the sweep records
+it on each of the arm's rows: ``base_decode_s``, and the cell's ``base_wall_s``), by the arm's.
+TPOT speed-up: mean TPOT of plain decoding / the arm's, over the same requests (pooled over repeats), with a
 paired bootstrap 95% CI over requests (`metrics.paired_ratio_ci`, micro); plain decoding's TPOT is
 its paired decode time over its own output tokens - 1. Throughput speed-up: output tokens/s of
 the arm / plain decoding's, averaged over repeats (one figure per serving run: no per-request
@@ -27,7 +27,7 @@ from jetflow_bench.measure.serving import latency_stats
 
 ARM = ["suite", "drafter", "variant", "budget", "batch_size", "temperature"]
 LEVEL = [*ARM, "load"]
-PLAIN = {"drafter": AR_ARM, "variant": DEFAULT_VARIANT, "budget": 1}  # the baseline's keys at a level (its drafter: the cells')
+PLAIN = {"drafter": AR_ARM, "variant": DEFAULT_VARIANT, "budget": 1}  # the baseline's keys (drafter: `_baseline`)
 
 
 def load_level(load: str) -> tuple[str, float]:

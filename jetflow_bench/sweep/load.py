@@ -33,7 +33,6 @@ from jetflow_bench.sweep.records import CellRun, DecodedBatch, Prompt
 from jetflow_bench.sweep.runner import _stop_of, cell_run, warm_up
 
 KINDS = ("poisson", "concurrency")
-SERVING_ENGINES = ("hf", "vllm")  # engines with a `serve` (vLLM's arms: the suite's client, `vllm_client.send_all`)
 
 
 def parse_loads(text: str) -> tuple[str, ...]:
@@ -85,12 +84,10 @@ def arrivals(load: str, n: int, seed: int, repeat: int) -> list[float] | None:
     return [0.0, *np.cumsum(gaps[1:]).tolist()][:n]  # the first request opens the run
 
 
-def check_load_grid(loads: tuple[str, ...], batch_sizes: tuple[int, ...], engine: str, compile: bool | str | None) -> None:
-    """Refuse, before anything runs, a load grid this engine cannot serve."""
+def check_load_grid(loads: tuple[str, ...], batch_sizes: tuple[int, ...], compile: bool | str | None) -> None:
+    """Refuse, before anything runs, a load grid the engine cannot serve (every engine serves: `Engine.serve`)."""
     if not loads:
         return
-    if engine not in SERVING_ENGINES:
-        raise JfbenchError(f"--load runs on --engine {' or '.join(SERVING_ENGINES)}, not --engine {engine}")
     if compile:
         raise JfbenchError("--load admits requests into running batches, which the static-shape engine cannot: drop --compile / --graphs")
     for load in loads:
