@@ -49,11 +49,11 @@ ADOPT = """
 import sys
 from pathlib import Path
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.training.config import TrainConfig
+from jetflow_bench.training.config import train_config
 from jetflow_bench.training.data import adopt_regenerated
 deep, device, dtype, prompts, tokens, seed, source = sys.argv[1:]
 target = TargetRunner.load(deep, device, dtype)
-config = TrainConfig(drafter='dflash', prompts=int(prompts), max_new_tokens=int(tokens), data_seed=int(seed))
+config = train_config('dflash', prompts=int(prompts), max_new_tokens=int(tokens), data_seed=int(seed))
 print('adopted as', adopt_regenerated(target, config, None, Path(source)))
 """
 
@@ -158,12 +158,12 @@ def prepare(args: argparse.Namespace) -> int:
     """Fill --carry (gpu-carry/: where --deep, --train-data and --data-dir point by default) from this
     machine's cache and data folder; fails when it outgrows what a lease carries."""
     from jetflow_bench.engine.target import TargetRunner
-    from jetflow_bench.training.config import TrainConfig
+    from jetflow_bench.training.config import train_config
     from jetflow_bench.training.data import regen_entry
 
     carry = Path(args.carry)
     target = TargetRunner.load(args.deep, "cpu", None)
-    config = TrainConfig(drafter="dflash", prompts=args.prompts, max_new_tokens=args.max_new_tokens, data_seed=args.data_seed)
+    config = train_config("dflash", prompts=args.prompts, max_new_tokens=args.max_new_tokens, data_seed=args.data_seed)
     regen = regen_entry(target, config, None)[2]
     if not regen.is_file():
         sys.exit(f"error: no regen file for this recipe ({regen}): train a head on it first, e.g. jfbench train "

@@ -16,7 +16,7 @@ from jetflow_bench.cli.options import DataDirOpt, DeviceOpt, DtypeOpt, TargetOpt
 from jetflow_bench.cli.recipe_flags import EXTRA_FLAGS, epilog, family_flags, option_pairs
 from jetflow_bench.core.errors import JfbenchError, writable_folder
 from jetflow_bench.core.runtime import pin_portable_cpu_numerics
-from jetflow_bench.training.config import SOURCES, TrainConfig
+from jetflow_bench.training.config import SOURCES, TrainConfig, train_config
 
 # Every recipe flag's default is the recipe's own (`TrainConfig`), read without a drafter lookup: --help stays light.
 _DEFAULTS = SimpleNamespace(**{f.name: f.default for f in dataclasses.fields(TrainConfig)})
@@ -135,8 +135,8 @@ def train(
     from jetflow_bench.sweep.grid import parse_ints
     from jetflow_bench.training import train_drafter
 
-    config = TrainConfig(
-        drafter=drafter, head=head, loss=loss, data=data, corpus=tuple(s.strip() for s in corpus.split(",") if s.strip()),
+    config = train_config(
+        drafter, head=head, loss=loss, data=data, corpus=tuple(s.strip() for s in corpus.split(",") if s.strip()),
         prompts=prompts, max_new_tokens=max_new_tokens, steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
         layers=layers, block_size=block_size, anchors=anchors, decay=decay,
         draft_vocab=draft_vocab, heldout=heldout, eval_every=eval_every, stop_on_plateau=stop_on_plateau,

@@ -160,16 +160,16 @@ def base_settings(base: DrafterSpec, recipe: dict[str, Any]) -> dict[str, Any]:
     where unknown): a recipe field as its family resolves it for the base's head, a build option as
     the arm sets it, else the drafter's default. Example: jetflow -> {"layout": "packed", "refine_passes": 0}."""
     from drafters import DRAFTERS
-    from jetflow_bench.training.config import TrainConfig
+    from jetflow_bench.training.config import recipe_fields, train_config
 
     common = axes_of(base.name).common
     plugin = DRAFTERS.get(base.name)
     config = None
     if trains(base.name):  # also checks --train-option before any model loads
-        fields = TrainConfig.recipe_fields(base.name)
+        fields = recipe_fields(base.name)
         recorded = {k: v for k, v in trained_recipe(base.checkpoint).items() if k in fields}  # older heads: extra keys
         if recorded or base.checkpoint is None:
-            config = TrainConfig.from_recipe(base.name, **{**recorded, **recipe, **dict(base.train)})
+            config = train_config(base.name, **{**recorded, **recipe, **dict(base.train)})
     built = {**option_defaults(plugin), **dict(base.options)}
     return {c.key: (config.setting(c.key) if config is not None else None) if c.stage == "train" else built.get(c.key)
             for c in common}

@@ -14,7 +14,7 @@ from filelock import FileLock
 
 from jetflow_bench.core import runtime
 from jetflow_bench.core.fingerprint import model_fingerprint
-from jetflow_bench.training.config import TrainConfig, target_depth
+from jetflow_bench.training.config import TrainConfig, target_depth, train_config
 from jetflow_bench.training.loop import finished, train_drafter
 
 # About a minute per head on 2 cores for the micro target: enough for drafts to be accepted. The
@@ -44,8 +44,8 @@ def ensure_head(
     **train_opts: Any,
 ) -> Path:
     """Path of a finished head for ``drafter`` on ``target_dir`` trained with ``train_opts``
-    (flat recipe fields, see `TrainConfig.from_recipe`), training it first when the cache lacks it."""
-    config = TrainConfig.from_recipe(drafter, **train_opts).for_target(target_depth(target_dir))
+    (flat recipe fields, see `train_config`), training it first when the cache lacks it."""
+    config = train_config(drafter, **train_opts).for_target(target_depth(target_dir))
     path = head_path(target_dir, config, device, dtype)
     if finished(path, config):
         return path

@@ -1,9 +1,10 @@
-"""Every choice that determines a trained draft head, in one frozen record.
+"""Every choice that determines a trained draft head, in one frozen record: `TrainConfig`.
 
 The record (minus run-only fields) is hashed into cache keys and written into the checkpoint's
 config.json, so a head always says how it was made and a changed default trains a new head.
-Which fields a drafter family reads (its `RecipeOption`s), their family defaults and its own
-checks come from the family's record and `TrainingObjective` (`jetflow_bench.plugins.Family`).
+It is built by its family's `TrainingObjective` (`TrainingObjective.config`: the family's own
+fields resolved from its `RecipeOption`s, its checks), which it carries: its methods ask that
+objective and look nothing up. `train_config` finds the objective by a drafter's name, once.
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.core.hashing import hashed_fields
 from jetflow_bench.plugins import family_of, recipe_defaults
-from jetflow_bench.training.recipe import resolve_options
 
 # A head's in-block attention mode is "causal" or "bidirectional" (jetflow_bench.heads.masks.BLOCK_MODES);
 # "diffusion", DFlash's name for the bidirectional block, is accepted for it on input.
@@ -64,6 +64,23 @@ def default_head_layers(drafter: str, target_layers: int) -> int:
     return family_of(drafter).objective().head_layers(target_layers)
 
 
+def train_config(drafter: str, **fields: Any) -> TrainConfig:
+    """The recipe of a head for the arm ``drafter`` from flat fields, shared and the family's own
+    alike (``options``, a mapping of the family's own, also accepted), as `jfbench train`,
+    `ensure_head`, recorded recipes (config.json) and ablation variants give them: its family's
+    objective builds it (`TrainingObjective.config`), from the arm's defaults (jetflow-refine: the
+    packed layout). An unknown or untrainable drafter is a one-line error."""
+    family = family_of(drafter)
+    options = {**recipe_defaults(drafter), **dict(fields.pop("options", None) or {})}
+    return family.objective().config(family.name, family.recipe, options=options, **fields)
+
+
+def recipe_fields(drafter: str) -> set[str]:
+    """Every flat field `train_config` accepts for ``drafter``."""
+    family = family_of(drafter)
+    return set(SHARED_FIELDS) | {o.name for o in family.recipe} | set(family.objective().recorded)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """A draft-head training run (defaults sized for the toy targets on a 2-core CPU)."""
@@ -97,15 +114,15 @@ class TrainConfig:
     # field present (defaults filled in), so equal recipes compare and hash equal.
     options: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
 
+    # The family's `TrainingObjective`, which built this record and reads its options (not compared: the drafter says which).
+    objective: Any = field(kw_only=True, compare=False, repr=False)
+
     def __post_init__(self) -> None:
+        """Checks of the shared fields (the family's own: `TrainingObjective.config`)."""
         from jetflow_bench.heads.masks import BLOCK_MODES  # torch: not at import (`--help` reads this module)
 
-        family = family_of(self.drafter)
-        family.objective()  # unknown or untrainable drafters: one-line error
-        given = {**recipe_defaults(self.drafter), **dict(self.options)}  # jetflow-refine: the packed layout
-        object.__setattr__(self, "drafter", family.name)  # aliases, and arms reading another family's heads
-        options = resolve_options(family.name, family.recipe, given)
-        object.__setattr__(self, "options", tuple(sorted(options.items())))
+        if isinstance(self.options, Mapping):
+            object.__setattr__(self, "options", tuple(sorted(self.options.items())))
         object.__setattr__(self, "head", canonical_head(self.head))
         object.__setattr__(self, "decay", float(self.decay))  # `--decay 0` from ablate's value parser is an int
         choices = {"loss": (self.loss, LOSSES), "data": (self.data, DATA)}
@@ -114,8 +131,6 @@ class TrainConfig:
                 raise JfbenchError(f"--{option} {value!r} is unknown: choose one of {', '.join(allowed)}")
         if self.head is not None and self.head not in BLOCK_MODES:
             raise JfbenchError(f"--head {self.head!r} is unknown: choose one of {', '.join(BLOCK_MODES)}")
-        if self.mode not in self.objective.head_modes:
-            raise JfbenchError(f"--head {self.head}: {self.drafter} trains {' or '.join(self.objective.head_modes)} heads only")
         unknown = [s for s in self.corpus if s not in SOURCES]
         if unknown or not self.corpus:
             raise JfbenchError(f"--corpus {','.join(self.corpus)!r}: choose from {', '.join(SOURCES)}")
@@ -131,41 +146,11 @@ class TrainConfig:
             raise JfbenchError(f"--decay {self.decay} must be 0 (uniform) or positive")
         if self.seq_len < self.block_size + 2:
             raise JfbenchError(f"--seq-len {self.seq_len} must exceed the block size ({self.block_size}) + 1")
-        self.objective.validate(self)
 
     @property
     def prompt_seed(self) -> int:
         """The seed of the training-prompt draw (so of the regenerated data and its held-out part)."""
         return self.seed if self.data_seed is None else self.data_seed
-
-    @property
-    def objective(self) -> Any:
-        """The family's `TrainingObjective` (found by name: this module imports no objective, which imports it)."""
-        return family_of(self.drafter).objective()
-
-    @classmethod
-    def from_recipe(cls, drafter: str, **fields: Any) -> TrainConfig:
-        """A config from flat recipe fields, shared and the family's own alike, as `ensure_head`,
-        recorded recipes (config.json) and ablation variants give them. A field the family's heads
-        recorded before it owned its fields (`TrainingObjective.recorded`) is dropped at its recorded value."""
-        family = family_of(drafter)
-        objective = family.objective()
-        shared = {f.name for f in dataclasses.fields(cls)} - {"options"}
-        own = {o.name for o in family.recipe}
-        options = dict(fields.pop("options", None) or {})
-        for key in [k for k in fields if k not in shared]:
-            value = fields.pop(key)
-            if key not in own and key in objective.recorded and objective.recorded[key] == value:
-                continue
-            options[key] = value  # an undeclared one is refused, naming the family's options
-        return cls(drafter=drafter, options=options, **fields)
-
-    @staticmethod
-    def recipe_fields(drafter: str) -> set[str]:
-        """Every flat field `from_recipe` accepts for ``drafter``."""
-        family = family_of(drafter)
-        shared = {f.name for f in dataclasses.fields(TrainConfig)} - {"options"}
-        return shared | {o.name for o in family.recipe} | set(family.objective().recorded)
 
     @property
     def option_values(self) -> dict[str, Any]:
@@ -200,8 +185,7 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         """The recipe record: shared fields and the family's own (`TrainingObjective.record`), flat."""
-        shared = hashed_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "options"},
-                               TrainConfig, ALWAYS_RECORDED)
+        shared = hashed_fields({name: getattr(self, name) for name in SHARED_FIELDS}, TrainConfig, ALWAYS_RECORDED)
         return {**shared, "corpus": list(self.corpus), "head": self.mode, **self.objective.record(self)}
 
     def resolved(self, target_layers: int | None = None) -> dict[str, Any]:
@@ -217,3 +201,7 @@ class TrainConfig:
         """Short hash of this config on this target (cache folder names)."""
         blob = json.dumps({"config": self.to_dict(), "target": target_fingerprint, "version": RECIPE_VERSION}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+# The fields every family's recipe has, in the record's order (`to_dict`).
+SHARED_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("options", "objective"))

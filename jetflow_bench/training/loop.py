@@ -29,7 +29,7 @@ from jetflow_bench.core.progress import TrainProgress, say
 from jetflow_bench.engine.target import TargetRunner
 from jetflow_bench.heads.checkpoint import TargetShape, default_taps, save_head
 from jetflow_bench.heads.head import DraftHead, HeadConfig
-from jetflow_bench.training.config import TrainConfig, canonical_head, target_depth
+from jetflow_bench.training.config import TrainConfig, canonical_head, target_depth, train_config
 from jetflow_bench.training.data import SequenceBatcher, coverage, frequent_tokens, training_sequences
 from jetflow_bench.training.teacher import TeacherCache
 
@@ -188,7 +188,7 @@ def train_drafter(
     early (the checkpoint keeps going on the next call). Every ``eval_every`` steps the held-out
     proxy (`heldout_proxy`) is measured; with ``stop_on_plateau`` the run ends once it `plateaued`.
     """
-    config = (config or TrainConfig.from_recipe(**options)).for_target(target_depth(target))
+    config = (config or train_config(**options)).for_target(target_depth(target))
     out = Path(out)
     if finished(out, config):
         return out

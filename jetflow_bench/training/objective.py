@@ -1,7 +1,8 @@
 """The contract between the training loop and a drafter family: `TrainingObjective`.
 
 A family declares how its heads train (an objective, or a lazy ``"module:attr"`` string naming
-one); `jetflow_bench.plugins.objective_for` finds it by name. The loop (`training.loop`) draws batches, runs the frozen target and steps the
+one, on its `jetflow_bench.plugins.Family` record). The objective builds the family's recipes
+(`config`: a `TrainConfig` that carries it, so nothing reading one looks a family up). The loop (`training.loop`) draws batches, runs the frozen target and steps the
 optimiser; everything that varies with the family — the head it builds, the batch layout, the
 loss, its own option checks — comes from the objective. This package names no drafter.
 """
@@ -9,17 +10,18 @@ loss, its own option checks — comes from the objective. This package names no 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.heads.masks import BLOCK_MODES
-from jetflow_bench.training.config import DEEP_TARGET
+from jetflow_bench.training.config import DEEP_TARGET, SHARED_FIELDS, TrainConfig
+from jetflow_bench.training.recipe import RecipeOption, resolve_options
 
 if TYPE_CHECKING:
     import torch
 
     from jetflow_bench.heads.head import DraftHead
-    from jetflow_bench.training.config import TrainConfig
     from jetflow_bench.training.teacher import TeacherBatch
 
 HEAD_DEPTH_RATIO = 7  # shallow (toy) targets: a head of ~1/7 of their depth, at least 2 layers
@@ -39,6 +41,26 @@ class TrainingObjective(ABC):
     head_modes: ClassVar[tuple[str, ...]] = BLOCK_MODES  # the modes this family can train
     # Fields the family's heads recorded, at these values, before the family owned its fields (see `record`).
     recorded: ClassVar[Mapping[str, Any]] = {}
+
+    def config(self, family: str, recipe: Iterable[RecipeOption], **fields: Any) -> TrainConfig:
+        """The recipe of a head of ``family`` (whose own fields ``recipe`` declares) from flat
+        fields, shared and its own alike (``options``: a mapping of its own, flat ones win), checked:
+        every declared field present (its default filled in), the head mode one this family trains,
+        `validate`. A field its heads recorded before it owned its fields (`recorded`) is dropped
+        at its recorded value; any other undeclared one is refused, naming the family's options."""
+        own = {o.name for o in recipe}
+        options = dict(fields.pop("options", None) or {})
+        for key in [k for k in fields if k not in SHARED_FIELDS]:
+            value = fields.pop(key)
+            if key not in own and key in self.recorded and self.recorded[key] == value:
+                continue
+            options[key] = value
+        options = resolve_options(family, recipe, options)
+        config = TrainConfig(drafter=family, options=options, objective=self, **fields)
+        if config.mode not in self.head_modes:
+            raise JfbenchError(f"--head {config.head}: {family} trains {' or '.join(self.head_modes)} heads only")
+        self.validate(config)
+        return config
 
     def validate(self, config: TrainConfig) -> None:  # noqa: B027 - optional hook
         """Refuse combinations of settings this family cannot train (raise `JfbenchError` naming

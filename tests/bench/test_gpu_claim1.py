@@ -24,11 +24,11 @@ RECIPE = {"prompts": 16, "max_new_tokens": 16}
 def test_rehearsal_runs_every_step_and_trains_a_matched_pair(micro_target, tmp_path, monkeypatch):
     from jetflow_bench.engine.target import TargetRunner
     from jetflow_bench.training import data as training_data
-    from jetflow_bench.training.config import TrainConfig
+    from jetflow_bench.training.config import train_config
 
     monkeypatch.setenv("JFBENCH_CACHE", str(tmp_path / "cache"))
     target = TargetRunner.load(micro_target, "cpu", "float32")
-    config = TrainConfig(drafter="dflash", data_seed=0, **RECIPE)
+    config = train_config("dflash", data_seed=0, **RECIPE)
     training_data.training_sequences(target, config, benchmark_data_dir(), show_progress=False)
     script = [sys.executable, str(ROOT / "scripts/gpu_claim1.py"), "--prompts", "16", "--max-new-tokens", "16"]
     carry = tmp_path / "carry"
@@ -56,7 +56,7 @@ def test_rehearsal_runs_every_step_and_trains_a_matched_pair(micro_target, tmp_p
 def test_a_regen_file_of_other_prompts_is_refused(micro_target, tmp_path, monkeypatch):
     from jetflow_bench.core.errors import JfbenchError
     from jetflow_bench.engine.target import TargetRunner
-    from jetflow_bench.training.config import TrainConfig
+    from jetflow_bench.training.config import train_config
     from jetflow_bench.training.data import adopt_regenerated
 
     monkeypatch.setenv("JFBENCH_CACHE", str(tmp_path / "cache"))
@@ -64,7 +64,7 @@ def test_a_regen_file_of_other_prompts_is_refused(micro_target, tmp_path, monkey
     other = tmp_path / "regen.json"
     other.write_text(json.dumps({"key": {"prompts": "0" * 64}, "sequences": []}))
     with pytest.raises(JfbenchError, match="another target, prompts"):
-        adopt_regenerated(target, TrainConfig(drafter="dflash", **RECIPE), benchmark_data_dir(), other)
+        adopt_regenerated(target, train_config("dflash", **RECIPE), benchmark_data_dir(), other)
     other.write_text("not json")
     with pytest.raises(JfbenchError, match="is not a regen cache file"):
-        adopt_regenerated(target, TrainConfig(drafter="dflash", **RECIPE), benchmark_data_dir(), other)
+        adopt_regenerated(target, train_config("dflash", **RECIPE), benchmark_data_dir(), other)

@@ -6,7 +6,7 @@ import pytest
 
 from drafters import DRAFTERS
 from jetflow_bench.core.errors import JfbenchError
-from jetflow_bench.training.config import TrainConfig
+from jetflow_bench.training.config import train_config
 
 
 def test_eagle_depth_cap_is_the_block_heads_depth(target, checkpoints):  # noqa: F811
@@ -19,11 +19,11 @@ def test_eagle_depth_cap_is_the_block_heads_depth(target, checkpoints):  # noqa:
 
 
 def test_eagle_trains_as_many_test_steps_as_it_drafts():
-    assert TrainConfig(drafter="eagle").setting("ttt_steps") == 15  # default block size 16 -> depth 15
-    assert TrainConfig(drafter="eagle", block_size=8).setting("ttt_steps") == 7
-    assert TrainConfig.from_recipe("eagle", ttt_steps=3).setting("ttt_steps") == 3
-    assert TrainConfig(drafter="jetflow").setting("ttt_steps") is None  # block heads have no test steps
+    assert train_config("eagle").setting("ttt_steps") == 15  # default block size 16 -> depth 15
+    assert train_config("eagle", block_size=8).setting("ttt_steps") == 7
+    assert train_config("eagle", ttt_steps=3).setting("ttt_steps") == 3
+    assert train_config("jetflow").setting("ttt_steps") is None  # block heads have no test steps
     # an explicit value equal to the default is the same recipe (same cached head)
-    assert TrainConfig.from_recipe("eagle", ttt_steps=15).key("t") == TrainConfig(drafter="eagle").key("t")
+    assert train_config("eagle", ttt_steps=15).key("t") == train_config("eagle").key("t")
     with pytest.raises(JfbenchError, match="ttt-steps"):
-        TrainConfig.from_recipe("eagle", ttt_steps=0)
+        train_config("eagle", ttt_steps=0)

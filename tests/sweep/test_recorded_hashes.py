@@ -61,7 +61,7 @@ def test_committed_runs_keep_their_hashes(manifest: Path, monkeypatch):
 def test_committed_heads_keep_their_recipe_records():
     """A head's cache key hashes its recipe record (`TrainConfig.to_dict`): every committed head's
     recorded recipe read back gives the same record."""
-    from jetflow_bench.training.config import TrainConfig, canonical_head
+    from jetflow_bench.training.config import canonical_head, train_config
 
     heads = [json.loads(p.read_text())["training"]["config"] for p in sorted((ROOT / "results").rglob("config.json"))
              if '"training"' in p.read_text()]
@@ -69,7 +69,7 @@ def test_committed_heads_keep_their_recipe_records():
     for recorded in heads:
         recorded = {**recorded, "head": canonical_head(recorded.get("head"))}
         fields = {k: v for k, v in recorded.items() if k != "drafter"}
-        assert TrainConfig.from_recipe(recorded["drafter"], **fields).to_dict() == recorded
+        assert train_config(recorded["drafter"], **fields).to_dict() == recorded
 
 
 def test_a_field_added_later_is_hashed_only_when_set():

@@ -41,7 +41,7 @@ from jetflow_bench.sweep.lossless import first_divergence, judge, tie_gap
 from jetflow_bench.sweep.records import DecodedBatch
 from jetflow_bench.sweep.store import HOLDER, RunLock, RunStore
 from jetflow_bench.sweep.tables import REQUEST_COLUMNS, STEP_COLUMNS
-from jetflow_bench.training.config import TrainConfig
+from jetflow_bench.training.config import train_config
 
 
 def config(**changes) -> SweepConfig:
@@ -346,9 +346,9 @@ def test_decay_variants_train_their_own_heads():
     recipes = []
     trained = with_checkpoints(specs, {}, lambda drafter, recipe: recipes.append(recipe) or f"/h{len(recipes)}")
     assert [s.checkpoint for s in trained] == ["/ckpt", "/h1", "/h2"] and recipes == [{"decay": 0}, {"decay": 7}]
-    assert TrainConfig(drafter="dflash", decay=0).to_dict()["decay"] == 0.0  # same head as `jfbench train --decay 0`
+    assert train_config("dflash", decay=0).to_dict()["decay"] == 0.0  # same head as `jfbench train --decay 0`
     with pytest.raises(JfbenchError, match="--decay -1"):
-        TrainConfig(drafter="dflash", decay=-1)
+        train_config("dflash", decay=-1)
 
 
 def test_variant_heads_inherit_the_default_heads_recipe(tmp_path):

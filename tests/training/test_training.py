@@ -21,8 +21,8 @@ from drafters.block.training import DFLASH_TRAINING, JETFLOW_TRAINING
 from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.core.runtime import PORTABLE_CPU_NUMERICS, cpu_vendor, pin_portable_cpu_numerics
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.training import TrainConfig, ensure_head, head_path, train_drafter
 from jetflow_bench.training import data as training_data
+from jetflow_bench.training import ensure_head, head_path, train_config, train_drafter
 from jetflow_bench.training import loop as training_loop
 from jetflow_bench.training.loop import new_head, plateaued
 from jetflow_bench.training.losses import depth_weights, distill_loss
@@ -55,15 +55,15 @@ def private_cache(tmp_path_factory, monkeypatch):
 
 def test_config_validation_names_the_option():
     with pytest.raises(JfbenchError, match="--loss 'kl'"):
-        TrainConfig(drafter="jetflow", loss="kl")
+        train_config("jetflow", loss="kl")
     with pytest.raises(JfbenchError, match="--head bidirectional: eagle trains causal heads only"):
-        TrainConfig(drafter="eagle", head="bidirectional")
+        train_config("eagle", head="bidirectional")
     with pytest.raises(JfbenchError, match="--corpus"):
-        TrainConfig(drafter="dflash", corpus=("wikipedia",))
-    assert TrainConfig(drafter="dflash").mode == "bidirectional"
-    diffusion = TrainConfig(drafter="jetflow", head="diffusion")  # DFlash's name, accepted on input
-    assert diffusion == TrainConfig(drafter="jetflow", head="bidirectional") and diffusion.mode == "bidirectional"
-    assert TrainConfig(drafter="jetflow").mode == "causal"
+        train_config("dflash", corpus=("wikipedia",))
+    assert train_config("dflash").mode == "bidirectional"
+    diffusion = train_config("jetflow", head="diffusion")  # DFlash's name, accepted on input
+    assert diffusion == train_config("jetflow", head="bidirectional") and diffusion.mode == "bidirectional"
+    assert train_config("jetflow").mode == "causal"
 
 
 def test_losses_vanish_when_draft_equals_target_and_order_as_expected():
@@ -83,11 +83,11 @@ def test_losses_vanish_when_draft_equals_target_and_order_as_expected():
 
 def test_jetflow_blocks_mix_all_mask_and_real_prefix():
     gen = torch.Generator().manual_seed(0)
-    k = JETFLOW_TRAINING.prefix_lengths(TrainConfig(drafter="jetflow", options={"layout": "prefix"}), (64, 16), gen)
+    k = JETFLOW_TRAINING.prefix_lengths(train_config("jetflow", options={"layout": "prefix"}), (64, 16), gen)
     assert k.min() == 0 and k.max() <= 14
     assert 0.35 < (k == 0).float().mean() < 0.65
-    assert JETFLOW_TRAINING.prefix_lengths(TrainConfig(drafter="jetflow"), (4, 4), gen).eq(0).all()  # mask layout
-    assert DFLASH_TRAINING.prefix_lengths(TrainConfig(drafter="dflash"), (4, 4), gen).eq(0).all()
+    assert JETFLOW_TRAINING.prefix_lengths(train_config("jetflow"), (4, 4), gen).eq(0).all()  # mask layout
+    assert DFLASH_TRAINING.prefix_lengths(train_config("dflash"), (4, 4), gen).eq(0).all()
 
 
 @pytest.mark.parametrize(("drafter", "head", "layout"), [
@@ -96,7 +96,7 @@ def test_jetflow_blocks_mix_all_mask_and_real_prefix():
 ])
 def test_no_training_query_sees_the_token_it_predicts(drafter, head, layout):
     """A MASK at offset o predicts x_{p+o}: no entry it attends to may hold a real token at offset >= o."""
-    config = TrainConfig(drafter=drafter, head=head, options={"layout": layout if drafter == "jetflow" else None}, block_size=6)
+    config = train_config(drafter, head=head, options={"layout": layout if drafter == "jetflow" else None}, block_size=6)
     groups = config.objective.block_groups(config, config.mode, 2, torch.Generator().manual_seed(0), torch.device("cpu"))
     assert sum(g.count for g in groups) == config.anchors
     for g in groups:
@@ -115,16 +115,16 @@ def test_no_training_query_sees_the_token_it_predicts(drafter, head, layout):
 def test_match_depth1_gives_prefix_heads_the_packed_layouts_depth1_queries():
     """Packed, A = 16, D = 15: 8 all-mask blocks (1 depth-1 query each) + 8 packed (15 each) = 128;
     a prefix-layout head has 16 (one per block), so 112 one-mask blocks are added."""
-    packed = TrainConfig(drafter="jetflow-refine")
+    packed = train_config("jetflow-refine")
     groups = packed.objective.block_groups(packed, "causal", 1, torch.Generator().manual_seed(0), torch.device("cpu"))
     depth1 = sum(int((g.is_mask & (g.depth == 1)).sum()) for g in groups)
-    for config in (TrainConfig.from_recipe("dflash", match_depth1=True), TrainConfig.from_recipe("jetflow", layout="prefix", match_depth1=True)):
+    for config in (train_config("dflash", match_depth1=True), train_config("jetflow", layout="prefix", match_depth1=True)):
         assert config.anchors + config.objective.extra_depth1_blocks(config) == depth1 == 128
-    assert DFLASH_TRAINING.extra_depth1_blocks(TrainConfig(drafter="dflash")) == 0
+    assert DFLASH_TRAINING.extra_depth1_blocks(train_config("dflash")) == 0
     with pytest.raises(JfbenchError, match="--match-depth1"):
-        TrainConfig.from_recipe("jetflow-refine", match_depth1=True)
+        train_config("jetflow-refine", match_depth1=True)
     with pytest.raises(JfbenchError, match="--match-depth1 is not a training option of eagle: .*--ttt-steps"):
-        TrainConfig.from_recipe("eagle", match_depth1=True)
+        train_config("eagle", match_depth1=True)
 
 
 def test_match_depth1_adds_depth1_supervision(random_target, tmp_path):
@@ -138,20 +138,20 @@ def test_match_depth1_adds_depth1_supervision(random_target, tmp_path):
 
 
 def test_packed_layout_needs_a_causal_jetflow_head():
-    assert TrainConfig(drafter="jetflow").setting("layout") == "mask"  # the authors' recipe: pass 1's blocks
-    assert TrainConfig(drafter="jetflow-refine").setting("layout") == "packed"  # what refinement queries
-    assert TrainConfig(drafter="jetflow-refine").drafter == "jetflow"  # one family of heads, read by both arms
+    assert train_config("jetflow").setting("layout") == "mask"  # the authors' recipe: pass 1's blocks
+    assert train_config("jetflow-refine").setting("layout") == "packed"  # what refinement queries
+    assert train_config("jetflow-refine").drafter == "jetflow"  # one family of heads, read by both arms
     # a recorded unset layout is the old default: packed (causal) or prefix (bidirectional), same cache key as before
-    assert TrainConfig(drafter="jetflow", options={"layout": None}).setting("layout") == "packed"
-    assert TrainConfig(drafter="jetflow", head="bidirectional", options={"layout": None}).setting("layout") == "prefix"
-    assert TrainConfig(drafter="dflash").setting("layout") == "mask"
+    assert train_config("jetflow", options={"layout": None}).setting("layout") == "packed"
+    assert train_config("jetflow", head="bidirectional", options={"layout": None}).setting("layout") == "prefix"
+    assert train_config("dflash").setting("layout") == "mask"
     with pytest.raises(JfbenchError, match="--layout packed needs"):
-        TrainConfig(drafter="jetflow-refine", head="bidirectional")
+        train_config("jetflow-refine", head="bidirectional")
     for bad in ({"drafter": "jetflow", "head": "bidirectional"}, {"drafter": "dflash"}):
         with pytest.raises(JfbenchError, match="--layout packed needs"):
-            TrainConfig(**bad, options={"layout": "packed"})
+            train_config(**bad, options={"layout": "packed"})
     with pytest.raises(JfbenchError, match="--layout 'tree'"):
-        TrainConfig(drafter="jetflow", options={"layout": "tree"})
+        train_config("jetflow", options={"layout": "tree"})
 
 
 def test_training_prompts_are_training_splits_in_suite_format(random_target):
@@ -166,7 +166,7 @@ def test_training_prompts_are_training_splits_in_suite_format(random_target):
 
 def test_regen_data_is_cached_on_disk(random_target, monkeypatch):
     target = TargetRunner.load(random_target, device="cpu")
-    config = TrainConfig(drafter="dflash", **TINY_RUN)
+    config = train_config("dflash", **TINY_RUN)
     first = training_data.training_sequences(target, config, DATA, show_progress=False)
     monkeypatch.setattr(training_data, "generate", lambda *a, **k: pytest.fail("regen ran twice"))
     assert training_data.training_sequences(target, config, DATA, show_progress=False) == first
@@ -174,24 +174,24 @@ def test_regen_data_is_cached_on_disk(random_target, monkeypatch):
     prompts = [target.tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in pairs]
     kept = [p for p in prompts if len(p) <= config.seq_len - config.block_size - 1]
     assert [s.tokens[: s.prompt_len] for s in first] == kept  # each prompt length from the recomputed prompts
-    raw = training_data.training_sequences(target, TrainConfig(drafter="dflash", data="raw", **TINY_RUN), DATA)
+    raw = training_data.training_sequences(target, train_config("dflash", data="raw", **TINY_RUN), DATA)
     assert all(s.tokens[-1] in target.eos_token_ids and 0 < s.prompt_len < len(s.tokens) for s in raw)
 
 
 def test_data_seed_fixes_the_prompt_draw_across_init_seeds(random_target, monkeypatch):
     """--data-seed: seeds 0 and 1 train on one data set (one regeneration) but are different heads."""
     target = TargetRunner.load(random_target, device="cpu")
-    runs = [TrainConfig(drafter="dflash", seed=s, data_seed=0, **TINY_RUN) for s in (0, 1)]
+    runs = [train_config("dflash", seed=s, data_seed=0, **TINY_RUN) for s in (0, 1)]
     first = training_data.training_sequences(target, runs[0], DATA, show_progress=False)
     monkeypatch.setattr(training_data, "generate", lambda *a, **k: pytest.fail("the same prompts regenerated twice"))
     assert training_data.training_sequences(target, runs[1], DATA, show_progress=False) == first
     assert runs[0].key("t") != runs[1].key("t")
-    unset = TrainConfig(drafter="dflash", seed=1, **TINY_RUN)
+    unset = train_config("dflash", seed=1, **TINY_RUN)
     assert unset.prompt_seed == 1 and "data_seed" not in unset.to_dict()  # old heads keep their cache keys
     record = runs[1].to_dict()
-    assert TrainConfig.from_recipe(record.pop("drafter"), **record).key("t") == runs[1].key("t")  # a recorded data seed reads back
+    assert train_config(record.pop("drafter"), **record).key("t") == runs[1].key("t")  # a recorded data seed reads back
     with pytest.raises(JfbenchError, match="--data-seed -1"):
-        TrainConfig(drafter="dflash", data_seed=-1)
+        train_config("dflash", data_seed=-1)
 
 
 def _teacher(lengths: list[int], prompts: list[int]) -> TeacherBatch:
@@ -225,7 +225,7 @@ def test_batcher_drops_sequences_without_continuation_and_reports_the_prompt_sha
 
 def test_teacher_features_are_computed_once_and_equal_a_direct_target_forward(random_target, monkeypatch):
     target = TargetRunner.load(random_target, device="cpu")
-    samples = training_data.training_sequences(target, TrainConfig(drafter="dflash", **TINY_RUN), DATA, show_progress=False)
+    samples = training_data.training_sequences(target, train_config("dflash", **TINY_RUN), DATA, show_progress=False)
     cache = TeacherCache.ensure(target, samples, (0, 1), show_progress=False)
     monkeypatch.setattr(target, "score", lambda *a, **k: pytest.fail("the target ran again"))
     again = TeacherCache.ensure(target, samples, (0, 1), show_progress=False)
@@ -236,7 +236,7 @@ def test_teacher_features_are_computed_once_and_equal_a_direct_target_forward(ra
     n = len(samples[2].tokens)
     torch.testing.assert_close(batch.taps[0, :n], direct.hidden[0, :n], atol=1e-5, rtol=1e-5)
     assert batch.argmax[0, :n].tolist() == direct.logits[0, :n].argmax(-1).tolist()
-    head = new_head(target, TrainConfig(drafter="dflash", **TINY_RUN))
+    head = new_head(target, train_config("dflash", **TINY_RUN))
     rows, cols = torch.zeros(n, dtype=torch.long), torch.arange(n)
     torch.testing.assert_close(batch.teacher_logits(head, rows, cols), direct.logits[0, :n], atol=1e-4, rtol=1e-4)
     assert batch.lengths.tolist() == [n, len(samples[0].tokens)]
@@ -264,7 +264,7 @@ def test_draft_vocabulary_heads_train_and_record_their_tokens(random_target, tmp
     assert 0 < raw["training"]["draft_vocab_coverage"] <= 1
     assert math.isfinite(raw["training"]["first_loss"])
     target = TargetRunner.load(random_target, device="cpu")
-    samples = training_data.training_sequences(target, TrainConfig(drafter=drafter, **TINY_RUN), DATA, show_progress=False)
+    samples = training_data.training_sequences(target, train_config(drafter, **TINY_RUN), DATA, show_progress=False)
     batcher = training_data.SequenceBatcher(samples, TINY_RUN["seq_len"], TINY_RUN["block_size"] + 2)
     expected = training_data.frequent_tokens(batcher.samples, 6, 64)
     assert load_file(str(out / "model.safetensors"))["d2t"].tolist() == expected.tolist()
@@ -333,7 +333,7 @@ def test_stop_on_plateau_ends_the_run_and_counts_as_finished(random_target, tmp_
     record = json.loads((out / "config.json").read_text())["training"]
     assert record["stop_reason"] == "plateau" and record["steps_done"] == 5 and record["converged"] is True
     assert not (out / ".partial").exists()
-    assert training_loop.finished(out, TrainConfig(**options))
+    assert training_loop.finished(out, train_config(**options))
 
 
 def test_interrupted_run_resumes_to_the_same_head(random_target, tmp_path):
@@ -361,7 +361,7 @@ def test_ensure_head_trains_once_per_recipe(random_target):
     stamp = (first / "model.safetensors").stat().st_mtime_ns
     again = ensure_head(random_target, "eagle", data_dir=DATA, show_progress=False, **options)
     assert again == first and (again / "model.safetensors").stat().st_mtime_ns == stamp
-    other = head_path(random_target, TrainConfig(drafter="eagle", loss="rkl", **options))
+    other = head_path(random_target, train_config("eagle", loss="rkl", **options))
     assert other != first
 
 
@@ -402,18 +402,18 @@ def test_family_options_are_declared_parsed_and_keyed_like_flat_fields():
 
     assert [o.default for o in family_options("jetflow")] == ["mask", 0.5, False]  # the record's layout default keys its heads
     assert family_options("jetflow-refine") == family_options("jetflow") and family_options("dflash")[0].default is None
-    config = TrainConfig(drafter="jetflow", options={"prefix_zero": "0.25", "match_depth1": "false"})
+    config = train_config("jetflow", options={"prefix_zero": "0.25", "match_depth1": "false"})
     assert config.option_values == {"layout": "mask", "match_depth1": False, "prefix_zero": 0.25}
     with pytest.raises(JfbenchError, match="--prefix-zero 2.0 must be at most 1"):
-        TrainConfig(drafter="jetflow", options={"prefix_zero": 2.0})
+        train_config("jetflow", options={"prefix_zero": 2.0})
     with pytest.raises(JfbenchError, match="--ttt-steps 'two' is not a valid int"):
-        TrainConfig(drafter="eagle", options={"ttt_steps": "two"})
-    record = TrainConfig(drafter="eagle").to_dict()
+        train_config("eagle", options={"ttt_steps": "two"})
+    record = train_config("eagle").to_dict()
     assert {k: record[k] for k in ("ttt_steps", "layout", "prefix_zero", "match_depth1")} == {
         "ttt_steps": 15, "layout": None, "prefix_zero": 0.5, "match_depth1": False}
-    again = TrainConfig.from_recipe("eagle", **{k: v for k, v in record.items() if k != "drafter"})
-    assert again.key("t") == TrainConfig(drafter="eagle").key("t")  # a recorded recipe reads back as the same head
-    assert TrainConfig.from_recipe("dflash", ttt_steps=None) == TrainConfig(drafter="dflash")
+    again = train_config("eagle", **{k: v for k, v in record.items() if k != "drafter"})
+    assert again.key("t") == train_config("eagle").key("t")  # a recorded recipe reads back as the same head
+    assert train_config("dflash", ttt_steps=None) == train_config("dflash")
 
 
 def test_family_flags_are_read_from_the_declarations():
@@ -486,8 +486,8 @@ def test_a_deep_targets_block_head_takes_the_papers_proportion_and_shallow_ones_
     many taps, recorded (so its cache key differs from a 3-tap head's); toy targets, an explicit
     --layers and EAGLE (one layer, three taps) are left as given."""
     for drafter, depth, shape in (("jetflow", 30, (4, 4)), ("dflash", 36, (5, 5)), ("jetflow-refine", 24, (3, 3))):
-        config = TrainConfig(drafter=drafter).for_target(depth)
-        assert (config.layers, config.num_taps) == shape and config.key("t") != TrainConfig(drafter=drafter).key("t")
-    for config, depth in ((TrainConfig(drafter="jetflow"), 14), (TrainConfig(drafter="dflash", layers=2), 30),
-                          (TrainConfig(drafter="eagle"), 36), (TrainConfig(drafter="jetflow"), None)):
+        config = train_config(drafter).for_target(depth)
+        assert (config.layers, config.num_taps) == shape and config.key("t") != train_config(drafter).key("t")
+    for config, depth in ((train_config("jetflow"), 14), (train_config("dflash", layers=2), 30),
+                          (train_config("eagle"), 36), (train_config("jetflow"), None)):
         assert config.for_target(depth) is config
