@@ -16,7 +16,7 @@ class OracleDrafter(Drafter):
     name = "oracle"
     cli_refusal = (
         "it is a test double that proposes the target's own greedy output, which it must be given "
-        "in Python (drafters.oracle.OracleDrafter(references)); use ngram or a trained head instead"
+        "in Python (drafters.oracle.drafter.OracleDrafter(references)); use ngram or a trained head instead"
     )
 
     def __init__(self, references: Mapping[tuple[int, ...], Sequence[int]]) -> None:

@@ -74,7 +74,7 @@ class StepRecord:
     verify_s: float  # the target forward only
     other_s: float  # engine overhead: tree checks, masks, acceptance, KV commit, stop rules
     timing: str  # "split": a device sync at every phase boundary; "step": one per step; "none": not timed
-    rank1_len: int = 0  # drafted tokens on the top-ranked branch (jetflow_bench.faithfulness); 0 = none
+    rank1_len: int = 0  # drafted tokens on the top-ranked branch (jetflow_bench.engine.faithfulness); 0 = none
     rank1_gap: float = float("nan")  # nats that branch falls short of the target's greedy choices along it
 
 

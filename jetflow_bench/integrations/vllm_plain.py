@@ -27,7 +27,7 @@ SETTLE_S = 1.5
 
 
 class VLLMPlain:
-    """A `bench_baseline.Rival`: start it with ``with``; it stops the server on exit."""
+    """A `bench.baseline.Rival`: start it with ``with``; it stops the server on exit."""
 
     name = "vLLM"
 

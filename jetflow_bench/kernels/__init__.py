@@ -2,8 +2,9 @@
 
 * ``mask`` — `TreeMask`, the structural mask every backend receives;
 * ``triton_tree`` — the Triton tree-attention kernel;
-* ``flex`` — the FlexAttention backend;
-* ``bench`` — `jfbench bench kernels`: every backend against SDPA on one device.
+* ``flex`` — the FlexAttention backend.
+
+`jfbench bench kernels` (`jetflow_bench.bench.kernels`) times every backend against SDPA on one device.
 
 This module imports neither Triton nor the kernels; ``require_backend`` checks that a backend can
 run before anything loads it.

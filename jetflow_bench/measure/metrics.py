@@ -81,7 +81,7 @@ def acceptance_stats(steps: pd.DataFrame, keys: list[str], max_depth: int | None
         p_d               = a_d / a_{d−1},  a_0 = 1            (NaN when a_{d−1} = 0)
         accept_hist       = JSON list, element k = #{steps: accepted = k}
         rank1_faithful    = #{steps: rank1_len > 0, rank1_gap ≤ FAITHFUL_NATS} / #{steps: rank1_len > 0}
-                            (jetflow_bench.faithfulness; NaN without such steps or counters)
+                            (jetflow_bench.engine.faithfulness; NaN without such steps or counters)
         draft_depth       = mean `depth` over the N_d rows that drafted (the tree's deepest node;
                             1 = first tokens only; NaN if N_d = 0 or for rows without the
                             counter): where the budget went

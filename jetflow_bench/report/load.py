@@ -37,7 +37,7 @@ def load_level(load: str) -> tuple[str, float]:
 
 
 def cell_latency(requests: pd.DataFrame, cells: pd.DataFrame, slo: Mapping[str, float]) -> pd.DataFrame:
-    """One row per load cell (every repeat): `serving_metrics.latency_stats` over its requests."""
+    """One row per load cell (every repeat): `measure.serving.latency_stats` over its requests."""
     rows = []
     wall = cells.set_index([*LEVEL, "repeat"])["wall_s"]
     for key, group in requests[requests["load"] != ""].groupby([*LEVEL, "repeat"], sort=False):

@@ -149,7 +149,7 @@ def summary_table(run: Run) -> Table:
 def depth_table(run: Run, depths: int = 4) -> Table:
     """Where each drafting cell wins or loses acceptance: a_1, the conditional p_2..p_depths
     (p_d = a_d / a_{d-1}, the chance of one more accepted token given d - 1) and the rank-1
-    faithfulness share (jetflow_bench.faithfulness); columns a run lacks are left out."""
+    faithfulness share (jetflow_bench.engine.faithfulness); columns a run lacks are left out."""
     summary = run.summary[run.summary["drafter"] != AR_ARM]
     wanted = ["a_1", *(f"p_{d}" for d in range(2, depths + 1)), "rank1_faithful"]
     frame = summary[[*CELL_KEYS, *(c for c in wanted if c in summary)]]

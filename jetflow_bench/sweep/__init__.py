@@ -31,7 +31,7 @@ The AR baseline is drafter `AR_ARM` (jetflow_bench.core.arms), variant "default"
 steps:    run_id, <cell keys>, request, step, batch_step, active, drafted, accepted (kept after the
           stop rule), accepted_raw (before it), emitted, depth, draft_passes, draft_entries,
           draft_flops, verify_flops, draft_s, verify_s, other_s, rank1_len, rank1_gap (the
-          top-ranked branch's length and gap, jetflow_bench.faithfulness; the three times belong to the
+          top-ranked branch's length and gap, jetflow_bench.engine.faithfulness; the three times belong to the
           whole batched forward `batch_step`, repeated on each of its rows; `budget` is the
           cell's B, root included)
 requests: run_id, <cell keys>, request, record_id, prompt, prompt_hash, prompt_tokens (count),
@@ -41,7 +41,7 @@ requests: run_id, <cell keys>, request, record_id, prompt, prompt_hash, prompt_t
           session and batch_started (the session and start of the request's timed batch),
           base_decode_s, base_ttft_s (its baseline arm's times in the same round), aa_decode_s,
           aa_ttft_s (the AR baseline's A/A copy in that round; all NaN in a --tau-only run);
-          load cells add sent_s, e2el_s, tpot_s, itl_s (`serving_metrics`), their base_* come
+          load cells add sent_s, e2el_s, tpot_s, itl_s (`measure.serving`), their base_* come
           from plain decoding's serving run at the same load in the same session, with no A/A copy
 cells:    run_id, <cell keys>, cell_id, config_hash, engine, n_requests, wall_s, peak_mem_bytes,
           drafted_mean, drafted_max, budget_fill, started, finished, baseline (the arm its

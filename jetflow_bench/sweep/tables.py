@@ -129,7 +129,7 @@ def cell_frames(
 
 
 def _latency(run: CellRun, request: int) -> dict:
-    """A load cell's request: send time, TTFT, TPOT, E2EL and ITL gaps (`serving_metrics`); its
+    """A load cell's request: send time, TTFT, TPOT, E2EL and ITL gaps (`measure.serving`); its
     ``decode_s`` then runs from the first chunk to the last, as E2EL - TTFT."""
     timeline = run.timelines.get(request)
     if timeline is None:
