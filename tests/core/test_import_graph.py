@@ -12,6 +12,7 @@ still ties the code to the other module, and a cycle through one is a knot all t
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -201,6 +202,18 @@ def test_engine_imports_nothing_above_it():
 def test_heads_import_no_drafter():
     """The draft-head model sits below the families that drive it."""
     assert _arrows(import_graph(), ("jetflow_bench.heads",), ("drafters",)) == []
+
+
+def documented_layers() -> list[tuple[str, tuple[str, ...]]]:
+    """The layer table of docs/architecture.md as `LAYERS` spells it: (label, module prefixes) per row."""
+    rows = re.findall(r"^\| ([a-z -]+) \| (`.*`) \|", (ROOT / "docs" / "architecture.md").read_text(), re.M)
+    return [(label, tuple(path.removesuffix("/__init__.py").removesuffix(".py").strip("/").replace("/", ".")
+                          for path in re.findall(r"`([^`]+)`", paths))) for label, paths in rows]
+
+
+def test_architecture_doc_states_the_layers():
+    """docs/architecture.md's table is `LAYERS`: a layer added, moved or renamed here is redrawn there."""
+    assert documented_layers() == list(LAYERS)
 
 
 def test_few_modules_flat_under_the_package_root():
