@@ -109,9 +109,9 @@ class TrainConfig:
     draft_vocab: int | None = None  # head scores only the N most frequent continuation tokens (EAGLE-3's d2t); None = all
     seed: int = 0  # initialisation and batch order; also the prompt draw unless data_seed is set
     data_seed: int | None = None  # the training-prompt draw alone: heads of several seeds share one data set
-    # The family's own fields (its objective's `RecipeOption`s, e.g. eagle's ttt_steps, the block
-    # heads' layout): given as a mapping, stored as sorted (name, value) pairs with every declared
-    # field present (defaults filled in), so equal recipes compare and hash equal.
+    # The family's own fields (its record's `RecipeOption`s, e.g. eagle's ttt_steps, the block
+    # heads' layout): stored as sorted (name, value) pairs, every declared field present (the
+    # objective fills in the defaults: `TrainingObjective.config`), so equal recipes compare and hash equal.
     options: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
 
     # The family's `TrainingObjective`, which built this record and reads its options (not compared: the drafter says which).

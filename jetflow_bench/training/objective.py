@@ -2,9 +2,10 @@
 
 A family declares how its heads train (an objective, or a lazy ``"module:attr"`` string naming
 one, on its `jetflow_bench.plugins.Family` record). The objective builds the family's recipes
-(`config`: a `TrainConfig` that carries it, so nothing reading one looks a family up). The loop (`training.loop`) draws batches, runs the frozen target and steps the
-optimiser; everything that varies with the family — the head it builds, the batch layout, the
-loss, its own option checks — comes from the objective. This package names no drafter.
+(`config`: a `TrainConfig` that carries it, so nothing reading one looks a family up). The loop
+(`training.loop`) draws batches, runs the frozen target and steps the optimiser; everything that
+varies with the family — the head it builds, the batch layout, the loss, its own option checks —
+comes from the objective. This package names no drafter.
 """
 
 from __future__ import annotations
