@@ -164,7 +164,7 @@ def prepare(args: argparse.Namespace) -> int:
     carry = Path(args.carry)
     target = TargetRunner.load(args.deep, "cpu", None)
     config = train_config("dflash", prompts=args.prompts, max_new_tokens=args.max_new_tokens, data_seed=args.data_seed)
-    regen = regen_entry(target, config, None)[2]
+    regen = regen_entry(target, config, args.data_dir)[2]
     if not regen.is_file():
         sys.exit(f"error: no regen file for this recipe ({regen}): train a head on it first, e.g. jfbench train "
                  f"--drafter dflash --target {args.deep} --prompts {args.prompts} --max-new-tokens {args.max_new_tokens} "

@@ -80,7 +80,7 @@ def test_show_tree_agrees_with_the_step_counters(learned_heads, micro_target, tm
     drafters = f"eagle={learned_heads['eagle']},jetflow={learned_heads['jetflow']},ngram"
     code, _, err = cli("sweep", "--target", str(micro_target), "--out", str(out), "--drafters", drafters, "--suites", "gsm8k",
                            "--budgets", "8", "--limit", "2", "--max-new-tokens", "12", "--repeats", "2",
-                           "--threads", "1", "--no-progress")
+                           "--data-dir", str(benchmark_data_dir()), "--threads", "1", "--no-progress")
     assert code == 0, err
     code, text, err = cli("show", str(out), "--table", "tree", "--format", "csv")
     assert code == 0, err

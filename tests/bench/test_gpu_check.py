@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.data_dirs import benchmark_data_dir
 from tests.helpers.random_models import save_random_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ def check_args(tmp_path: Path, heads: Path | None = None) -> list[str]:
             (heads / name).mkdir(parents=True)
             (heads / name / "config.json").write_text(json.dumps({}))
     return ["bash", str(ROOT / "scripts/gpu_check.sh"), "--deep", str(deep), "--heads", str(heads),
-            "--data-dir", os.environ["JFBENCH_DATA_DIR"], "--out", str(tmp_path / "out")]
+            "--data-dir", str(benchmark_data_dir()), "--out", str(tmp_path / "out")]
 
 
 @pytest.mark.slow  # four parts, each starting Python and importing torch (minutes on 2 loaded cores)

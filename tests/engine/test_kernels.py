@@ -22,6 +22,7 @@ from jetflow_bench.engine.tree import DraftTree, ancestor_mask, pad_trees  # noq
 from jetflow_bench.heads.head import ConcatKV, DraftHead, HeadConfig  # noqa: E402
 from jetflow_bench.heads.masks import block_allowed, context_allowed, join, tree_allowed  # noqa: E402
 from jetflow_bench.kernels.mask import TreeMask  # noqa: E402
+from tests.helpers.data_dirs import benchmark_data_dir  # noqa: E402
 
 pytestmark = pytest.mark.interpreter
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-2}
@@ -199,7 +200,7 @@ def test_micro_target_sweep_with_triton_gives_the_sdpa_tokens(cli, micro_target,
         code, _, err = cli("sweep", "--target", str(micro_target), "--out", str(out), "--device", DEVICE.type,
                            "--drafters", f"jetflow={learned_heads['jetflow']}", "--suites", "gsm8k", "--budgets", "8",
                            "--limit", "2", "--max-new-tokens", "10", "--repeats", "1", "--threads", "1",
-                           "--attention", backend, "--no-progress")
+                           "--attention", backend, "--data-dir", str(benchmark_data_dir()), "--no-progress")
         assert code == 0, err
         requests = pd.read_parquet(out / "requests.parquet")
         outputs[backend] = requests.set_index(["drafter", "request"])["output_ids"].map(list).to_dict()

@@ -18,7 +18,7 @@ import pytest
 from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.integrations.vllm_server import ManagedServer, ServerConfig, http_get, port_free
 from jetflow_bench.integrations.vllm_setup import default_bin
-from tests.helpers.data_dirs import shared_data_dir
+from tests.helpers.data_dirs import benchmark_data_dir
 
 VLLM_BIN = default_bin()
 pytestmark = [
@@ -57,7 +57,7 @@ def test_managed_ngram_is_lossless_with_valid_tau_and_keeps_its_log(cli, micro_t
     run = tmp_path / "run"
     code, _, err = cli("sweep", "--engine", "vllm", "--target", str(micro_target), "--drafters", "vllm:ngram",
                        "--budgets", "5", "--vllm-args", " ".join(EAGER), "--out", str(run),
-                       "--data-dir", str(shared_data_dir()), *GRID)
+                       "--data-dir", str(benchmark_data_dir()), *GRID)
     assert code == 0, err
     requests = _requests(run, "vllm:ngram")
     assert len(requests) == 4 and requests["lossless"].all()
@@ -83,7 +83,7 @@ def test_external_plain_server_matches_jfbench_ar(cli, micro_target, tmp_path, p
     run = tmp_path / "run"
     code, _, err = cli("sweep", "--engine", "vllm", "--vllm-url", plain_server.url, "--target", str(micro_target),
                        "--drafters", "vllm:none", "--budgets", "5", "--out", str(run),
-                       "--data-dir", str(shared_data_dir()), *GRID)
+                       "--data-dir", str(benchmark_data_dir()), *GRID)
     assert code == 0, err
     assert not (run / "vllm").exists()
     requests = _requests(run, "vllm:none")
@@ -97,7 +97,7 @@ def test_external_server_of_another_config_is_refused(cli, micro_target, tmp_pat
     # Bug: an ngram cell measured on a plain server and reported as ngram.
     code, _, err = cli("sweep", "--engine", "vllm", "--vllm-url", plain_server.url, "--target", str(micro_target),
                        "--drafters", "vllm:ngram", "--budgets", "5", "--out", str(tmp_path / "run"),
-                       "--data-dir", str(shared_data_dir()), *GRID)
+                       "--data-dir", str(benchmark_data_dir()), *GRID)
     assert code == 2
     assert "serves plain decoding" in err and "vllm:ngram needs method ngram" in err
 
