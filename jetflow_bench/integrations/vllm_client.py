@@ -63,7 +63,7 @@ def complete(url: str, model: str, prompt: Sequence[int], sampling: Sampling,
     tokens: list[int] = []
     chunks: list[int] = []
     stamps: list[float] = []
-    finish, first = None, None
+    finish = None
     try:
         posted = time.perf_counter()
         with httpx.stream("POST", f"{url.rstrip('/')}/v1/completions", json=sampling.body(model, prompt),
@@ -78,8 +78,6 @@ def complete(url: str, model: str, prompt: Sequence[int], sampling: Sampling,
                     break
                 for choice in json.loads(data).get("choices", []):
                     new = choice.get("token_ids") or []
-                    if new and first is None:
-                        first = time.perf_counter()
                     tokens.extend(new)
                     if new:
                         chunks.append(len(new))
@@ -90,15 +88,13 @@ def complete(url: str, model: str, prompt: Sequence[int], sampling: Sampling,
         raise RequestFailed(f"{type(err).__name__}: {err}") from err
     if finish is None:
         raise RequestFailed("the stream ended without a finish reason (server gone?)")
-    return Completion(tokens, chunks, finish, posted if sent is None else sent, first if first is not None else last,
+    return Completion(tokens, chunks, finish, posted if sent is None else sent, stamps[0] if stamps else last,
                       last, stamps, posted)
 
 
 def complete_all(url: str, model: str, prompts: Sequence[Sequence[int]], sampling: Sampling) -> list[Completion]:
     """All prompts at once, one thread each (concurrency = len(prompts)); results in prompt order."""
-    with ThreadPoolExecutor(max_workers=max(1, len(prompts))) as pool:
-        futures = [pool.submit(complete, url, model, p, sampling) for p in prompts]
-        return [f.result() for f in futures]
+    return send_all(url, model, prompts, sampling, None, max(1, len(prompts)), time.perf_counter())
 
 
 def send_all(url: str, model: str, prompts: Sequence[Sequence[int]], sampling: Sampling,
