@@ -322,8 +322,13 @@ def round_order(members: Sequence[Cell], repeat: int, index: int, tau_only: bool
     slots = [Slot(c) for c in ar] + [Slot(c) for c in members if not c.is_baseline] + ([] if tau_only else [Slot(ar[0], True)])
     if index % 2:
         slots = [Slot(s.cell, not s.twin) if s.cell.is_baseline and not tau_only else s for s in slots]
-    shift = repeat % len(slots)
-    return slots[shift:] + slots[:shift]
+    return rotated(slots, repeat)
+
+
+def rotated(items: list, repeat: int) -> list:
+    """``items`` rotated left by ``repeat``: each repeat starts one further along, so no cell always runs first."""
+    shift = repeat % len(items)
+    return items[shift:] + items[:shift]
 
 
 def _pending_repeats(group: PairingGroup, todo: Collection[str]) -> Iterator[tuple[int, list[Cell], list[Cell]]]:
@@ -422,7 +427,7 @@ class GroupRunner:
         for repeat, members, pending in _pending_repeats(group, todo):
             bases = {c: self.base(c, members) for c in pending}
             timed = [c for c in members if c in pending or (c in bases.values() and not self.tau_only)]
-            order = timed[repeat % len(timed):] + timed[: repeat % len(timed)]
+            order = rotated(timed, repeat)
             progress.start(f"{group.label()} r{repeat}: {len(pending)} serving run(s) alternated", len(order))
             torch.manual_seed(self.config.seed)
             runs = {}
