@@ -26,6 +26,11 @@ def load_attr(spec: str) -> Any:
     return getattr(importlib.import_module(module_name), attr)
 
 
+def loaded(entry: Any) -> Any:
+    """``entry`` itself, or the object it names when it is a lazy ``"module:attr"`` string."""
+    return load_attr(entry) if isinstance(entry, str) else entry
+
+
 def close_names(name: str, choices: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
     """Up to ``n`` known names close to ``name`` (difflib's ratio >= ``cutoff``), closest first."""
     return difflib.get_close_matches(name, list(choices), n=n, cutoff=cutoff)
@@ -96,10 +101,7 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         """The plug-in registered under ``name`` (importing it now if it was lazy)."""
         key = self.canonical(name)
-        entry = self._entries[key]
-        if isinstance(entry, str):
-            entry = load_attr(entry)
-            self._entries[key] = entry
+        entry = self._entries[key] = loaded(self._entries[key])
         return entry  # type: ignore[return-value]
 
     def names(self) -> list[str]:

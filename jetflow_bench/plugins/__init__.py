@@ -25,7 +25,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from jetflow_bench.core.errors import JfbenchError
-from jetflow_bench.core.registry import Registry, load_attr
+from jetflow_bench.core.registry import Registry, loaded
 from jetflow_bench.plugins.ablation_axes import ABLATION_AXES, AblationAxes
 from jetflow_bench.training.recipe import RECIPES, RecipeOption, declarations_help
 
@@ -53,7 +53,7 @@ class Family:
             raise JfbenchError(
                 f"--drafter {self.name!r} declares no training objective: train one of {', '.join(trainable_drafters())}"
             )
-        return load_attr(self.training) if isinstance(self.training, str) else self.training
+        return loaded(self.training)
 
 
 # Family name -> its record, in registration order (the legend's order: oldest family first).
@@ -99,10 +99,7 @@ def legacy_family(drafter: str) -> Family:
     if name != drafter and name in FAMILIES:  # reads a registered family's heads
         return FAMILIES.get(name)
     training = getattr(cls, "training", None)
-    if name in RECIPES:
-        recipe = tuple(RECIPES.get(name))
-    else:
-        recipe = tuple(getattr(load_attr(training) if isinstance(training, str) else training, "options", ()))
+    recipe = tuple(RECIPES.get(name)) if name in RECIPES else tuple(getattr(loaded(training), "options", ()))
     axes = ABLATION_AXES.get(drafter) if drafter in ABLATION_AXES else AblationAxes()
     return Family(name, {drafter: cls}, training, recipe, axes,
                   train_defaults={drafter: dict(getattr(cls, "train_defaults", None) or {})})
