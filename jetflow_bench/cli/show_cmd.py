@@ -321,15 +321,19 @@ def _show_load(run: Path, format: TableFormat, slo_text: str | None, config: dic
         "ITL ms p50/p99": f"{ms(r.itl_median_s)}/{ms(r.itl_p99_s)}", "E2EL s mean/p99": f"{_f(r.e2el_mean_s, 2)}/{_f(r.e2el_p99_s, 2)}",
         "tok/s": _f(r.output_tok_s, 1), "goodput req/s": _f(r.goodput, 2) if slo else "",
         "TPOT × [95% CI]": f"{_f(r.tpot_speedup, 2)} [{_f(r.tpot_speedup_lo, 2)}, {_f(r.tpot_speedup_hi, 2)}]",
+        "A/A [95% CI]": f"{_f(r.noise_aa, 2)} [{_f(r.noise_aa_lo, 2)}, {_f(r.noise_aa_hi, 2)}]",
         "tput ×": _f(r.tput_speedup, 2),
     } for r in table.itertuples()]
     even = [{"suite": r.suite, "arm": r.arm, "B": r.budget, "bs": r.batch_size, "load kind": r.load_kind,
              "break-even load": r.break_even, "TPOT × lowest load": _f(r.speedup_at_lowest, 2),
              "TPOT × highest load": _f(r.speedup_at_highest, 2)} for r in break_even(table).itertuples()]
     best = [{"suite": r.suite, "arm": arm_label(r.drafter, r.variant), "bs": r.batch_size, "load": r.load,
-             "best B": r.budget, "TPOT × [95% CI]": f"{_f(r.tpot_speedup, 2)} [{_f(r.tpot_speedup_lo, 2)}, {_f(r.tpot_speedup_hi, 2)}]"}
-            for r in best_budgets(table).itertuples()]
-    views = [("latency per load level", levels), ("break-even load (TPOT speed-up's 95% CI reaches 1)", even),
+             "best B": r.budget, "TPOT × [95% CI]": f"{_f(r.tpot_speedup, 2)} [{_f(r.tpot_speedup_lo, 2)}, {_f(r.tpot_speedup_hi, 2)}]",
+             **({"auto: TPOT × [95% CI]": f"{_f(r.auto_speedup, 2)} [{_f(r.auto_speedup_lo, 2)}, {_f(r.auto_speedup_hi, 2)}]",
+                 "auto ties best": {True: "yes", False: "no"}.get(r.auto_tied, ""), "auto: chosen B (share of steps)": r.chosen_budgets if isinstance(getattr(r, "chosen_budgets", None), str) else ""}
+                if hasattr(r, "auto_speedup") else {})}
+            for r in best_budgets(table, _read(run, "summary")).itertuples()]
+    views = [("latency per load level", levels), ("break-even load (TPOT speed-up's 95% CI reaches 1 or the A/A band)", even),
              ("best budget per load level", best)]
     if format == TableFormat.markdown:
         print("\n\n".join(f"**{title}**\n\n{markdown(rows)}" for title, rows in views if rows))
@@ -340,7 +344,7 @@ def _show_load(run: Path, format: TableFormat, slo_text: str | None, config: dic
                 print_table(console, rich_table(rows, f"{run.name}: {title}", left=("suite", "arm")))
     limits = ", ".join(f"{k} <= {v:g} s" for k, v in slo.items()) or "none given (--slo)"
     print(f"percentiles over the requests of each cell, means over repeats; ITL per streamed chunk (one per step); "
-          f"speed-ups vs plain decoding at the same load; SLO: {limits}")
+          f"speed-ups vs plain decoding at the same load, A/A: plain decoding against its second copy there; SLO: {limits}")
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:

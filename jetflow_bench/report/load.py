@@ -7,11 +7,14 @@ for vLLM arms, jfbench's AR otherwise), timed in the same session as the arm (th
 it on each of the arm's rows: ``base_decode_s``, and the cell's ``base_wall_s``), by the arm's.
 TPOT speed-up: mean TPOT of plain decoding / the arm's, over the same requests (pooled over repeats), with a
 paired bootstrap 95% CI over requests (`metrics.paired_ratio_ci`, micro); plain decoding's TPOT is
-its paired decode time over its own output tokens - 1. Throughput speed-up: output tokens/s of
+its paired decode time over its own output tokens - 1. The CI's bootstrap draws repeats, then
+requests. The A/A noise floor beside it is plain decoding against its second copy, served in the
+same repeat (the same requests' TPOTs, same CI); a speed-up whose CI overlaps that band is not told
+apart from noise (`clear_of_noise`). Throughput speed-up: output tokens/s of
 the arm / plain decoding's, averaged over repeats (one figure per serving run: no per-request
 CI). Cells without paired times (a τ-only run, one recorded before in-session pairing) get none. The
 break-even load of an arm × budget is the lowest level of a load kind at which the TPOT speed-up's
-CI reaches 1 (its lower bound <= 1): from there on speculation is no longer shown to pay.
+CI reaches 1 (its lower bound <= 1) or the A/A band: from there on speculation is no longer shown to pay.
 """
 
 from __future__ import annotations
@@ -22,11 +25,14 @@ import numpy as np
 import pandas as pd
 
 from jetflow_bench.core.arms import AR_ARM, DEFAULT_VARIANT, arm_label
-from jetflow_bench.measure.metrics import paired_ratio_ci, tau
+from jetflow_bench.core.budget_policy import AUTO_COLUMN
+from jetflow_bench.measure.metrics import clear_of_noise, paired_ratio_ci, tau
 from jetflow_bench.measure.serving import latency_stats
 
 ARM = ["suite", "drafter", "variant", "budget", "batch_size", "temperature"]
 LEVEL = [*ARM, "load"]
+SPEEDUP_COLUMNS = ("tpot_speedup", "tpot_speedup_lo", "tpot_speedup_hi", "tput_speedup", "noise_aa", "noise_aa_lo",
+                   "noise_aa_hi")
 PLAIN = {"drafter": AR_ARM, "variant": DEFAULT_VARIANT, "budget": 1}  # the baseline's keys (drafter: `_baseline`)
 
 
@@ -63,27 +69,41 @@ def load_table(requests: pd.DataFrame, cells: pd.DataFrame, slo: Mapping[str, fl
         arm, base = _select(loaded, row), _select(loaded, {**row, **PLAIN, "drafter": _baseline(arm_cells)})
         speedups.append(_speedups(arm, base, arm_cells, n_boot, seed))
     table = pd.concat([table, pd.DataFrame(speedups)], axis=1)
+    table["clear_of_noise"] = clear_of_noise(table["tpot_speedup_lo"], table["tpot_speedup_hi"], table["noise_aa_lo"],
+                                             table["noise_aa_hi"])
     kinds = table["load"].map(load_level)
     table["load_kind"], table["load_level"] = [k for k, _ in kinds], [v for _, v in kinds]
     return table.sort_values([*ARM, "load_kind", "load_level"]).reset_index(drop=True)
 
 
 def _speedups(arm: pd.DataFrame, base: pd.DataFrame, arm_cells: pd.DataFrame, n_boot: int, seed: int) -> dict[str, float]:
-    """An arm's TPOT and throughput speed-ups over the plain-decoding times paired with its rows
-    (module docstring); plain decoding's token counts are its own cells' (they do not depend on timing)."""
-    none = {"tpot_speedup": np.nan, "tpot_speedup_lo": np.nan, "tpot_speedup_hi": np.nan, "tput_speedup": np.nan}
+    """An arm's TPOT and throughput speed-ups over the plain-decoding times paired with its rows, and
+    the A/A noise floor timed beside it (module docstring); plain decoding's token counts are its own
+    cells' (they do not depend on timing)."""
+    none = dict.fromkeys(SPEEDUP_COLUMNS, np.nan)
     if "base_decode_s" not in arm or arm["base_decode_s"].isna().any():
         return none
     tokens = base.set_index(["repeat", "request"])["new_tokens"]
     pairs = arm.assign(base_tokens=tokens.reindex(pd.MultiIndex.from_frame(arm[["repeat", "request"]])).to_numpy())
-    pairs = pairs.assign(base_tpot_s=pairs["base_decode_s"] / (pairs["base_tokens"] - 1))
     pairs = pairs[(pairs["base_tokens"] > 1) & pairs["tpot_s"].notna()]
-    ci = paired_ratio_ci(pairs["base_tpot_s"].to_numpy(dtype=float), pairs["tpot_s"].to_numpy(dtype=float), n_boot, seed)
+    base_tpot = pairs["base_decode_s"] / (pairs["base_tokens"] - 1)
+    aa_tpot = pairs.get("aa_decode_s", pd.Series(np.nan, index=pairs.index)) / (pairs["base_tokens"] - 1)
+    tpot = _ratio(pairs, base_tpot, pairs["tpot_s"], n_boot, seed)
+    aa = _ratio(pairs, base_tpot, aa_tpot, n_boot, seed)  # plain decoding against itself: NaN where never timed twice
     wall = arm_cells.set_index("repeat")
     own = arm.groupby("repeat")["new_tokens"].sum() / wall["wall_s"]
     plain = base.groupby("repeat")["new_tokens"].sum() / wall.get("base_wall_s", np.nan)
-    return {"tpot_speedup": ci["micro"], "tpot_speedup_lo": ci["micro_lo"], "tpot_speedup_hi": ci["micro_hi"],
-            "tput_speedup": float((own / plain).mean())}
+    return {"tpot_speedup": tpot["micro"], "tpot_speedup_lo": tpot["micro_lo"], "tpot_speedup_hi": tpot["micro_hi"],
+            "tput_speedup": float((own / plain).mean()),
+            "noise_aa": aa["micro"], "noise_aa_lo": aa["micro_lo"], "noise_aa_hi": aa["micro_hi"]}
+
+
+def _ratio(pairs: pd.DataFrame, base: pd.Series, method: pd.Series, n_boot: int, seed: int) -> dict[str, float]:
+    """`paired_ratio_ci` of two per-request columns laid out repeats x requests, so that the CI
+    covers the drift between repeats as well as the requests' spread."""
+    frame = pd.DataFrame({"repeat": pairs["repeat"], "request": pairs["request"], "base": base, "method": method})
+    matrix = {side: frame.pivot(index="repeat", columns="request", values=side).to_numpy(dtype=float) for side in ("base", "method")}
+    return paired_ratio_ci(matrix["base"], matrix["method"], n_boot, seed)
 
 
 def _baseline(arm_cells: pd.DataFrame) -> str:
@@ -100,12 +120,13 @@ def _select(frame: pd.DataFrame, keys: Mapping) -> pd.DataFrame:
 
 
 def break_even(table: pd.DataFrame) -> pd.DataFrame:
-    """Per arm × budget × load kind: the lowest level where the TPOT speed-up's CI reaches 1."""
+    """Per arm × budget × load kind: the lowest level where the TPOT speed-up is no longer shown to
+    pay: its CI reaches 1, or overlaps the A/A noise band timed beside it."""
     rows = []
     arms = table[table["drafter"] != AR_ARM]
     for key, group in arms.groupby([*ARM, "load_kind"], sort=False):
         group = group.sort_values("load_level")
-        reached = group[group["tpot_speedup_lo"] <= 1]
+        reached = group[(group["tpot_speedup_lo"] <= 1) | group["clear_of_noise"].eq(False)]
         levels = group["load"].tolist()
         if reached.empty:
             text = f"> {levels[-1]} (pays at every level)"
@@ -120,9 +141,26 @@ def break_even(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def best_budgets(table: pd.DataFrame) -> pd.DataFrame:
-    """Per drafter arm and load level: the budget with the highest TPOT speed-up."""
-    arms = table[table["drafter"] != AR_ARM].dropna(subset=["tpot_speedup"])
+def best_budgets(table: pd.DataFrame, summary: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per drafter arm and load level: the static budget with the highest TPOT speed-up, and beside
+    it the same arm's `--budgets auto` cell at that level when the grid has one (its speed-up, and
+    the share of steps at each budget it chose, from ``summary``'s ``chosen_budgets``): whether the
+    policy follows the best static budget as the load rises. ``auto_tied``: auto's CI overlaps the
+    best static budget's."""
     keys = ["suite", "drafter", "variant", "batch_size", "temperature", "load_kind", "load_level", "load"]
-    best = arms.loc[arms.groupby(keys, sort=False)["tpot_speedup"].idxmax()]
-    return best[[*keys, "budget", "tpot_speedup", "tpot_speedup_lo", "tpot_speedup_hi"]].reset_index(drop=True)
+    arms = table[table["drafter"] != AR_ARM].dropna(subset=["tpot_speedup"])
+    static, auto = arms[arms["budget"] != AUTO_COLUMN], arms[arms["budget"] == AUTO_COLUMN]
+    best = static.loc[static.groupby(keys, sort=False)["tpot_speedup"].idxmax()]
+    best = best[[*keys, "budget", "tpot_speedup", "tpot_speedup_lo", "tpot_speedup_hi"]].reset_index(drop=True)
+    if auto.empty:
+        return best
+    auto = auto[keys + ["tpot_speedup", "tpot_speedup_lo", "tpot_speedup_hi"]].rename(
+        columns={c: f"auto_{c.removeprefix('tpot_')}" for c in ("tpot_speedup", "tpot_speedup_lo", "tpot_speedup_hi")})
+    if summary is not None and "chosen_budgets" in summary:
+        chosen = summary[summary["budget"] == AUTO_COLUMN].dropna(subset=["chosen_budgets"])
+        chosen = chosen.groupby([k for k in keys if k in chosen and not k.startswith("load_")], sort=False)["chosen_budgets"].first()
+        auto = auto.merge(chosen.reset_index(), how="left")
+    best = best.merge(auto, on=keys, how="outer")
+    tied = (best["auto_speedup_lo"] <= best["tpot_speedup_hi"]) & (best["auto_speedup_hi"] >= best["tpot_speedup_lo"])
+    best["auto_tied"] = tied.astype("boolean").mask(best[["auto_speedup_lo", "tpot_speedup_lo"]].isna().any(axis=1))
+    return best

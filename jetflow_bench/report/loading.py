@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from jetflow_bench.core.arms import AR_ARM, DEFAULT_VARIANT
 from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.measure.integrity import READ_ERRORS, reason, warn, warn_damaged_cells
+from jetflow_bench.report.load import load_table
 
 # The columns that identify one cell; the AR baseline has drafter AR_ARM, budget 1, variant "default".
 # Equal to `jetflow_bench.sweep.grid.CELL_KEYS` (tested); repeated so reading results never imports torch.
@@ -154,6 +155,19 @@ class Run:
         except READ_ERRORS as err:
             warn(f"{path} is unreadable ({reason(err)}); going on without the node rows")
             return None
+
+    def load_table(self) -> pd.DataFrame | None:
+        """`report.load.load_table` of the run's serving-load cells (no SLO); None without load cells
+        or without readable requests and cells tables."""
+        if "load" not in self.summary or not self.summary["load"].ne("").any():
+            return None
+        try:
+            requests, cells = (with_cell_keys(pd.read_parquet(self.path / f"{name}.parquet")) for name in ("requests", "cells"))
+        except READ_ERRORS as err:
+            warn(f"{self.path}: the load tables are unreadable ({reason(err)}); going on without the load figure")
+            return None
+        config = self.manifest.get("config") or {}
+        return load_table(requests, cells, {}, config.get("n_boot", 1000), config.get("seed", 0))
 
     def cells(self, drafters: bool = True) -> pd.DataFrame:
         """Summary rows of the default variant; `drafters=False` keeps only the AR baseline."""

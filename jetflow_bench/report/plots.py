@@ -24,7 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from jetflow_bench.core.arms import AR_ARM
-from jetflow_bench.core.budget_policy import AUTO_COLUMN
+from jetflow_bench.core.budget_policy import AUTO_COLUMN, budget_label
 from jetflow_bench.core.calibration import expected_calibration_error, reliability_table
 from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run, depth_columns
 from jetflow_bench.report.palette import AR_COLOR, drafter_color, drafter_order
@@ -96,8 +96,10 @@ def _mean_over_repeats(frame: pd.DataFrame, by: list[str], columns: list[str]) -
 
 
 def speedup_vs_budget(run: Run) -> ReportFigure | None:
-    """Decode speed-up (micro, 95% CI band) against the budget: rows = batch size, cols = suite."""
+    """Decode speed-up (micro, 95% CI band) against the budget: rows = batch size, cols = suite
+    (prompt batches only: cells at a serving load are `speedup_vs_load`'s)."""
     cells = run.cells()
+    cells = cells[cells["load"] == ""] if "load" in cells else cells
     if cells.empty or SPEEDUP not in cells:
         return None
     means = _mean_over_repeats(cells, ["suite", "batch_size", "drafter", "budget"],
@@ -268,6 +270,46 @@ def throughput_vs_batch(run: Run) -> ReportFigure | Skipped | None:
     return ReportFigure("throughput_vs_batch", "Throughput vs batch size", caption, figure)
 
 
+def speedup_vs_load(run: Run) -> ReportFigure | None:
+    """TPOT speed-up (95% CI band) and throughput speed-up against the load level, per suite × load
+    kind, one line per arm × budget, with plain decoding's A/A band at each level."""
+    if "load" not in run.summary or not run.summary["load"].ne("").any():
+        return None
+    table = run.load_table()
+    arms = table[table["drafter"] != AR_ARM] if table is not None else None
+    if arms is None or arms["tpot_speedup"].isna().all():
+        return None
+    panels = sorted({(r.suite, r.load_kind) for r in arms.itertuples()})
+    figure, axes = _grid(1, len(panels), sharey=False)
+    for ax, (suite, kind) in zip(axes[0], panels, strict=True):
+        panel = table[(table["suite"] == suite) & (table["load_kind"] == kind)]
+        levels = sorted(panel["load_level"].unique())
+        finite = [v for v in levels if np.isfinite(v)]
+        at = {v: (v if np.isfinite(v) else 2 * max(finite, default=1.0)) for v in levels}  # "inf" drawn past the last rate
+        noise = panel[panel["drafter"] == AR_ARM].dropna(subset=["noise_aa"]).sort_values("load_level")
+        if not noise.empty:
+            ax.fill_between(noise["load_level"].map(at), noise["noise_aa_lo"], noise["noise_aa_hi"], color=AR_COLOR,
+                            alpha=0.25, lw=0)
+        for n, ((drafter, budget), line) in enumerate(panel[panel["drafter"] != AR_ARM].groupby(["drafter", "budget"])):
+            line, color = line.sort_values("load_level"), drafter_color(drafter)
+            x, style = line["load_level"].map(at), LINESTYLES[n % len(LINESTYLES)]
+            ax.plot(x, line["tpot_speedup"], marker="o", color=color, ls=style, label=f"{drafter} B={budget_label(budget)}")
+            ax.fill_between(x, line["tpot_speedup_lo"], line["tpot_speedup_hi"], color=color, alpha=0.15, lw=0)
+            ax.plot(x, line["tput_speedup"], marker="x", color=color, ls=style, lw=0.8, alpha=0.6)
+        ax.axhline(1.0, color=AR_COLOR, ls="--", lw=1)
+        ax.set_xscale("log")
+        ax.set_xticks([at[v] for v in levels], [f"{v:g}" if np.isfinite(v) else "inf" for v in levels])
+        ax.minorticks_off()
+        unit = "requests / s (Poisson)" if kind == "poisson" else "requests in flight"
+        ax.set(title=f"{suite} · {kind}", xlabel=unit, ylabel="speed-up × over plain decoding")
+        ax.legend(fontsize=7)
+    caption = ("Speed-up over plain decoding served at the same load in the same session: TPOT (o, band = "
+               "bootstrap 95% CI over repeats and requests) and output throughput (x). Grey: plain "
+               "decoding against its second copy (the A/A noise floor). Where the band reaches 1 or the "
+               "grey band, speculation is no longer shown to pay (`jfbench show RUN --table load`).")
+    return ReportFigure("speedup_vs_load", "Speed-up vs serving load", caption, figure)
+
+
 def tau_vs_draft_passes(run: Run) -> ReportFigure | Skipped | None:
     """τ against sequential draft passes per step, one point per arm (every variant included), a
     line through each drafter's arms at one budget: the cost side of depth (EAGLE) and refinement
@@ -406,7 +448,8 @@ def reliability_diagram(run: Run) -> ReportFigure | None:
 
 
 FIGURES: tuple[Callable[[Run], ReportFigure | Skipped | None], ...] = (
-    speedup_vs_budget, tau_vs_budget, tau_vs_draft_passes, depth_acceptance, time_breakdown, throughput_vs_batch,
+    speedup_vs_budget, speedup_vs_load, tau_vs_budget, tau_vs_draft_passes, depth_acceptance, time_breakdown,
+    throughput_vs_batch,
     ablation_deltas, projected_speedup, reliability_diagram,
 )
 

@@ -307,7 +307,7 @@ def _record_adopted(manifest: dict[str, Any], store: RunStore, finished: set[str
 
 @dataclass(frozen=True)
 class Slot:
-    """One timed place in a round: a cell, or the AR cell's second (A/A) copy."""
+    """One timed place in a round (or a serving-load group's repeat): a cell, or a baseline's second (A/A) copy."""
 
     cell: Cell
     twin: bool = False
@@ -418,25 +418,29 @@ class GroupRunner:
         stored: Callable[[Cell], None],
     ) -> None:
         """Time a serving-load group's pending cells: its requests arrive over time, so a cell is one
-        serving run, not rounds of prompt batches. Per repeat, the pending cells and the plain-decoding
+        serving run, not rounds of prompt batches. Per repeat, the pending cells, the plain-decoding
         cells they pair with at the same load (`base`: jfbench's AR, or vllm:none for vLLM arms;
-        served again even when finished) run one after another, in an order rotated per repeat;
-        each arm's requests then carry its base run's times from this session (`load.paired_with`).
-        Nothing is journaled: a killed repeat is served again whole."""
+        served again even when finished) and a second, A/A copy of each of those run one after
+        another, in an order rotated per repeat; each arm's requests then carry its base run's and
+        the A/A copy's times from this session (`load.paired_with`). Nothing is journaled: a killed
+        repeat is served again whole."""
         work, session = self.workloads[group.suite], self.session["session"]
         for repeat, members, pending in _pending_repeats(group, todo):
             bases = {c: self.base(c, members) for c in pending}
-            timed = [c for c in members if c in pending or (c in bases.values() and not self.tau_only)]
-            order = rotated(timed, repeat)
+            paired = [] if self.tau_only else list(dict.fromkeys(bases.values()))
+            slots = [Slot(c) for c in members if c in pending or c in paired] + [Slot(c, True) for c in paired]
+            order = rotated(slots, repeat)
             progress.start(f"{group.label()} r{repeat}: {len(pending)} serving run(s) alternated", len(order))
             torch.manual_seed(self.config.seed)
             runs = {}
-            for cell in order:
-                runs[cell] = run_load_cell(self.engine, cell, work.prompts, self.drafter(cell), self.config.warmup_tokens,
-                                           session, sampling_for(self.config, cell))
-                progress.advance(1, sum(len(r.output_tokens) for r in runs[cell].outputs.values()))
+            for slot in order:
+                runs[slot] = run_load_cell(self.engine, slot.cell, work.prompts, self.drafter(slot.cell),
+                                           self.config.warmup_tokens, session, sampling_for(self.config, slot.cell))
+                progress.advance(1, sum(len(r.output_tokens) for r in runs[slot].outputs.values()))
             for cell in sorted(pending, key=lambda c: not c.is_baseline):
-                run = runs[cell] if self.tau_only else paired_with(runs[cell], runs[bases[cell]], session)
+                run = runs[Slot(cell)]
+                if not self.tau_only:
+                    run = paired_with(run, runs[Slot(bases[cell])], runs[Slot(bases[cell], True)], session)
                 self.finalize(cell, hashes[cell.cell_id], run, progress)
                 stored(cell)
 

@@ -9,7 +9,8 @@ wait in its queue (their TTFT counts the wait). A load cell is resumable as a wh
 serving run, so it is decoded again if interrupted, never in parts. The sweep times a level's
 cells one after another, plain decoding among them, and pairs each arm with plain decoding's run
 of the same session (`paired_with`; `driver.GroupRunner`): its engine's own plain decoding where
-the grid has it (a vLLM arm's: ``vllm:none`` at the same load), else jfbench's AR. ``--engine
+the grid has it (a vLLM arm's: ``vllm:none`` at the same load), else jfbench's AR, served twice
+(the second run, its A/A copy, gives the noise floor at that load). ``--engine
 vllm`` serves a vLLM arm's requests from the suite's own client with these same arrival times or
 closed loop (`vllm_engine.VLLMEngine.serve`), so its latencies read as jfbench's.
 """
@@ -120,12 +121,16 @@ def run_load_cell(
     return replace(cell_run([batch], session, drafter), timelines={ids[t.request]: t for t in out.timelines})
 
 
-def paired_with(run: CellRun, base: CellRun, session: str) -> CellRun:
-    """``run`` with each request's pairing columns (`runner.PAIRED_COLUMNS`) taken from ``base``,
-    plain decoding's serving run at the same load in this ``session`` (its engine's: `GroupRunner.base`):
-    the same request's TTFT and decode time (E2EL - TTFT, as the requests rows keep it), and
-    ``base``'s wall time for the throughput ratio. A serving run has no A/A copy: those columns stay empty."""
-    times = {r: request_latency(t.sent_s, t.chunks) for r, t in base.timelines.items()}
-    paired = {r: {"session": session, "batch_started": run.started, "base_ttft_s": times[r]["ttft_s"],
-                  "base_decode_s": times[r]["e2el_s"] - times[r]["ttft_s"]} for r in run.outputs}
+def paired_with(run: CellRun, base: CellRun, twin: CellRun, session: str) -> CellRun:
+    """``run`` with each request's pairing columns (`records.PAIRED_COLUMNS`) taken from ``base``,
+    plain decoding's serving run at the same load in this ``session`` (its engine's: `GroupRunner.base`),
+    and from ``twin``, that run's A/A copy: the same request's TTFT and decode time (E2EL - TTFT,
+    as the requests rows keep it), and ``base``'s wall time for the throughput ratio."""
+    times = {prefix: {r: request_latency(t.sent_s, t.chunks) for r, t in served.timelines.items()}
+             for prefix, served in (("base", base), ("aa", twin))}
+    paired = {r: {"session": session, "batch_started": run.started,
+                  **{f"{prefix}_{field}": value for prefix, by_request in times.items()
+                     for field, value in (("ttft_s", by_request[r]["ttft_s"]),
+                                          ("decode_s", by_request[r]["e2el_s"] - by_request[r]["ttft_s"]))}}
+              for r in run.outputs}
     return replace(run, paired=paired, base_wall_s=base.wall_s)

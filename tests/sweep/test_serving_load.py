@@ -13,11 +13,13 @@ import pandas as pd
 import pytest
 
 from jetflow_bench.core.arms import AR_ARM
-from jetflow_bench.core.budget_policy import Budget
+from jetflow_bench.core.budget_policy import AUTO_COLUMN, Budget
 from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.engine.serving import RequestTimeline
 from jetflow_bench.measure.serving import latency_stats, parse_slo, request_latency
 from jetflow_bench.report.load import best_budgets, break_even, load_table
+from jetflow_bench.report.loading import load_run
+from jetflow_bench.report.plots import make_figures
 from jetflow_bench.sweep import grid
 from jetflow_bench.sweep.grid import (
     DrafterSpec,
@@ -89,20 +91,25 @@ def test_load_cells_pair_with_plain_decoding_at_the_same_load():
     assert all(len({c.load for c in g.cells}) == 1 for g in groups)
 
 
-def test_an_arm_under_load_carries_plain_decodings_times_from_its_own_session():
-    # Bug caught: a load arm paired with the stored AR cell (timed in another session) or with
-    # another request's times. Plain decoding's request 7: sent 0, first chunk 0.5, last 2.5.
+def test_an_arm_under_load_carries_plain_decodings_times_and_its_aa_copy_from_its_own_session():
+    # Bug caught: a load arm paired with the stored AR cell (timed in another session), with another
+    # request's times, or with the A/A copy's times where plain decoding's belong. Plain decoding's
+    # request 7: sent 0, first chunk 0.5, last 2.5; its A/A copy's: first chunk 0.6, last 2.2.
     def run(timelines):
         return CellRun([], {t.request: None for t in timelines}, 3.0, 0, 100.0, 103.0,
                        timelines={t.request: t for t in timelines})
 
     base = run([RequestTimeline(7, 0.0, 0.0, False, [(0.5, 1), (2.5, 4)]),
                 RequestTimeline(9, 1.0, 1.0, True, [(1.2, 1), (1.4, 2)])])
+    twin = run([RequestTimeline(7, 0.0, 0.0, False, [(0.6, 1), (2.2, 4)]),
+                RequestTimeline(9, 1.0, 1.0, True, [(1.3, 1), (1.4, 2)])])
     arm = paired_with(run([RequestTimeline(7, 0.0, 0.0, False, [(0.4, 1), (1.0, 4)]),
-                           RequestTimeline(9, 1.0, 1.0, True, [(1.1, 1), (1.2, 2)])]), base, "s2")
+                           RequestTimeline(9, 1.0, 1.0, True, [(1.1, 1), (1.2, 2)])]), base, twin, "s2")
     assert arm.paired[7] == {"session": "s2", "batch_started": 100.0, "base_ttft_s": pytest.approx(0.5),
-                             "base_decode_s": pytest.approx(2.0)}
-    assert arm.paired[9]["base_decode_s"] == pytest.approx(0.2) and arm.base_wall_s == 3.0
+                             "base_decode_s": pytest.approx(2.0), "aa_ttft_s": pytest.approx(0.6),
+                             "aa_decode_s": pytest.approx(1.6)}
+    assert arm.paired[9]["base_decode_s"] == pytest.approx(0.2) and arm.paired[9]["aa_decode_s"] == pytest.approx(0.1)
+    assert arm.base_wall_s == 3.0
 
 
 def test_the_load_tables_speedups_divide_by_the_paired_times_not_the_stored_ar_cell():
@@ -146,18 +153,54 @@ def test_goodput_counts_requests_within_every_slo():
         parse_slo("ttft=fast")
 
 
-def test_break_even_is_the_first_level_whose_ci_reaches_one_and_best_budget_per_level():
+def _level_rows(speedups_by_budget, noise=(0.95, 1.05)) -> pd.DataFrame:
     rows = []
-    for budget, speedups in ((4, [(1.8, 1.5), (1.3, 1.1), (1.05, 0.9)]), (16, [(2.2, 1.9), (1.2, 0.95), (0.8, 0.7)])):
+    for budget, speedups in speedups_by_budget:
         for (level, (s, lo)) in zip((1.0, 4.0, 16.0), speedups, strict=True):
             rows.append({"suite": "gsm8k", "drafter": "ngram", "variant": "default", "budget": budget, "batch_size": 8,
                          "temperature": 0.0, "load": f"poisson:{level:g}", "load_kind": "poisson", "load_level": level,
-                         "tpot_speedup": s, "tpot_speedup_lo": lo, "tpot_speedup_hi": s + 0.2})
-    table = pd.DataFrame(rows)
+                         "tpot_speedup": s, "tpot_speedup_lo": lo, "tpot_speedup_hi": s + 0.2,
+                         "clear_of_noise": lo > noise[1] or s + 0.2 < noise[0]})
+    return pd.DataFrame(rows)
+
+
+def test_break_even_is_the_first_level_whose_ci_reaches_one_or_the_noise_band_and_best_budget_per_level():
+    table = _level_rows(((4, [(1.8, 1.5), (1.3, 1.1), (1.05, 0.9)]), (16, [(2.2, 1.9), (1.2, 0.95), (0.8, 0.7)])))
     even = break_even(table).set_index("budget")["break_even"]
     assert even[4] == "poisson:16" and even[16] == "poisson:4"
     best = best_budgets(table).set_index("load")["budget"]
     assert best.to_dict() == {"poisson:1": 16, "poisson:4": 4, "poisson:16": 4}
+    # A noise band of [0.8, 1.2]: budget 4's 1.3 [1.1, 1.5] at poisson:4 overlaps it, so it no longer shows.
+    noisy = _level_rows(((4, [(1.8, 1.5), (1.3, 1.1), (1.05, 0.9)]),), noise=(0.8, 1.2))
+    assert break_even(noisy).set_index("budget")["break_even"][4] == "poisson:4"
+
+
+def test_the_aa_noise_floor_at_a_load_is_plain_decoding_against_its_second_copy():
+    # Bug caught: a load cell's noise floor taken from the arm's times, or missing. Plain decoding's
+    # TPOT 0.2 s (decode 0.8 s over 5 tokens); its A/A copy's 0.25 s (decode 1.0 s): floor 0.8.
+    keys = {"suite": "s", "variant": "default", "batch_size": 2, "temperature": 0.0, "load": "poisson:2", "repeat": 0}
+    rows = [{**keys, "drafter": drafter, "budget": budget, "request": r, "new_tokens": 5, "emitted": 5, "steps": 2,
+             "ttft_s": 0.1, "tpot_s": tpot, "e2el_s": 0.1 + 4 * tpot, "itl_s": [tpot], "base_decode_s": 0.8, "aa_decode_s": 1.0}
+            for drafter, budget, tpot in (("ar", 1, 0.2), ("ngram", 8, 0.05)) for r in range(3)]
+    cells = pd.DataFrame([{**keys, "drafter": d, "budget": b, "wall_s": 1.0, "base_wall_s": 1.0} for d, b in (("ar", 1), ("ngram", 8))])
+    table = load_table(pd.DataFrame(rows), cells, {}, n_boot=10).set_index("drafter")
+    assert table.loc["ngram", "noise_aa"] == pytest.approx(0.8) and table.loc["ngram", "tpot_speedup"] == pytest.approx(4.0)
+    assert bool(table.loc["ngram", "clear_of_noise"])
+    before = load_table(pd.DataFrame(rows).drop(columns="aa_decode_s"), cells, {}, n_boot=10)
+    assert before["noise_aa"].isna().all() and before["clear_of_noise"].isna().all()  # recorded before the A/A copy
+
+
+def test_best_budgets_put_the_auto_policy_beside_the_best_static_budget_at_each_level():
+    # Bug caught: the auto cell (budget column 0) winning "best static budget", or auto left out.
+    table = _level_rows(((4, [(1.8, 1.5), (1.3, 1.1), (1.05, 0.9)]), (16, [(2.2, 1.9), (1.2, 0.95), (0.8, 0.7)]),
+                         (AUTO_COLUMN, [(2.1, 1.8), (3.0, 2.9), (0.9, 0.8)])))
+    summary = pd.DataFrame([{"suite": "gsm8k", "drafter": "ngram", "variant": "default", "budget": AUTO_COLUMN, "batch_size": 8,
+                             "temperature": 0.0, "load": load, "repeat": 0, "chosen_budgets": shares}
+                            for load, shares in (("poisson:1", "16:0.90,4:0.10"), ("poisson:4", "4:1.00"), ("poisson:16", "4:1.00"))])
+    best = best_budgets(table, summary).set_index("load")
+    assert best["budget"].to_dict() == {"poisson:1": 16, "poisson:4": 4, "poisson:16": 4}
+    assert best.loc["poisson:1", "auto_speedup"] == pytest.approx(2.1) and best.loc["poisson:1", "chosen_budgets"] == "16:0.90,4:0.10"
+    assert best["auto_tied"].tolist() == [True, False, True]  # at poisson:4 auto's [2.9, 3.2] lies above 4's [1.1, 1.5]
 
 
 @pytest.mark.slow
@@ -165,24 +208,25 @@ def test_a_load_sweep_is_lossless_resumable_and_shows_its_load_table(micro_targe
     out = tmp_path / "load"  # a learned head: ngram finds nothing to copy in the made-up data's prompts
     args = ["sweep", "--target", str(micro_target), "--out", str(out), "--drafters", f"jetflow={learned_heads['jetflow']}",
             "--suites", "gsm8k",
-            "--budgets", "8", "--batch-sizes", "3", "--repeats", "1", "--limit", "5", "--max-new-tokens", "16",
-            "--data-dir", str(benchmark_data_dir()), "--threads", "1", "--no-progress", "--device", "cpu",
-            "--load", "poisson:inf,concurrency:2"]
+            "--budgets", "8,auto", "--auto-budgets", "2,8", "--batch-sizes", "3", "--repeats", "1", "--limit", "5",
+            "--max-new-tokens", "16", "--data-dir", str(benchmark_data_dir()), "--threads", "1", "--no-progress",
+            "--device", "cpu", "--load", "poisson:inf,concurrency:2"]
     code, _, err = cli(*args)
     assert code == 0, err
     summary = pd.read_parquet(out / "summary.parquet")
-    assert sorted(summary["load"]) == ["concurrency:2", "concurrency:2", "poisson:inf", "poisson:inf"]
+    assert sorted(summary["load"]) == ["concurrency:2"] * 3 + ["poisson:inf"] * 3
+    assert summary.loc[summary["budget"] == AUTO_COLUMN, "chosen_budgets"].notna().all()  # the policy ran under load
     assert summary["lossless_unexcused"].sum() == 0
     assert summary.loc[summary["drafter"] != AR_ARM, "accepted"].min() > 0, "drafts must be accepted"
     requests = pd.read_parquet(out / "requests.parquet")
     assert requests["tpot_s"].notna().all() and (requests["e2el_s"] >= requests["ttft_s"]).all()
-    assert requests[["base_decode_s", "base_ttft_s"]].notna().all(axis=None)  # paired in its session
+    assert requests[["base_decode_s", "base_ttft_s", "aa_decode_s"]].notna().all(axis=None)  # paired in its session
     assert summary["speedup_decode_micro"].notna().all() and set(summary["pairing"]) == {"interleaved"}
     code, stdout, err = cli(*args)
-    assert code == 0 and "0 cell(s) run, 4 already done" in stdout + err  # resumed: nothing decoded again
+    assert code == 0 and "0 cell(s) run, 6 already done" in stdout + err  # resumed: nothing decoded again
     first = json.loads((out / "manifest.json").read_text())["sessions"][0]["session"]
-    code, stdout, err = cli(*[a if a != "8" else "8,4" for a in args])  # a budget added to the finished run
-    assert code == 0 and "2 cell(s) run, 4 already done" in stdout + err, err
+    code, stdout, err = cli(*[a if a != "8,auto" else "8,4,auto" for a in args])  # a budget added to the finished run
+    assert code == 0 and "2 cell(s) run, 6 already done" in stdout + err, err
     second = json.loads((out / "manifest.json").read_text())["sessions"][-1]["session"]
     requests = pd.read_parquet(out / "requests.parquet")
     added = requests[requests["budget"] == 4]
@@ -191,6 +235,9 @@ def test_a_load_sweep_is_lossless_resumable_and_shows_its_load_table(micro_targe
     code, stdout, err = cli("show", str(out), "--table", "load", "--slo", "ttft=10,tpot=10")
     assert code == 0, err
     assert "break-even load" in stdout and "TPOT × [95% CI]" in stdout and "best budget per load level" in stdout
+    assert "A/A [95% CI]" in stdout and "auto: TPOT × [95% CI]" in stdout
+    figures = {f.name: f for f in make_figures(load_run(out))}
+    assert "speedup_vs_load" in figures and "speedup_vs_budget" not in figures  # load cells are not batch cells
     code, _, err = cli("show", str(out), "--table", "load", "--slo", "ttft")
     assert code == 2 and err.count("\n") == 1 and "--slo" in err
 
