@@ -302,6 +302,7 @@ def show(
 
 def _show_load(run: Path, format: TableFormat, slo_text: str | None, config: dict) -> None:
     """`--table load`: latency per load level, the break-even load per arm x budget, the best budget per level."""
+    from jetflow_bench.core.budget_policy import budget_label
     from jetflow_bench.measure.serving import STATS, parse_slo
     from jetflow_bench.report.load import best_budgets, break_even, load_table
 
@@ -315,7 +316,7 @@ def _show_load(run: Path, format: TableFormat, slo_text: str | None, config: dic
         return
     ms = lambda v: _f(v * 1e3, 1)  # noqa: E731
     levels = [{
-        "suite": r.suite, "arm": arm_label(r.drafter, r.variant), "B": r.budget, "bs": r.batch_size, "load": r.load,
+        "suite": r.suite, "arm": arm_label(r.drafter, r.variant), "B": budget_label(r.budget), "bs": r.batch_size, "load": r.load,
         "τ": _f(r.tau, 2), "TTFT ms mean/p50/p90/p99": "/".join(ms(getattr(r, f"ttft_{s}_s")) for s in STATS),
         "TPOT ms mean/p50/p90/p99": "/".join(ms(getattr(r, f"tpot_{s}_s")) for s in STATS),
         "ITL ms p50/p99": f"{ms(r.itl_median_s)}/{ms(r.itl_p99_s)}", "E2EL s mean/p99": f"{_f(r.e2el_mean_s, 2)}/{_f(r.e2el_p99_s, 2)}",
@@ -324,7 +325,7 @@ def _show_load(run: Path, format: TableFormat, slo_text: str | None, config: dic
         "A/A [95% CI]": f"{_f(r.noise_aa, 2)} [{_f(r.noise_aa_lo, 2)}, {_f(r.noise_aa_hi, 2)}]",
         "tput ×": _f(r.tput_speedup, 2),
     } for r in table.itertuples()]
-    even = [{"suite": r.suite, "arm": r.arm, "B": r.budget, "bs": r.batch_size, "load kind": r.load_kind,
+    even = [{"suite": r.suite, "arm": r.arm, "B": budget_label(r.budget), "bs": r.batch_size, "load kind": r.load_kind,
              "break-even load": r.break_even, "TPOT × lowest load": _f(r.speedup_at_lowest, 2),
              "TPOT × highest load": _f(r.speedup_at_highest, 2)} for r in break_even(table).itertuples()]
     best = [{"suite": r.suite, "arm": arm_label(r.drafter, r.variant), "bs": r.batch_size, "load": r.load,

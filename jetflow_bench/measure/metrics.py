@@ -363,13 +363,13 @@ def noise_floor(requests: pd.DataFrame, by: list[str], n_boot: int = 1000, seed:
     """The A/A noise floor per ``by`` group (e.g. batch size): the AR baseline timed against itself.
 
     Every round of a timed sweep decodes the AR baseline twice (its time, `base_*`, and a second
-    copy, `aa_*`); rows of one round carry the same pair, so each (session, suite, temperature,
-    batch size, repeat, request) counts once. noise_aa = Σ base decode_s / Σ aa decode_s, with the
+    copy, `aa_*`; a serving-load repeat serves it twice, `load.paired_with`); rows of one round carry
+    the same pair, so each (session, suite, temperature, batch size, repeat, request, load) counts once. noise_aa = Σ base decode_s / Σ aa decode_s, with the
     hierarchical bootstrap CI over (session, repeat) and prompts (`paired_ratio_ci`); a perfectly
     quiet machine gives 1.00 [1.00, 1.00]. noise_rounds = the pairs it rests on. Rows without the
     A/A copy (τ-only runs, cells recorded before it) are left out. Columns: by..., `NOISE_COLUMNS`.
     """
-    columns = ["session", "suite", "temperature", "batch_size", "repeat", "request"]
+    columns = ["session", "suite", "temperature", "batch_size", "repeat", "request", *(["load"] if "load" in requests else [])]
     base_s, aa_s = PAIRED_TIMES["base"][0], PAIRED_TIMES["aa"][0]
     if not {base_s, aa_s, "session"} <= set(requests.columns):
         return pd.DataFrame(columns=[*by, *NOISE_COLUMNS])

@@ -111,9 +111,11 @@ def evidence_notes(summary: pd.DataFrame, marks: dict[str | None, str] | None = 
         lines.append(f"speed-ups: vs the AR baseline timed beside each arm in its session; {paired['repeat'].nunique()} "
                      f"repeat(s), {sessions} session(s)")
     noise = summary.dropna(subset=["noise_aa"]) if "noise_aa" in summary else summary.iloc[:0]
-    noise = noise.drop_duplicates("batch_size").sort_values("batch_size")
+    keys = ["batch_size", *(["load"] if "load" in noise else [])]
+    noise = noise.drop_duplicates(keys).sort_values(keys)
     for r in noise.itertuples():
         at = f" at batch {r.batch_size}" if len(noise) > 1 else ""
+        at += f", load {r.load}" if getattr(r, "load", "") else ""
         lines.append(f"noise floor{at}: A/A {r.noise_aa:.2f}× [{r.noise_aa_lo:.2f}, {r.noise_aa_hi:.2f}] "
                      f"(AR timed against itself, {int(r.noise_rounds)} pairs)")
     for key, note in NO_SPEEDUP.items():

@@ -234,12 +234,12 @@ def summary_table(
 
 def evidence(requests: pd.DataFrame, cells: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
     """Per arm (repeats pooled): its decode speed-up with the hierarchical CI (`metrics.pooled_speedups`),
-    the A/A noise floor at its batch size (`metrics.noise_floor`, from the rounds whose baseline is
+    the A/A noise floor at its batch size and load (`metrics.noise_floor`, from the rounds whose baseline is
     the AR arm) and whether the speed-up's CI is clear of it (`speedup_distinct`)."""
     base = cells[[*CELL_KEYS, "baseline"]] if "baseline" in cells else cells[CELL_KEYS].assign(baseline=AR_ARM)
     rows = requests.merge(base, on=CELL_KEYS, how="left")
-    noise = noise_floor(rows[rows["baseline"].fillna(AR_ARM) == AR_ARM], ["batch_size"], n_boot, seed)
-    arms = pooled_speedups(requests, ARM_KEYS, n_boot, seed).merge(noise, on="batch_size", how="left")
+    noise = noise_floor(rows[rows["baseline"].fillna(AR_ARM) == AR_ARM], ["batch_size", "load"], n_boot, seed)
+    arms = pooled_speedups(requests, ARM_KEYS, n_boot, seed).merge(noise, on=["batch_size", "load"], how="left")
     arms["speedup_distinct"] = clear_of_noise(arms["speedup_arm_lo"], arms["speedup_arm_hi"],
                                               arms["noise_aa_lo"], arms["noise_aa_hi"])
     arms.loc[arms["drafter"] == AR_ARM, "speedup_distinct"] = pd.NA  # the baseline over itself: 1 by definition

@@ -214,6 +214,16 @@ def test_the_noise_floor_counts_each_rounds_aa_pair_once_per_batch_size() -> Non
     assert floor.loc[1, "noise_aa_lo"] <= floor.loc[1, "noise_aa"] <= floor.loc[1, "noise_aa_hi"]
 
 
+def test_the_noise_floor_keeps_each_load_levels_aa_pair_apart() -> None:
+    # Bug caught: the same request served at two load levels deduplicated into one pair, so one
+    # level's A/A pair stood for every level's.
+    requests = pd.DataFrame({"suite": "g", "drafter": "ar", "temperature": 0.0, "batch_size": 4, "repeat": 0,
+                             "request": [0, 1, 0, 1], "session": "s1", "load": ["poisson:1"] * 2 + ["poisson:8"] * 2,
+                             "base_decode_s": [1.0, 1.0, 2.0, 2.0], "aa_decode_s": [1.0, 1.0, 1.0, 1.0]})
+    floor = noise_floor(requests, ["batch_size", "load"], n_boot=50).set_index("load")
+    assert floor["noise_aa"].to_dict() == {"poisson:1": pytest.approx(1.0), "poisson:8": pytest.approx(2.0)}
+
+
 def test_a_speedup_is_distinct_only_when_its_ci_clears_the_aa_band() -> None:
     lo, hi = pd.Series([1.05, 0.99, 0.80, np.nan]), pd.Series([1.10, 1.04, 0.90, 1.2])
     clear = clear_of_noise(lo, hi, pd.Series([0.97] * 4), pd.Series([1.03] * 4))
