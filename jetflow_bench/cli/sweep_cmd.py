@@ -20,10 +20,19 @@ from jetflow_bench.cli.grid_options import (
     run_and_report,
 )
 from jetflow_bench.cli.options import AllowOtherTargetOpt, TargetOpt
-from jetflow_bench.cli.vllm_options import PPOpt, TPOpt, VLLMArgsOpt, VLLMBinOpt, VLLMPortOpt, VLLMUrlOpt
+from jetflow_bench.cli.vllm_options import (
+    PPOpt,
+    TPOpt,
+    VLLMArgsOpt,
+    VLLMBinOpt,
+    VLLMPortOpt,
+    VLLMServersOpt,
+    VLLMUrlOpt,
+)
 from jetflow_bench.core.arms import ARM_SYNTAX
 
-VLLM_FLAGS = ("vllm_bin", "vllm_url", "vllm_port", "vllm_args", "tensor_parallel_size", "pipeline_parallel_size")
+VLLM_FLAGS = ("vllm_bin", "vllm_url", "vllm_port", "vllm_servers", "vllm_args", "tensor_parallel_size",
+              "pipeline_parallel_size")
 
 
 @app.command("sweep")
@@ -42,6 +51,7 @@ def sweep(
     vllm_bin: VLLMBinOpt = None,
     vllm_url: VLLMUrlOpt = None,
     vllm_port: VLLMPortOpt = None,
+    vllm_servers: VLLMServersOpt = 1,
     vllm_args: VLLMArgsOpt = None,
     tensor_parallel_size: TPOpt = 1,
     pipeline_parallel_size: PPOpt = 1,
@@ -105,7 +115,7 @@ def sweep(
         from jetflow_bench.integrations.vllm_engine import VLLMOptions
 
         options = VLLMOptions.resolve(vllm_bin, vllm_url, vllm_port, vllm_args, tensor_parallel_size,
-                                      pipeline_parallel_size, temperatures=grid_temperatures(grid))
+                                      pipeline_parallel_size, temperatures=grid_temperatures(grid), servers=vllm_servers)
     specs = sweep_arms(drafters, engine_name)
     run_and_report(grid_config(target, specs, grid, load=load), out, grid, engine_options=options,
                    allow_other_target=allow_other_target, allow_flag="--allow-other-target")

@@ -19,6 +19,11 @@ VLLMUrlOpt = Annotated[
 VLLMPortOpt = Annotated[
     int | None, typer.Option("--vllm-port", min=1, max=65535, help="Managed servers' port. Default: a free one.")
 ]
+VLLMServersOpt = Annotated[
+    int, typer.Option("--vllm-servers", min=1, help="Managed servers kept running at once, one per vLLM arm × budget, "
+                      "the least recently used stopped first. Above 1, a load sweep that alternates vLLM arms starts "
+                      "each server once instead of once per serving run; each idle server holds its memory.")
+]
 VLLMArgsOpt = Annotated[
     str | None,
     typer.Option("--vllm-args", help="Managed servers: extra `vllm serve` flags in one string, e.g. '--enforce-eager'."),

