@@ -34,6 +34,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.core.progress import say
 from jetflow_bench.heads.head import DraftHead, HeadConfig
 
 if TYPE_CHECKING:
@@ -261,13 +262,18 @@ def export_dflash(source: Path, out: Path) -> Path:
     """Write a block head (jfbench's dflash / jetflow, or a released one) as the folder vLLM's
     ``dflash`` method loads (``DFlashQwen3ForCausalLM``): the released config keys, the weights
     without jfbench's MASK tensor, and that trained MASK vector as ``mask_embedding.pt``, which
-    vLLM substitutes for the mask token's embedding. The embedding and LM head stay the target's."""
+    vLLM substitutes for the mask token's embedding. The embedding and LM head stay the target's.
+    vLLM's dflash has no reduced draft vocabulary, so a head trained with one (``d2t``) is written
+    without it and drafts over the target's whole vocabulary there (said on stderr)."""
     cfg, info = read_config(source)
     if cfg.eagle_input:
         raise JfbenchError(f"{source} is an EAGLE head: export it as eagle3 only if it is an EAGLE-3 head; "
                            "vLLM's dflash runs block heads (jfbench train --drafter dflash or jetflow)")
     state = load_tensors(Path(source))
     mask = state.pop("mask_embedding", None)
+    if state.pop("d2t", None) is not None:
+        say(f"note: {source} drafts over {cfg.draft_vocab} tokens; vLLM's dflash has no reduced draft vocabulary, so "
+            "the export drafts over the target's whole vocabulary and its drafts can differ from jfbench's")
     rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
     config = {
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_act": "silu",

@@ -45,6 +45,20 @@ def test_dflash_export_reads_back_with_identical_drafts(target, tmp_path, cli, d
     assert proposals[0] == proposals[1]
 
 
+def test_a_head_with_a_reduced_draft_vocabulary_exports_without_it_and_says_so(target, tmp_path, cli):  # noqa: F811
+    # Bug caught: the d2t buffer written into vLLM's folder, which vLLM's dflash loader refuses
+    # ("no parameter named 'draft_id_to_target_id'") only when the server starts.
+    from dataclasses import replace
+
+    head = DraftHead(replace(head_config("causal", layers=1), draft_vocab=16), target.embed, target.lm_head)
+    head.init_weights(3)
+    source = save_head(head, tmp_path / "head", "jetflow", TargetShape.of(target), {"note": "random"})
+    code, _, err = cli("export", str(source), "--format", "dflash", "--out", str(tmp_path / "served"))
+    assert code == 0, err
+    assert "d2t" not in load_file(str(tmp_path / "served" / "model.safetensors"))
+    assert "drafts over 16 tokens" in " ".join(err.split()) and "whole vocabulary" in err
+
+
 def test_export_refuses_what_the_format_cannot_hold(target, tmp_path, cli):  # noqa: F811
     eagle = DraftHead(head_config(eagle=True), target.embed, target.lm_head)
     eagle.init_weights(0)
