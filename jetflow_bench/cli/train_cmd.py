@@ -99,7 +99,9 @@ def train(
     ] = None,
     time_limit: Annotated[
         float | None,
-        typer.Option("--time-limit", min=0.1, help="Stop after this many minutes; running the command again resumes."),
+        typer.Option("--time-limit", min=0.1, help="Stop after this many minutes of wall time, counted from the start: "
+                     "regenerating the data and scoring the teacher's features count too. Running the command "
+                     "again resumes."),
     ] = None,
     portable_numerics: Annotated[
         bool,
