@@ -326,7 +326,7 @@ def _show_load(run: Path, format: TableFormat, slo_text: str | None, config: dic
         "tput ×": _f(r.tput_speedup, 2),
     } for r in table.itertuples()]
     even = [{"suite": r.suite, "arm": r.arm, "B": budget_label(r.budget), "bs": r.batch_size, "load kind": r.load_kind,
-             "break-even load": r.break_even, "TPOT × lowest load": _f(r.speedup_at_lowest, 2),
+             "break-even load": r.break_even, "shown to pay at": r.pays_at, "TPOT × lowest load": _f(r.speedup_at_lowest, 2),
              "TPOT × highest load": _f(r.speedup_at_highest, 2)} for r in break_even(table).itertuples()]
     best = [{"suite": r.suite, "arm": arm_label(r.drafter, r.variant), "bs": r.batch_size, "load": r.load,
              "best B": r.budget, "TPOT × [95% CI]": f"{_f(r.tpot_speedup, 2)} [{_f(r.tpot_speedup_lo, 2)}, {_f(r.tpot_speedup_hi, 2)}]",

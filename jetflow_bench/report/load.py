@@ -15,6 +15,8 @@ the arm / plain decoding's, averaged over repeats (one figure per serving run: n
 CI). Cells without paired times (a τ-only run, one recorded before in-session pairing) get none. The
 break-even load of an arm × budget is the lowest level of a load kind at which the TPOT speed-up's
 CI reaches 1 (its lower bound <= 1) or the A/A band: from there on speculation is no longer shown to pay.
+Beside it, the levels where the speed-up is shown to pay (CI above 1 and clear of the band): an arm
+that pays only at higher loads has a break-even at the lowest level, and this column says where it does.
 """
 
 from __future__ import annotations
@@ -121,21 +123,25 @@ def _select(frame: pd.DataFrame, keys: Mapping) -> pd.DataFrame:
 
 def break_even(table: pd.DataFrame) -> pd.DataFrame:
     """Per arm × budget × load kind: the lowest level where the TPOT speed-up is no longer shown to
-    pay: its CI reaches 1, or overlaps the A/A noise band timed beside it."""
+    pay: its CI reaches 1, or overlaps the A/A noise band timed beside it; and every level where it is
+    shown to pay (``pays_at``), which the break-even alone hides for an arm that pays only under load."""
     rows = []
     arms = table[table["drafter"] != AR_ARM]
     for key, group in arms.groupby([*ARM, "load_kind"], sort=False):
         group = group.sort_values("load_level")
-        reached = group[(group["tpot_speedup_lo"] <= 1) | group["clear_of_noise"].eq(False)]
+        not_shown = (group["tpot_speedup_lo"] <= 1) | group["clear_of_noise"].eq(False)
+        reached = group[not_shown]
         levels = group["load"].tolist()
+        pays = group.loc[~not_shown & group["tpot_speedup_lo"].notna(), "load"].tolist()
         if reached.empty:
             text = f"> {levels[-1]} (pays at every level)"
         elif reached.index[0] == group.index[0]:
-            text = f"<= {levels[0]} (not shown to pay at any level)"
+            text = f"<= {levels[0]} (not shown to pay at {'the lowest' if pays else 'any'} level)"
         else:
             text = str(reached["load"].iloc[0])
         arm = dict(zip([*ARM, "load_kind"], key, strict=True))
         rows.append({**arm, "arm": arm_label(arm["drafter"], arm["variant"]), "break_even": text,
+                     "pays_at": ",".join(pays) or "none",
                      "speedup_at_lowest": float(group["tpot_speedup"].iloc[0]),
                      "speedup_at_highest": float(group["tpot_speedup"].iloc[-1])})
     return pd.DataFrame(rows)

@@ -166,8 +166,12 @@ def _level_rows(speedups_by_budget, noise=(0.95, 1.05)) -> pd.DataFrame:
 
 def test_break_even_is_the_first_level_whose_ci_reaches_one_or_the_noise_band_and_best_budget_per_level():
     table = _level_rows(((4, [(1.8, 1.5), (1.3, 1.1), (1.05, 0.9)]), (16, [(2.2, 1.9), (1.2, 0.95), (0.8, 0.7)])))
-    even = break_even(table).set_index("budget")["break_even"]
-    assert even[4] == "poisson:16" and even[16] == "poisson:4"
+    even = break_even(table).set_index("budget")
+    assert even["break_even"][4] == "poisson:16" and even["break_even"][16] == "poisson:4"
+    assert even["pays_at"][4] == "poisson:1,poisson:4" and even["pays_at"][16] == "poisson:1"
+    # An arm that pays only under load: break-even at the lowest level, and where it pays beside it.
+    late = break_even(_level_rows(((4, [(0.9, 0.8), (1.3, 1.1), (1.4, 1.2)]),))).iloc[0]
+    assert late["break_even"] == "<= poisson:1 (not shown to pay at the lowest level)" and late["pays_at"] == "poisson:4,poisson:16"
     best = best_budgets(table).set_index("load")["budget"]
     assert best.to_dict() == {"poisson:1": 16, "poisson:4": 4, "poisson:16": 4}
     # A noise band of [0.8, 1.2]: budget 4's 1.3 [1.1, 1.5] at poisson:4 overlaps it, so it no longer shows.
