@@ -32,7 +32,7 @@ from jetflow_bench.toy.data import (
 )
 from jetflow_bench.toy.presets import FORMAT_VERSION, MARKER, ToyPreset
 from jetflow_bench.toy.tokenizer import train_tokenizer
-from jetflow_bench.toy.train import build_model, heldout_nll, train_steps
+from jetflow_bench.toy.train import build_model, heldout_nll, train_steps, uses_bf16_autocast
 
 
 def _tokenizer_texts(
@@ -123,6 +123,7 @@ def build_toy_target(
         "training": dataclasses.asdict(preset),
         "threads": torch.get_num_threads(),
         "cpu_numerics": cpu_numerics(),  # the same seed trains to other weights under other kernels
+        "bf16_autocast": uses_bf16_autocast(preset),  # the preset's ask, where the CPU runs bf16 natively
         "parameters": n_params,
         "vocab_size": len(tokenizer),
         "corpus": {

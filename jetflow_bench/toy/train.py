@@ -9,6 +9,7 @@ import torch
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from jetflow_bench.core.progress import TrainProgress
+from jetflow_bench.core.runtime import native_bf16
 from jetflow_bench.toy.data import WindowSampler
 from jetflow_bench.toy.presets import ToyPreset
 
@@ -55,6 +56,11 @@ def _optimizer(model: torch.nn.Module, preset: ToyPreset) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=preset.lr, betas=(0.9, 0.95))
 
 
+def uses_bf16_autocast(preset: ToyPreset) -> bool:
+    """The preset asks for bf16 autocast and this CPU runs bf16 natively (`runtime.native_bf16`)."""
+    return preset.bf16_autocast and native_bf16()
+
+
 def _autocast(enabled: bool) -> contextlib.AbstractContextManager:
     return torch.autocast("cpu", dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
 
@@ -69,6 +75,7 @@ def train_steps(
     """Run `preset.steps` AdamW steps on sampled windows; returns the loss of every step."""
     generator = torch.Generator().manual_seed(seed)
     optimizer = _optimizer(model, preset)
+    autocast = uses_bf16_autocast(preset)
     model.train()
     losses = []
     with progress:
@@ -76,7 +83,7 @@ def train_steps(
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, preset)
             batch = sampler.sample(preset.batch_size, preset.seq_len, generator)  # (B, T)
-            with _autocast(preset.bf16_autocast):
+            with _autocast(autocast):
                 loss = model(input_ids=batch, labels=batch).loss  # mean next-token NLL over B*(T-1)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), preset.grad_clip)
