@@ -132,8 +132,8 @@ def numerics_difference(before: dict | None, after: dict | None) -> str | None:
 
 def native_bf16() -> bool:
     """Whether this CPU multiplies bf16 in hardware (x86 AVX512-BF16 or AMX, Arm's bf16 feature).
-    Elsewhere torch emulates bf16 matmuls, and a toy target's bf16-autocast training step ran 17x
-    slower than in fp32 (2-core AVX2 EPYC: 117 against ~2k tok/s), so autocast is skipped there."""
+    Elsewhere torch emulates bf16 matmuls, and a toy target's bf16-autocast training step ran ~13x
+    slower than in fp32 (2-core AVX2 EPYC, deep preset: 117 against 1,554 tok/s), so autocast is skipped there."""
     flags = set((cpuinfo_field("flags") or cpuinfo_field("Features") or "").split())
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 

@@ -48,7 +48,7 @@ class ToyPreset:
     weight_decay: float = 0.1  # on matrices only; norms and embeddings are not decayed
     grad_clip: float = 1.0
     # bf16 matmuls on CPU: ~1.7x faster from ~5M parameters up, slower below; used only where the
-    # CPU runs bf16 natively (`runtime.native_bf16`: emulated, a step is ~17x slower), recorded per target
+    # CPU runs bf16 natively (`runtime.native_bf16`: emulated, a step is ~13x slower), recorded per target
     bf16_autocast: bool = False
     # Data: sampling probability of each source (renormalised over the sources present) ...
     mixture: tuple[tuple[str, float], ...] = (

@@ -194,7 +194,7 @@ def test_micro_preset_learns_the_corpora(micro_target: Path) -> None:
 @pytest.mark.parametrize(("flags", "native"), [("fpu sse2 avx2 fma", False), ("avx2 avx512f avx512_bf16", True),
                                                ("avx2 amx_bf16 amx_tile", True), (None, False)])
 def test_bf16_autocast_only_where_the_cpu_multiplies_bf16_natively(monkeypatch, flags, native) -> None:
-    # Bug caught: a preset's bf16 autocast kept on a CPU that emulates bf16 (a deep target's step 17x slower).
+    # Bug caught: a preset's bf16 autocast kept on a CPU that emulates bf16 (a deep target's step ~13x slower).
     from jetflow_bench.core import runtime
     from jetflow_bench.toy.train import uses_bf16_autocast
 
