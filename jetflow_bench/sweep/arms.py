@@ -108,7 +108,11 @@ def _learned(name: str) -> type | None:
 def check_family(spec: DrafterSpec) -> None:
     """A jfbench head loads only under an arm of the family it was trained as (``jetflow-refine``
     reads ``jetflow`` heads, ``eagle3`` reads ``eagle`` heads): an EAGLE head under ``jetflow=``
-    would draft garbage (τ 1.00) without any error."""
+    would draft garbage (τ 1.00) without any error.
+
+    One exception: the ablation arm ``jetflow[head=bidirectional]`` reads an all-mask dflash head,
+    which is that arm's head weight for weight (the same recipe with the bidirectional mask;
+    tests/training/test_training.py), so claim 2 can pair a jetflow head with its dflash twin."""
     from jetflow_bench.heads.checkpoint import head_origin
 
     learned = _learned(spec.name)
@@ -117,11 +121,23 @@ def check_family(spec: DrafterSpec) -> None:
     family, _ = head_origin(Path(spec.checkpoint))
     wants = learned.train_name()
     trained_as = _learned(family).train_name() if family and _learned(family) else family
+    if (trained_as, wants) == ("dflash", "jetflow") and is_bidirectional_twin(spec):
+        return
     if trained_as is not None and trained_as != wants:
         raise JfbenchError(
             f"{spec.checkpoint} is a head trained as {family!r}, not {wants!r}: write the arm as {family}={spec.checkpoint}, "
             f"or train one with `jfbench train --drafter {wants} --target T --out DIR`"
         )
+
+
+def is_bidirectional_twin(spec: DrafterSpec) -> bool:
+    """A jetflow arm whose variant is ``head=bidirectional``, given a dflash head trained on
+    all-mask blocks (its layout unset or ``mask``): the head `jfbench train --drafter jetflow
+    --head bidirectional` would train with the same recipe."""
+    from jetflow_bench.sweep.ablation import trained_recipe
+
+    layout = trained_recipe(spec.checkpoint).get("layout")
+    return dict(spec.train).get("head") == "bidirectional" and layout in (None, "mask")
 
 
 def pin_heads(

@@ -158,3 +158,25 @@ def test_a_wrong_family_head_is_one_line_on_the_command_line(cli, tmp_path: Path
     err = one_line_error(cli("sweep", "--target", str(target), "--drafters", f"jetflow={eagle}", "--out", str(tmp_path / "run")))
     assert f"trained as 'eagle', not 'jetflow': write the arm as eagle={eagle}" in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("train", "layout", "refused"), [
+    ((("head", "bidirectional"),), None, False),  # claim 2's bidirectional arm reads its dflash twin
+    ((("head", "bidirectional"), ("seed", 1)), "mask", False),
+    ((), None, True),  # a plain jetflow arm would label a bidirectional head "jetflow"
+    ((("loss", "rkl"),), None, True),
+    ((("head", "bidirectional"),), "prefix", True),  # prefix blocks: not the all-mask twin
+])
+def test_a_dflash_head_serves_only_as_jetflows_bidirectional_twin(tmp_path: Path, train, layout, refused) -> None:
+    from jetflow_bench.sweep.arms import check_family
+
+    folder = head(tmp_path / "h", "dflash", None)
+    record = json.loads((folder / "config.json").read_text())
+    record["training"]["config"] = {"drafter": "dflash", "head": "bidirectional", "layout": layout}
+    (folder / "config.json").write_text(json.dumps(record))
+    spec = DrafterSpec("jetflow", checkpoint=str(folder), train=train)
+    if not refused:
+        check_family(spec)
+        return
+    with pytest.raises(JfbenchError, match="trained as 'dflash', not 'jetflow'"):
+        check_family(spec)

@@ -491,3 +491,22 @@ def test_a_deep_targets_block_head_takes_the_papers_proportion_and_shallow_ones_
     for config, depth in ((train_config("jetflow"), 14), (train_config("dflash", layers=2), 30),
                           (train_config("eagle"), 36), (train_config("jetflow"), None)):
         assert config.for_target(depth) is config
+
+
+def test_a_bidirectional_jetflow_head_is_a_dflash_head(random_target, tmp_path):
+    """Under the new recipe `--drafter jetflow --head bidirectional` trains DFlash-T's head weight for
+    weight, so a dflash head of the same recipe is claim 2's bidirectional arm (`--checkpoint
+    head=bidirectional=DFLASH_HEAD`). Fails if the two objectives build other blocks, weights or
+    batch orders."""
+    options = {"steps": 3, **TINY_RUN}
+    dflash = train_drafter(random_target, tmp_path / "dflash", data_dir=DATA, show_progress=False, drafter="dflash",
+                           **options)
+    bidirectional = train_drafter(random_target, tmp_path / "jetflow", data_dir=DATA, show_progress=False,
+                                  drafter="jetflow", head="bidirectional", **options)
+    causal = train_drafter(random_target, tmp_path / "causal", data_dir=DATA, show_progress=False, drafter="jetflow",
+                           **options)
+    a, b, c = (load_file(str(p / "model.safetensors")) for p in (dflash, bidirectional, causal))
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
+    assert any(not torch.equal(a[key], c[key]) for key in a)  # the mask does change the weights
