@@ -22,6 +22,10 @@ def claims(
                                                     "(requests.csv.gz, as in results/baselines/*/claims).")],
     gamma: Annotated[int, typer.Option("--gamma", min=0, help="Loss weighting the claim-2 heads were trained with "
                                                        "(0, 3, 7 or 15): picks the paper's effect.")] = 7,
+    dflash_twin: Annotated[bool, typer.Option("--dflash-twin", help="Claim 2 from claim-1 runs too: each run's dflash head is "
+                                              "its jetflow head's bidirectional twin (trained with the same recipe but the "
+                                              "mask; checked from the heads' configs where the run's head folders are "
+                                              "still there), so jetflow vs dflash is the causal-vs-bidirectional pair.")] = False,
     format: TableFormatOpt = TableFormat.table,
 ) -> None:
     """Claim 1 (JetFlow keeps gaining past B = 64 where DFlash-T saturates) and claim 2 (a causal head
@@ -35,10 +39,15 @@ def claims(
         jfbench claims results/baselines/toy-quality-bar/claims
 
         jfbench claims runs/main-s0 runs/main-s1 --format csv
-    """
-    from jetflow_bench.report.claims import claims_table
 
-    table = claims_table(runs, gamma)
+        jfbench claims claim1-s0-gsm8k claim1-s1-gsm8k --gamma 0 --dflash-twin
+    """
+    from jetflow_bench.report.claims import check_twins, claims_table
+
+    if dflash_twin and (unchecked := check_twins(runs)):
+        typer.echo(f"--dflash-twin: not checked (head folders gone or no manifest), taken as twins: "
+                   f"{', '.join(map(str, unchecked))}", err=True)
+    table = claims_table(runs, gamma, dflash_twin)
     if format in (TableFormat.csv, TableFormat.json):
         emit(json.loads(table.to_json(orient="records")), format)  # an unknown reachable as null / empty
         return

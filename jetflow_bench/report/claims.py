@@ -10,6 +10,7 @@ results/baselines, with what the setup could show at most (`reachable`) where it
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -185,18 +186,57 @@ def claim2(rows: pd.DataFrame, gamma: int, causal: str | None = None, bidirectio
     ``causal`` None: the arm the ablation compared it with, ``layout=prefix`` where the run has one
     (a base on the packed layout, which a bidirectional head cannot train), else the base itself
     (jetflow's all-mask default trains either head, so the variant changes the mask alone)."""
+    rows = runs_with(rows, "jetflow", bidirectional)
+    reference = causal or ("layout=prefix" if rows["arm_variant"].eq("layout=prefix").any() else "default")
+    return _causal_gain(rows, gamma, ("jetflow", reference), ("jetflow", bidirectional), "")
+
+
+def claim2_twins(rows: pd.DataFrame, gamma: int) -> list[dict]:
+    """Claim 2 from claim-1 runs whose dflash head is the jetflow head's bidirectional twin (the same
+    recipe with the bidirectional mask, `check_twins`): ``jetflow`` against ``dflash``. With pass 1
+    alone the two arms draft through one pipeline, so this is the ablation's pair without rerunning it."""
+    return _causal_gain(runs_with(rows, "dflash"), gamma, ("jetflow", "default"), ("dflash", "default"),
+                        " (dflash twin)")
+
+
+def _causal_gain(rows: pd.DataFrame, gamma: int, causal: tuple[str, str], bidirectional: tuple[str, str], note: str
+                 ) -> list[dict]:
     if gamma not in PAPER_CAUSAL_GAIN:
         raise JfbenchError(f"--gamma {gamma}: the paper reports gamma {sorted(PAPER_CAUSAL_GAIN)} only")
     out = []
-    rows = runs_with(rows, "jetflow", bidirectional)
-    for (suite, budget), _ in rows[rows["arm_variant"] == bidirectional].groupby(["suite", "budget"]):
-        reference = causal or ("layout=prefix" if rows["arm_variant"].eq("layout=prefix").any() else "default")
-        cells = {"c": ("jetflow", reference, budget), "b": ("jetflow", bidirectional, budget)}
+    mine = rows[(rows["drafter"] == bidirectional[0]) & (rows["arm_variant"] == bidirectional[1])]
+    for (suite, budget), _ in mine.groupby(["suite", "budget"]):
+        cells = {"c": (*causal, budget), "b": (*bidirectional, budget)}
         found = matched_effect(rows[rows["suite"] == suite], cells, lambda t: t["c"] / t["b"] - 1)
         if found is not None:
-            out.append(_row("2", suite, f"causal/bidirectional tau - 1, B {budget}, gamma {gamma}", found,
+            out.append(_row("2", suite, f"causal/bidirectional tau - 1{note}, B {budget}, gamma {gamma}", found,
                             PAPER_CAUSAL_GAIN[gamma], None, ""))
     return out
+
+
+def check_twins(paths: Sequence[Path]) -> list[Path]:
+    """Raise unless each run's dflash head is its jetflow head's bidirectional twin: both trained on
+    all-mask blocks with one recipe but the mask (read from the checkpoints the manifest names).
+    Returns the runs that could not be checked (no manifest, or a head folder no longer there)."""
+    from jetflow_bench.sweep.ablation import trained_recipe
+
+    unchecked = []
+    for path in paths:
+        manifest = path / "manifest.json"
+        arms = {} if not manifest.is_file() else {
+            d["name"]: d.get("checkpoint") for d in json.loads(manifest.read_text())["config"]["drafters"]
+            if d.get("variant", "default") == "default"}
+        recipes = {name: trained_recipe(arms.get(name)) for name in ("dflash", "jetflow")}
+        if not all(recipes.values()):
+            unchecked.append(path)
+            continue
+        d, j = recipes["dflash"], recipes["jetflow"]
+        differ = sorted(k for k in set(d) | set(j) if k != "head" and d.get(k) != j.get(k))
+        if differ or (d.get("head"), j.get("head")) != ("bidirectional", "causal") or d.get("layout") not in (None, "mask"):
+            raise JfbenchError(f"{path}: its dflash head ({arms['dflash']}) is not the bidirectional twin of its jetflow head "
+                               f"({arms['jetflow']}): recipes differ in {', '.join(differ) or 'head or layout'}; drop "
+                               "--dflash-twin, or train the pair with one recipe (`jfbench train --drafter dflash|jetflow`)")
+    return unchecked
 
 
 def _row(claim: str, suite: str, contrast: str, found: Matched, paper: float, reachable: float | None, source: str
@@ -241,11 +281,14 @@ def tau_inf(paths: Sequence[Path]) -> dict[tuple[str, str], float]:
     return found
 
 
-def claims_table(paths: Sequence[Path], gamma: int = 7) -> pd.DataFrame:
-    """Claims 1 and 2 from run folders or collected claims folders, one row per suite and contrast."""
+def claims_table(paths: Sequence[Path], gamma: int = 7, dflash_twin: bool = False) -> pd.DataFrame:
+    """Claims 1 and 2 from run folders or collected claims folders, one row per suite and contrast;
+    ``dflash_twin``: claim 2 also pairs each run's jetflow arm with its dflash arm (`claim2_twins`)."""
     rows = load_requests(paths)
-    table = pd.DataFrame(claim1(rows, tau_inf(paths), depth2_acceptance(paths)) + claim2(rows, gamma), columns=COLUMNS)
+    twins = claim2_twins(rows, gamma) if dflash_twin else []
+    table = pd.DataFrame(claim1(rows, tau_inf(paths), depth2_acceptance(paths)) + claim2(rows, gamma) + twins,
+                         columns=COLUMNS)
     if table.empty:
         raise JfbenchError(f"{', '.join(map(str, paths))}: no claim can be computed: claim 1 needs jetflow and dflash at "
-                           "B = 64 and 256, claim 2 jetflow[head=bidirectional] and its causal pair")
+                           "B = 64 and 256, claim 2 jetflow[head=bidirectional] and its causal pair (or, with --dflash-twin, jetflow and dflash)")
     return table

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from jetflow_bench.report.claims import VERDICTS, Effect, claim1, claim1_paper, claim2, load_requests, verdict
+from jetflow_bench.core.errors import JfbenchError
+from jetflow_bench.report.claims import (
+    VERDICTS,
+    Effect,
+    check_twins,
+    claim1,
+    claim1_paper,
+    claim2,
+    claim2_twins,
+    load_requests,
+    verdict,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,3 +120,36 @@ def test_claims_command_reads_the_committed_claims_folders(cli):
     other = ROOT / "results" / "baselines" / "smollm2" / "claims"  # another target's runs of the same names
     code, text, err = cli("claims", str(folder), str(other))
     assert code == 2 and text == "" and "head seed 0 in several runs" in err and "smollm2/claims/main-s0" in err
+
+
+def _claim1_run(tmp_path: Path, dflash_recipe: dict, jetflow_recipe: dict) -> Path:
+    """A claim-1 run folder whose manifest names two head folders with these training recipes."""
+    run = tmp_path / "claim1-s0"
+    run.mkdir(parents=True)
+    drafters = []
+    for name, recipe in (("dflash", dflash_recipe), ("jetflow", jetflow_recipe)):
+        head = tmp_path / f"head-{name}"
+        head.mkdir()
+        (head / "config.json").write_text(json.dumps({"training": {"config": {"drafter": name, **recipe}}}))
+        drafters.append({"name": name, "variant": "default", "checkpoint": str(head)})
+    (run / "manifest.json").write_text(json.dumps({"config": {"drafters": drafters}}))
+    return run
+
+
+def test_claim2_from_claim1_runs_pairs_jetflow_with_its_dflash_twin(tmp_path):
+    frame = _requests({("jetflow", "default", 64): 3.0, ("dflash", "default", 64): 2.0})
+    [row] = claim2_twins(_loaded(frame, tmp_path), gamma=0)
+    assert row["effect"] == pytest.approx(3.0 / 2.0 - 1) and (row["seeds"], row["prompts"]) == (2, 8)
+    assert "dflash twin" in row["contrast"] and row["paper"] == pytest.approx(9.46 / 4.84 - 1)
+    assert claim2(_loaded(frame, tmp_path), gamma=0) == []  # without the flag, no jetflow[head=bidirectional]: no row
+
+    recipe = {"layout": "mask", "decay": 7.0, "seed": 0}
+    twin = _claim1_run(tmp_path / "twin", {**recipe, "head": "bidirectional"}, {**recipe, "head": "causal"})
+    assert check_twins([twin, tmp_path / "claims"]) == [tmp_path / "claims"]  # a collected folder: not checkable
+    other = _claim1_run(tmp_path / "other", {**recipe, "head": "bidirectional", "decay": 0.0}, {**recipe, "head": "causal"})
+    with pytest.raises(JfbenchError, match="differ in decay"):
+        check_twins([other])
+    packed = _claim1_run(tmp_path / "packed", {**recipe, "head": "bidirectional", "layout": "packed"},
+                         {**recipe, "head": "causal", "layout": "packed"})
+    with pytest.raises(JfbenchError, match="not the bidirectional twin"):
+        check_twins([packed])
