@@ -214,10 +214,17 @@ def _causal_gain(rows: pd.DataFrame, gamma: int, causal: tuple[str, str], bidire
     return out
 
 
+def _stopped_on_plateau(checkpoint: str | None) -> bool:
+    record = json.loads((Path(checkpoint) / "config.json").read_text()) if checkpoint else {}
+    return record.get("training", {}).get("stop_reason") == "plateau"
+
+
 def check_twins(paths: Sequence[Path]) -> list[Path]:
     """Raise unless each run's dflash head is its jetflow head's bidirectional twin: both trained on
-    all-mask blocks with one recipe but the mask (read from the checkpoints the manifest names).
-    Returns the runs that could not be checked (no manifest, or a head folder no longer there)."""
+    all-mask blocks with one recipe but the mask (read from the checkpoints the manifest names;
+    ``stop_on_plateau`` may differ where neither head stopped on a plateau: then both ran to the same
+    step or time limit). Returns the runs that could not be checked (no manifest, or a head folder
+    no longer there)."""
     from jetflow_bench.sweep.ablation import trained_recipe
 
     unchecked = []
@@ -231,7 +238,8 @@ def check_twins(paths: Sequence[Path]) -> list[Path]:
             unchecked.append(path)
             continue
         d, j = recipes["dflash"], recipes["jetflow"]
-        differ = sorted(k for k in set(d) | set(j) if k != "head" and d.get(k) != j.get(k))
+        ignored = {"head"} | ({"stop_on_plateau"} if not any(map(_stopped_on_plateau, arms.values())) else set())
+        differ = sorted(k for k in set(d) | set(j) if k not in ignored and d.get(k) != j.get(k))
         if differ or (d.get("head"), j.get("head")) != ("bidirectional", "causal") or d.get("layout") not in (None, "mask"):
             raise JfbenchError(f"{path}: its dflash head ({arms['dflash']}) is not the bidirectional twin of its jetflow head "
                                f"({arms['jetflow']}): recipes differ in {', '.join(differ) or 'head or layout'}; drop "

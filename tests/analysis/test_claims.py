@@ -122,15 +122,17 @@ def test_claims_command_reads_the_committed_claims_folders(cli):
     assert code == 2 and text == "" and "head seed 0 in several runs" in err and "smollm2/claims/main-s0" in err
 
 
-def _claim1_run(tmp_path: Path, dflash_recipe: dict, jetflow_recipe: dict) -> Path:
-    """A claim-1 run folder whose manifest names two head folders with these training recipes."""
+def _claim1_run(tmp_path: Path, dflash_recipe: dict, jetflow_recipe: dict, stop: str = "time limit") -> Path:
+    """A claim-1 run folder whose manifest names two head folders with these training recipes (the
+    dflash head stopped for ``stop``)."""
     run = tmp_path / "claim1-s0"
     run.mkdir(parents=True)
     drafters = []
     for name, recipe in (("dflash", dflash_recipe), ("jetflow", jetflow_recipe)):
         head = tmp_path / f"head-{name}"
         head.mkdir()
-        (head / "config.json").write_text(json.dumps({"training": {"config": {"drafter": name, **recipe}}}))
+        record = {"config": {"drafter": name, **recipe}, "stop_reason": stop if name == "dflash" else "time limit"}
+        (head / "config.json").write_text(json.dumps({"training": record}))
         drafters.append({"name": name, "variant": "default", "checkpoint": str(head)})
     (run / "manifest.json").write_text(json.dumps({"config": {"drafters": drafters}}))
     return run
@@ -153,3 +155,11 @@ def test_claim2_from_claim1_runs_pairs_jetflow_with_its_dflash_twin(tmp_path):
                          {**recipe, "head": "causal", "layout": "packed"})
     with pytest.raises(JfbenchError, match="not the bidirectional twin"):
         check_twins([packed])
+    # a plateau stop that never fired trains as no plateau stop; one that fired is another recipe
+    ran_out = _claim1_run(tmp_path / "ran-out", {**recipe, "head": "bidirectional", "stop_on_plateau": False},
+                          {**recipe, "head": "causal", "stop_on_plateau": True})
+    assert check_twins([ran_out]) == []
+    stopped = _claim1_run(tmp_path / "stopped", {**recipe, "head": "bidirectional", "stop_on_plateau": True},
+                          {**recipe, "head": "causal", "stop_on_plateau": False}, stop="plateau")
+    with pytest.raises(JfbenchError, match="differ in stop_on_plateau"):
+        check_twins([stopped])
