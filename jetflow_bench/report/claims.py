@@ -214,31 +214,34 @@ def _causal_gain(rows: pd.DataFrame, gamma: int, causal: tuple[str, str], bidire
     return out
 
 
-def _stopped_on_plateau(checkpoint: str | None) -> bool:
-    record = json.loads((Path(checkpoint) / "config.json").read_text()) if checkpoint else {}
-    return record.get("training", {}).get("stop_reason") == "plateau"
+def _training_record(checkpoint: str | None) -> dict:
+    """A jfbench head's training record ({} when the folder or its config.json is gone)."""
+    try:
+        return json.loads((Path(checkpoint) / "config.json").read_text()).get("training") or {} if checkpoint else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
 
 
 def check_twins(paths: Sequence[Path]) -> list[Path]:
     """Raise unless each run's dflash head is its jetflow head's bidirectional twin: both trained on
-    all-mask blocks with one recipe but the mask (read from the checkpoints the manifest names;
-    ``stop_on_plateau`` may differ where neither head stopped on a plateau: then both ran to the same
-    step or time limit). Returns the runs that could not be checked (no manifest, or a head folder
-    no longer there)."""
-    from jetflow_bench.sweep.ablation import trained_recipe
-
+    all-mask blocks with one recipe but the mask (the resolved recipes of the checkpoints the
+    manifest names; ``stop_on_plateau`` may differ where neither head stopped on a plateau: then
+    both ran to the same step or time limit). Returns the runs that could not be checked (no
+    manifest, or a head folder no longer there)."""
     unchecked = []
     for path in paths:
         manifest = path / "manifest.json"
         arms = {} if not manifest.is_file() else {
             d["name"]: d.get("checkpoint") for d in json.loads(manifest.read_text())["config"]["drafters"]
             if d.get("variant", "default") == "default"}
-        recipes = {name: trained_recipe(arms.get(name)) for name in ("dflash", "jetflow")}
+        records = {name: _training_record(arms.get(name)) for name in ("dflash", "jetflow")}
+        recipes = {name: record.get("recipe") or record.get("config") for name, record in records.items()}
         if not all(recipes.values()):
             unchecked.append(path)
             continue
         d, j = recipes["dflash"], recipes["jetflow"]
-        ignored = {"head"} | ({"stop_on_plateau"} if not any(map(_stopped_on_plateau, arms.values())) else set())
+        plateau = any(record.get("stop_reason") == "plateau" for record in records.values())
+        ignored = {"drafter", "head"} | (set() if plateau else {"stop_on_plateau"})
         differ = sorted(k for k in set(d) | set(j) if k not in ignored and d.get(k) != j.get(k))
         if differ or (d.get("head"), j.get("head")) != ("bidirectional", "causal") or d.get("layout") not in (None, "mask"):
             raise JfbenchError(f"{path}: its dflash head ({arms['dflash']}) is not the bidirectional twin of its jetflow head "

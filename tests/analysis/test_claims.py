@@ -131,7 +131,8 @@ def _claim1_run(tmp_path: Path, dflash_recipe: dict, jetflow_recipe: dict, stop:
     for name, recipe in (("dflash", dflash_recipe), ("jetflow", jetflow_recipe)):
         head = tmp_path / f"head-{name}"
         head.mkdir()
-        record = {"config": {"drafter": name, **recipe}, "stop_reason": stop if name == "dflash" else "time limit"}
+        record = {"config": {"drafter": name, "layout": None if name == "dflash" else "mask"},  # as given: dflash's unset
+                  "recipe": {"drafter": name, **recipe}, "stop_reason": stop if name == "dflash" else "time limit"}
         (head / "config.json").write_text(json.dumps({"training": record}))
         drafters.append({"name": name, "variant": "default", "checkpoint": str(head)})
     (run / "manifest.json").write_text(json.dumps({"config": {"drafters": drafters}}))
