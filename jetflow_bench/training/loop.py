@@ -38,6 +38,7 @@ PLATEAU_SHARE = 0.2  # converged: the held-out proxy moved less than PLATEAU_CHA
 PLATEAU_CHANGE = 0.02
 PLATEAU_MIN_EVALS = 5
 PLATEAU_SMOOTH = 3  # evaluations averaged on each side of the plateau window
+PLATEAU_CONFIRM = 3  # consecutive evaluations that must each find the plateau
 BACKWARD_FACTOR = 3  # training FLOPs = forward + backward (about twice the forward) = 3 x the counted forward
 
 
@@ -150,14 +151,21 @@ def heldout_proxy(
 
 def plateaued(heldout: list[dict[str, Any]], share: float = PLATEAU_SHARE, tolerance: float = PLATEAU_CHANGE) -> bool:
     """Whether the proxy (``accept_len``) changed by less than ``tolerance`` (relative) over the last
-    ``share`` of the steps run: the mean of the evaluations after (1 - share) x the latest step
-    against the mean of the ones just before it (up to `PLATEAU_SMOOTH` on each side). Single
-    points will not do: on a few dozen held-out sequences the proxy moves by ~10% between
+    ``share`` of the steps run, at each of the last `PLATEAU_CONFIRM` evaluations (`_flat_at`).
+    Single points will not do: on a few dozen held-out sequences the proxy moves by ~10% between
     evaluations, so two noisy points 2% apart ended a still-rising SmolLM2 head at a tenth of its
-    steps. Needs at least `PLATEAU_MIN_EVALS` evaluations, and a proxy above zero: a head flat at
-    zero never learned (e.g. reverse KL stuck on a one-hot start), it did not converge."""
-    if len(heldout) < PLATEAU_MIN_EVALS or heldout[-1]["accept_len"] <= 0:
+    steps; and one flat window will not do either: a `deep` head at gamma = 0 stalled near 1.33 for
+    500 steps, was stopped at step 1,300, and climbed to 2.18 by step 2,300 when trained on. Needs
+    at least `PLATEAU_MIN_EVALS` evaluations, and a proxy above zero: a head flat at zero never
+    learned (e.g. reverse KL stuck on a one-hot start), it did not converge."""
+    if len(heldout) < max(PLATEAU_MIN_EVALS, PLATEAU_CONFIRM) or heldout[-1]["accept_len"] <= 0:
         return False
+    return all(_flat_at(heldout[: len(heldout) - back], share, tolerance) for back in range(PLATEAU_CONFIRM))
+
+
+def _flat_at(heldout: list[dict[str, Any]], share: float, tolerance: float) -> bool:
+    """The mean of the evaluations after (1 - share) x the latest step against the mean of the ones
+    just before it (up to `PLATEAU_SMOOTH` on each side), within ``tolerance``."""
     cut = (1 - share) * heldout[-1]["step"]
     before = [h["accept_len"] for h in heldout if h["step"] <= cut][-PLATEAU_SMOOTH:]
     after = [h["accept_len"] for h in heldout if h["step"] > cut][-PLATEAU_SMOOTH:]
