@@ -103,6 +103,12 @@ def train(
                      "regenerating the data and scoring the teacher's features count too. Running the command "
                      "again resumes."),
     ] = None,
+    stop_at_step: Annotated[
+        int | None,
+        typer.Option("--stop-at-step", min=1, help="Stop after this step of the --steps schedule, as --time-limit "
+                     "stops (running again with a later step resumes): cut a head where another recipe's head was "
+                     "cut, for a comparison at equal steps."),
+    ] = None,
     portable_numerics: Annotated[
         bool,
         typer.Option("--portable-numerics", help="Cap torch's CPU kernels at AVX2 and MKL at its compatible branch, "
@@ -154,7 +160,7 @@ def train(
         started = time.time()
         path = train_drafter(
             target, folder, run, data_dir=data_dir, device=device, dtype=dtype, threads=threads,
-            time_limit_s=time_limit * 60 if time_limit else None,
+            time_limit_s=time_limit * 60 if time_limit else None, stop_at_step=stop_at_step,
         )
         training = json.loads((path / "config.json").read_text())["training"]
         keys = ("steps_done", "stop_reason", "sequences", "training_tokens", "prompt_token_share", "first_loss",

@@ -186,14 +186,16 @@ def train_drafter(
     threads: int | None = None,
     show_progress: bool = True,
     time_limit_s: float | None = None,
+    stop_at_step: int | None = None,
     checkpoint_every: int = 50,
     **options: Any,
 ) -> Path:
     """Train a draft head for ``target`` into ``out`` and return ``out``.
 
     ``config`` or keyword ``options`` (fields of `TrainConfig`, e.g. ``drafter="jetflow", steps=200``)
-    choose the recipe. An interrupted run resumes from its last checkpoint; ``time_limit_s`` stops
-    early (the checkpoint keeps going on the next call). Every ``eval_every`` steps the held-out
+    choose the recipe. An interrupted run resumes from its last checkpoint; ``time_limit_s`` and
+    ``stop_at_step`` (a step of the ``steps`` schedule) stop early (the checkpoint keeps going on the
+    next call). Every ``eval_every`` steps the held-out
     proxy (`heldout_proxy`) is measured; with ``stop_on_plateau`` the run ends once it `plateaued`.
     """
     config = (config or train_config(**options)).for_target(target_depth(target))
@@ -221,7 +223,7 @@ def train_drafter(
     label = f"{config.drafter} head" + (f" (resumed at {start})" if start else "")
     done, stop_reason = start, "steps"
     with TrainProgress(config.steps - start, config.batch_size * config.seq_len, label, show_progress) as progress:
-        for step in range(start, config.steps):
+        for step in range(start, config.steps if stop_at_step is None else min(config.steps, stop_at_step)):
             step_started = time.perf_counter()
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, config)
@@ -254,17 +256,19 @@ def train_drafter(
                 _save_partial(out, head, optimizer, done, _with_session(history, started))
             if stop_reason != "steps":
                 break
+    if stop_reason == "steps" and done < config.steps:
+        stop_reason = "step limit"
     history = _with_session(history, started)  # one figure for the partial and the record
-    if stop_reason == "time limit":
+    if stop_reason in ("time limit", "step limit"):
         _save_partial(out, head, optimizer, done, history)
     info = _record(config, runner, batcher, history, done, stop_reason, setup_s)
     if d2t is not None:  # how much of the text the head can propose at all
         info["draft_vocab_coverage"] = round(coverage(batcher.train_samples, d2t), 4)
     save_head(head, out, config.drafter, TargetShape.of(runner), info)
-    if stop_reason != "time limit":
+    if stop_reason not in ("time limit", "step limit"):
         shutil.rmtree(out / PARTIAL, ignore_errors=True)
     elif show_progress:
-        print(f"stopped at step {done}/{config.steps} (time limit); run again to resume", file=sys.stderr)
+        print(f"stopped at step {done}/{config.steps} ({stop_reason}); run again to resume", file=sys.stderr)
     return out
 
 

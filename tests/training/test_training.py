@@ -360,6 +360,17 @@ def test_interrupted_run_resumes_to_the_same_head(random_target, tmp_path):
         torch.testing.assert_close(a[key], b[key])
     with pytest.raises(JfbenchError, match="other settings"):
         train_drafter(random_target, whole, data_dir=DATA, show_progress=False, **{**options, "steps": 5})
+    # --stop-at-step: cut at a step of the same schedule, resumable, and the same head once run out
+    cut = train_drafter(random_target, tmp_path / "cut", data_dir=DATA, show_progress=False, stop_at_step=2, **options)
+    record = json.loads((cut / "config.json").read_text())["training"]
+    assert (record["steps_done"], record["stop_reason"]) == (2, "step limit") and (cut / ".partial").is_dir()
+    assert not training_loop.finished(cut, train_config(**options))
+    train_drafter(random_target, cut, data_dir=DATA, show_progress=False, stop_at_step=2, **options)  # nothing left to run
+    assert json.loads((cut / "config.json").read_text())["training"]["steps_done"] == 2
+    train_drafter(random_target, cut, data_dir=DATA, show_progress=False, **options)
+    c = load_file(str(cut / "model.safetensors"))
+    for key in a:
+        torch.testing.assert_close(a[key], c[key])
 
 
 def test_ensure_head_trains_once_per_recipe(random_target):
