@@ -214,27 +214,19 @@ def _causal_gain(rows: pd.DataFrame, gamma: int, causal: tuple[str, str], bidire
     return out
 
 
-def _training_record(checkpoint: str | None) -> dict:
-    """A jfbench head's training record ({} when the folder or its config.json is gone)."""
-    try:
-        return json.loads((Path(checkpoint) / "config.json").read_text()).get("training") or {} if checkpoint else {}
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
 def check_twins(paths: Sequence[Path]) -> list[Path]:
     """Raise unless each run's dflash head is its jetflow head's bidirectional twin: both trained on
-    all-mask blocks with one recipe but the mask (the resolved recipes of the checkpoints the
-    manifest names; ``stop_on_plateau`` may differ where neither head stopped on a plateau: then
+    all-mask blocks with one recipe but the mask (the resolved recipes of their `head_records`;
+    ``stop_on_plateau`` may differ where neither head stopped on a plateau: then
     both ran to the same step or time limit). Returns the runs that could not be checked (no
-    manifest, or a head folder no longer there)."""
+    manifest, or no record of a head left)."""
+    from jetflow_bench.report.loading import head_records
+
     unchecked = []
     for path in paths:
-        manifest = path / "manifest.json"
-        arms = {} if not manifest.is_file() else {
-            d["name"]: d.get("checkpoint") for d in json.loads(manifest.read_text())["config"]["drafters"]
-            if d.get("variant", "default") == "default"}
-        records = {name: _training_record(arms.get(name)) for name in ("dflash", "jetflow")}
+        manifest = json.loads((path / "manifest.json").read_text()) if (path / "manifest.json").is_file() else {}
+        heads = head_records(path, manifest)
+        records = {name: heads.get(name, {}).get("training") or {} for name in ("dflash", "jetflow")}
         recipes = {name: record.get("recipe") or record.get("config") for name, record in records.items()}
         if not all(recipes.values()):
             unchecked.append(path)
@@ -244,8 +236,8 @@ def check_twins(paths: Sequence[Path]) -> list[Path]:
         ignored = {"drafter", "head"} | (set() if plateau else {"stop_on_plateau"})
         differ = sorted(k for k in set(d) | set(j) if k not in ignored and d.get(k) != j.get(k))
         if differ or (d.get("head"), j.get("head")) != ("bidirectional", "causal") or d.get("layout") not in (None, "mask"):
-            raise JfbenchError(f"{path}: its dflash head ({arms['dflash']}) is not the bidirectional twin of its jetflow head "
-                               f"({arms['jetflow']}): recipes differ in {', '.join(differ) or 'head or layout'}; drop "
+            raise JfbenchError(f"{path}: its dflash head is not the bidirectional twin of its jetflow head "
+                               f"(their recorded recipes differ in {', '.join(differ) or 'head or layout'}); drop "
                                "--dflash-twin, or train the pair with one recipe (`jfbench train --drafter dflash|jetflow`)")
     return unchecked
 

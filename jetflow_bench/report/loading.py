@@ -176,29 +176,36 @@ class Run:
         return rows[~is_ar if drafters else is_ar]
 
 
-def old_recipe_heads(run_path: Path, manifest: dict[str, Any]) -> dict[str, str]:
-    """Arm label -> "old jetflow recipe (...)" for each arm whose head was trained under a default
-    since replaced (`drafters.block.old_recipe`), read from the head's config.json at the
-    manifest's checkpoint, else from ``<run>/../heads/<label>.config.json`` (a published baseline)."""
-    from drafters.block import old_recipe
+def head_records(run_path: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Arm label -> its head's config.json record, read at the manifest's checkpoint, else at
+    ``<run>/../heads/<label>.config.json`` (a published baseline); arms with neither are left out."""
     from jetflow_bench.core.arms import arm_label
 
-    notes = {}
+    records = {}
     for spec in (manifest.get("config") or {}).get("drafters") or []:
         variant = spec.get("variant", DEFAULT_VARIANT)
-        label = arm_label(spec["name"], variant)
         files = [Path(spec["checkpoint"]) / "config.json"] if spec.get("checkpoint") else []
         stem = spec["name"] if variant == DEFAULT_VARIANT else f"{spec['name']}-{variant}"
         files.append(run_path.parent / "heads" / f"{stem}.config.json")
         for file in files:
             try:
-                record = json.loads(file.read_text())
+                records[arm_label(spec["name"], variant)] = json.loads(file.read_text())
             except (OSError, json.JSONDecodeError):
                 continue
-            old = old_recipe(record.get("drafter"), (record.get("training") or {}).get("config") or {})
-            if old:
-                notes[label] = old
             break
+    return records
+
+
+def old_recipe_heads(run_path: Path, manifest: dict[str, Any]) -> dict[str, str]:
+    """Arm label -> "old jetflow recipe (...)" for each arm whose head was trained under a default
+    since replaced (`drafters.block.old_recipe`), from its `head_records`."""
+    from drafters.block import old_recipe
+
+    notes = {}
+    for label, record in head_records(run_path, manifest).items():
+        old = old_recipe(record.get("drafter"), (record.get("training") or {}).get("config") or {})
+        if old:
+            notes[label] = old
     return notes
 
 

@@ -34,6 +34,7 @@ from jetflow_bench.training.data import SequenceBatcher, coverage, frequent_toke
 from jetflow_bench.training.teacher import TeacherCache
 
 PARTIAL = ".partial"
+RESUMABLE_STOPS = ("time limit", "step limit")  # stops that keep the checkpoint: running again goes on
 PLATEAU_SHARE = 0.2  # converged: the held-out proxy moved less than PLATEAU_CHANGE over the last 20% of the steps
 PLATEAU_CHANGE = 0.02
 PLATEAU_MIN_EVALS = 5
@@ -259,13 +260,13 @@ def train_drafter(
     if stop_reason == "steps" and done < config.steps:
         stop_reason = "step limit"
     history = _with_session(history, started)  # one figure for the partial and the record
-    if stop_reason in ("time limit", "step limit"):
+    if stop_reason in RESUMABLE_STOPS:
         _save_partial(out, head, optimizer, done, history)
     info = _record(config, runner, batcher, history, done, stop_reason, setup_s)
     if d2t is not None:  # how much of the text the head can propose at all
         info["draft_vocab_coverage"] = round(coverage(batcher.train_samples, d2t), 4)
     save_head(head, out, config.drafter, TargetShape.of(runner), info)
-    if stop_reason not in ("time limit", "step limit"):
+    if stop_reason not in RESUMABLE_STOPS:
         shutil.rmtree(out / PARTIAL, ignore_errors=True)
     elif show_progress:
         print(f"stopped at step {done}/{config.steps} ({stop_reason}); run again to resume", file=sys.stderr)
