@@ -25,6 +25,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+LOG_EVERY_S = 60.0  # off a terminal, the sweep's in-repeat lines come at most this often
+
 
 class MeasuredRemainingColumn(ProgressColumn):
     """Time left at the rate measured since the task's first finished unit, over all units since.
@@ -94,9 +96,9 @@ class _Display:
         self.enabled = enabled
         self._bar: Progress | None = None
 
-    def _open(self, description: str, *middle: ProgressColumn) -> Progress | None:
+    def _open(self, description: str, *middle: ProgressColumn, transient: bool = False) -> Progress | None:
         if self.enabled and self.console.is_terminal:
-            self._bar = progress_bar(self.console, description, *middle)
+            self._bar = progress_bar(self.console, description, *middle, transient=transient)
             self._bar.__enter__()
         return self._bar
 
@@ -105,6 +107,37 @@ class _Display:
     ) -> None:
         if self._bar is not None:
             self._bar.__exit__(exc_type, exc, tb)
+
+
+class CountProgress(_Display):
+    """Items done of a total (prompts regenerated, sequences scored): a transient bar on a terminal,
+    else a line at each twentieth of the work with the elapsed time and the measured ETA, so a log
+    of an hour-long step says how far it is."""
+
+    def __init__(self, label: str, total: int, enabled: bool = True) -> None:
+        super().__init__(enabled)
+        self.label, self.total, self.done = label, total, 0
+        self._start = time.perf_counter()
+        self._next_line = self._step = max(1, -(-total // 20))
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> CountProgress:
+        if self._open(self.label, transient=True) is not None:
+            self._task = self._bar.add_task(self.label, total=self.total)
+        return self
+
+    def advance(self, items: int) -> None:
+        """Called as ``items`` more are done."""
+        self.done += items
+        if self._bar is not None:
+            self._bar.advance(self._task, items)
+        elif self.enabled and (self.done >= self._next_line or self.done >= self.total):
+            elapsed = time.perf_counter() - self._start
+            eta = (self.total - self.done) * elapsed / self.done
+            self.console.print(f"{self.label} {self.done}/{self.total}  elapsed {elapsed / 60:.1f} min  "
+                               f"ETA {eta / 60:.1f} min")
+            while self._next_line <= self.done:
+                self._next_line += self._step
 
 
 class SweepProgress(_Display):
@@ -120,6 +153,8 @@ class SweepProgress(_Display):
         self._cell_tokens = 0
         self._cell_start = 0.0
         self._label = ""
+        self._rounds = self._rounds_done = 0
+        self._last_line = 0.0
 
     def __enter__(self) -> SweepProgress:
         if self._open("{task.description}", TextColumn("{task.fields[rate]}")) is not None:
@@ -128,17 +163,25 @@ class SweepProgress(_Display):
 
     def start(self, label: str, n_rounds: int) -> None:
         self._label, self._cell_tokens, self._cell_start = label, 0, time.perf_counter()
+        self._rounds, self._rounds_done, self._last_line = n_rounds, 0, self._cell_start
         if self._bar is not None:
             if self._cell is not None:
                 self._bar.remove_task(self._cell)
             self._cell = self._bar.add_task(self._label, total=n_rounds, rate="")
 
     def advance(self, rounds: int, tokens: int) -> None:
-        """Called after each round (one prompt batch, every interleaved slot) with the tokens it decoded."""
+        """Called after each round (one prompt batch, every interleaved slot) with the tokens it decoded;
+        off a terminal, a line at most once a minute (`LOG_EVERY_S`) says how far a long repeat is."""
         self._cell_tokens += tokens
+        self._rounds_done += rounds
+        now = time.perf_counter()
+        rate = self._cell_tokens / max(now - self._cell_start, 1e-9)
         if self._bar is not None and self._cell is not None:
-            rate = self._cell_tokens / max(time.perf_counter() - self._cell_start, 1e-9)
             self._bar.update(self._cell, advance=rounds, rate=f"{rate:,.0f} tok/s")
+        elif self.enabled and now - self._last_line >= LOG_EVERY_S and self._rounds_done < self._rounds:
+            self._last_line = now
+            self.console.print(f"  {self._label}: round {self._rounds_done}/{self._rounds}, {self._cell_tokens} tokens, "
+                               f"{rate:,.0f} tok/s, {(now - self._cell_start) / 60:.1f} min")
 
     def end_cell(self, cell: str) -> None:
         """Called as each cell is stored; the log line's rate covers its repeat's interleaved slots."""

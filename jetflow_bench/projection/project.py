@@ -20,7 +20,6 @@ Columns of the result (one row per suite × drafter × variant × budget × batc
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.projection.cost import CostModel
 from jetflow_bench.projection.nominal import nominal_counters
 from jetflow_bench.projection.shapes import ModelShape, head_shape
-from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run
+from jetflow_bench.report.loading import CELL_KEYS, SPEEDUP, Run, head_record
 
 COUNTERS = ("draft_passes", "draft_entries")
 GROUP = ["suite", "drafter", "variant", "temperature", "budget", "batch_size"]  # a cell per temperature: τ differs
@@ -48,25 +47,8 @@ class HeadInfo:
     block_size: int | None
 
 
-def _head_record(spec: dict[str, Any], run: Run) -> dict[str, Any] | None:
-    """The head's config.json: at the manifest's checkpoint, else `<run>/../heads/<drafter>.config.json`
-    (the layout of a published baseline that ships its heads' records but not their weights)."""
-    candidates = []
-    if spec.get("checkpoint"):
-        candidates.append(Path(spec["checkpoint"]) / "config.json")
-    label = spec["name"] if spec.get("variant", "default") == "default" else f"{spec['name']}-{spec['variant']}"
-    candidates.append(run.path.parent / "heads" / f"{label}.config.json")
-    for path in candidates:
-        if path.is_file():
-            try:
-                return json.loads(path.read_text())
-            except json.JSONDecodeError:
-                continue
-    return None
-
-
 def head_info(spec: dict[str, Any], run: Run, layers: int | None, taps: int | None) -> HeadInfo | None:
-    record = _head_record(spec, run)
+    record = head_record(run.path, spec)
     if record is None and layers is None:
         return None
     record = record or {}

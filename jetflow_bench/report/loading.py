@@ -176,24 +176,29 @@ class Run:
         return rows[~is_ar if drafters else is_ar]
 
 
+def head_record(run_path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The config.json record of the head of the manifest's arm ``spec``: at its checkpoint, else in
+    the run's own ``heads/`` (the sweep copies each record there), else in ``<run>/../heads/`` (a
+    published baseline's); None when none of them reads."""
+    from jetflow_bench.core.arms import HEAD_RECORDS, head_record_file
+
+    name = head_record_file(spec["name"], spec.get("variant", DEFAULT_VARIANT))
+    files = [Path(spec["checkpoint"]) / "config.json"] if spec.get("checkpoint") else []
+    for file in [*files, run_path / HEAD_RECORDS / name, run_path.parent / HEAD_RECORDS / name]:
+        try:
+            return json.loads(file.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+    return None
+
+
 def head_records(run_path: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Arm label -> its head's config.json record, read at the manifest's checkpoint, else at
-    ``<run>/../heads/<label>.config.json`` (a published baseline); arms with neither are left out."""
+    """Arm label -> its head's record (`head_record`); arms without one are left out."""
     from jetflow_bench.core.arms import arm_label
 
-    records = {}
-    for spec in (manifest.get("config") or {}).get("drafters") or []:
-        variant = spec.get("variant", DEFAULT_VARIANT)
-        files = [Path(spec["checkpoint"]) / "config.json"] if spec.get("checkpoint") else []
-        stem = spec["name"] if variant == DEFAULT_VARIANT else f"{spec['name']}-{variant}"
-        files.append(run_path.parent / "heads" / f"{stem}.config.json")
-        for file in files:
-            try:
-                records[arm_label(spec["name"], variant)] = json.loads(file.read_text())
-            except (OSError, json.JSONDecodeError):
-                continue
-            break
-    return records
+    specs = (manifest.get("config") or {}).get("drafters") or []
+    records = {arm_label(s["name"], s.get("variant", DEFAULT_VARIANT)): head_record(run_path, s) for s in specs}
+    return {label: record for label, record in records.items() if record is not None}
 
 
 def old_recipe_heads(run_path: Path, manifest: dict[str, Any]) -> dict[str, str]:

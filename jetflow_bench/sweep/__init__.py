@@ -22,6 +22,8 @@ Run-folder layout (``--out RUN``; plots, reports and regression checks read thes
                          costs at most ~10% of the run) and always when the run ends
       partial/           a running cell's decoded prompt batches, so a killed cell resumes at its
                          next batch (`journal`); removed once the cell is stored
+      heads/             each arm's head record (its checkpoint's config.json, named by
+                         `core.arms.head_record_file`), so the run says how its heads were trained
       .lock              held while a sweep writes the folder (pid + host inside)
 
 Cell keys (first columns of every table): suite, drafter, variant, budget, batch_size, repeat,

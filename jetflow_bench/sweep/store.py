@@ -21,7 +21,7 @@ import os
 import shutil
 import socket
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,9 +29,11 @@ from typing import Any
 import pandas as pd
 from filelock import FileLock, Timeout
 
+from jetflow_bench.core.arms import HEAD_RECORDS, head_record_file
 from jetflow_bench.core.errors import JfbenchError, writable_folder
 from jetflow_bench.measure.integrity import READ_ERRORS, cell_problems, reason
 from jetflow_bench.report.loading import ADDED_KEYS, with_cell_keys
+from jetflow_bench.sweep.grid import DrafterSpec
 from jetflow_bench.sweep.tables import (
     CELL_COLUMNS,
     MARGINAL_COLUMNS,
@@ -178,11 +180,22 @@ class RunStore:
     def discard(self) -> None:
         shutil.rmtree(self.cells_dir, ignore_errors=True)
         shutil.rmtree(self.folder / PARTIAL, ignore_errors=True)
+        shutil.rmtree(self.folder / HEAD_RECORDS, ignore_errors=True)
         for name in (*DERIVED, MANIFEST):
             (self.folder / name).unlink(missing_ok=True)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         write_json(self.manifest_path, manifest)
+
+    def keep_head_records(self, specs: Iterable[DrafterSpec]) -> None:
+        """Copy each arm's head record (its checkpoint's config.json) into the run's ``heads/``, so the
+        run still says how its heads were trained (claims' twin check, old-recipe labels) once the
+        head folders are gone or the run is copied elsewhere."""
+        for spec in specs:
+            record = Path(spec.checkpoint) / "config.json" if spec.checkpoint else None
+            if record is not None and record.is_file():
+                (self.folder / HEAD_RECORDS).mkdir(exist_ok=True)
+                shutil.copyfile(record, self.folder / HEAD_RECORDS / head_record_file(spec.name, spec.variant))
 
     # ------------------------------------------------------------------ cells
     def finished(self, config_hashes: dict[str, str], labels: Mapping[str, str] | None = None) -> set[str]:

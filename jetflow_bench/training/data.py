@@ -20,12 +20,11 @@ from pathlib import Path
 
 import torch
 from filelock import FileLock
-from rich.console import Console
 
 from jetflow_bench.core import runtime
 from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.core.fingerprint import model_fingerprint
-from jetflow_bench.core.progress import progress_bar, say
+from jetflow_bench.core.progress import CountProgress, say
 from jetflow_bench.engine.loop import generate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
@@ -111,10 +110,9 @@ def _encode(tokenizer, text: str) -> list[int]:
 
 @contextlib.contextmanager
 def progress_steps(label: str, total: int, show: bool) -> Iterator[Callable[[int], None]]:
-    """A transient progress bar on stderr (ETA from the measured rate) over ``total`` items; yields ``advance(n)``."""
-    with progress_bar(Console(stderr=True), label, disable=not show, transient=True) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
+    """`CountProgress` over ``total`` items on stderr (a bar, or lines in a log); yields ``advance(n)``."""
+    with CountProgress(label, total, show) as progress:
+        yield progress.advance
 
 
 def regenerate(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -164,3 +165,15 @@ def test_claim2_from_claim1_runs_pairs_jetflow_with_its_dflash_twin(tmp_path):
                           {**recipe, "head": "causal", "stop_on_plateau": False}, stop="plateau")
     with pytest.raises(JfbenchError, match="differ in stop_on_plateau"):
         check_twins([stopped])
+
+
+def test_twin_check_reads_the_records_a_run_keeps_once_its_head_folders_are_gone(tmp_path):
+    recipe = {"layout": "mask", "seed": 0}
+    run = _claim1_run(tmp_path, {**recipe, "head": "bidirectional", "decay": 0.0}, {**recipe, "head": "causal", "decay": 7.0})
+    (run / "heads").mkdir()
+    for name in ("dflash", "jetflow"):  # what the sweep copies there (`RunStore.keep_head_records`)
+        shutil.move(tmp_path / f"head-{name}" / "config.json", run / "heads" / f"{name}.config.json")
+    with pytest.raises(JfbenchError, match="differ in decay"):  # still checked: the decay mismatch is found
+        check_twins([run])
+    shutil.rmtree(run / "heads")
+    assert check_twins([run]) == [run]  # no record anywhere: said unchecked

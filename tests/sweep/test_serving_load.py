@@ -219,6 +219,8 @@ def test_a_load_sweep_is_lossless_resumable_and_shows_its_load_table(micro_targe
     assert code == 0, err
     summary = pd.read_parquet(out / "summary.parquet")
     assert sorted(summary["load"]) == ["concurrency:2"] * 3 + ["poisson:inf"] * 3
+    kept = out / "heads" / "jetflow.config.json"  # the run keeps its head's record beside its tables
+    assert kept.read_text() == (learned_heads["jetflow"] / "config.json").read_text()
     assert summary.loc[summary["budget"] == AUTO_COLUMN, "chosen_budgets"].notna().all()  # the policy ran under load
     assert summary["lossless_unexcused"].sum() == 0
     assert summary.loc[summary["drafter"] != AR_ARM, "accepted"].min() > 0, "drafts must be accepted"
