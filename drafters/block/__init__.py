@@ -41,6 +41,12 @@ BLOCK_RECORDED = {"ttt_steps": None}
 OLD_JETFLOW_LAYOUTS = {"causal": "packed", "bidirectional": "prefix"}  # what an unset layout meant before issue 52
 
 
+def dflash_all_mask(layout: str | None) -> bool:
+    """Whether a dflash head trained with this recorded ``layout`` trained on all-mask blocks (dflash
+    leaves it unset): the head a causal jetflow head is the in-block-mask twin of (claim 2)."""
+    return layout in (None, "mask")
+
+
 def old_recipe(drafter: str | None, recipe: Mapping[str, Any]) -> str | None:
     """"old jetflow recipe (packed layout)" for a head trained under jetflow's default before issue 52
     (its recorded ``layout`` is unset), else None. ``recipe``: the head's ``training.config``."""

@@ -220,6 +220,7 @@ def check_twins(paths: Sequence[Path]) -> list[Path]:
     ``stop_on_plateau`` may differ where neither head stopped on a plateau: then
     both ran to the same step or time limit). Returns the runs that could not be checked (no
     manifest, or no record of a head left)."""
+    from drafters.block import dflash_all_mask
     from jetflow_bench.report.loading import head_records
 
     unchecked = []
@@ -235,7 +236,7 @@ def check_twins(paths: Sequence[Path]) -> list[Path]:
         plateau = any(record.get("stop_reason") == "plateau" for record in records.values())
         ignored = {"drafter", "head"} | (set() if plateau else {"stop_on_plateau"})
         differ = sorted(k for k in set(d) | set(j) if k not in ignored and d.get(k) != j.get(k))
-        if differ or (d.get("head"), j.get("head")) != ("bidirectional", "causal") or d.get("layout") not in (None, "mask"):
+        if differ or (d.get("head"), j.get("head")) != ("bidirectional", "causal") or not dflash_all_mask(d.get("layout")):
             raise JfbenchError(f"{path}: its dflash head is not the bidirectional twin of its jetflow head "
                                f"(their recorded recipes differ in {', '.join(differ) or 'head or layout'}); drop "
                                "--dflash-twin, or train the pair with one recipe (`jfbench train --drafter dflash|jetflow`)")

@@ -134,10 +134,10 @@ def is_bidirectional_twin(spec: DrafterSpec) -> bool:
     """A jetflow arm whose variant is ``head=bidirectional``, given a dflash head trained on
     all-mask blocks (its layout unset or ``mask``): the head `jfbench train --drafter jetflow
     --head bidirectional` would train with the same recipe."""
+    from drafters.block import dflash_all_mask
     from jetflow_bench.sweep.ablation import trained_recipe
 
-    layout = trained_recipe(spec.checkpoint).get("layout")
-    return dict(spec.train).get("head") == "bidirectional" and layout in (None, "mask")
+    return dict(spec.train).get("head") == "bidirectional" and dflash_all_mask(trained_recipe(spec.checkpoint).get("layout"))
 
 
 def pin_heads(
