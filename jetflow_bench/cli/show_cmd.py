@@ -174,17 +174,13 @@ def _show_tree(run: Path, format: TableFormat) -> None:
         return
     for what in ("drafted", "accepted"):
         title = f"{run.name}: {what} nodes per step, by tree depth"
-        rows = _tree_rows(shape, what)
-        if format == TableFormat.markdown:
-            print(f"**{title}**\n\n{markdown(rows)}\n")
-        else:
-            print_table(Console(), rich_table(rows, title, left=("suite", "arm")))
+        _print_rows(_tree_rows(shape, what), title, format)
     capped = f" (over a tree's first {NODE_CAP} nodes, the ones recorded)" if shape["budget"].gt(NODE_CAP).any() else ""
     print(f"d1: first tokens; means over the verify steps that drafted, repeats pooled{capped}")
 
 
 def _show_headroom(run: Path, format: TableFormat) -> None:
-    from jetflow_bench.report.headroom import INF, headroom_table
+    from jetflow_bench.report.headroom import INF, headroom_table, replay_check
 
     table = headroom_table(_read(run, "marginals"), _read(run, "steps"), _read(run, "requests"))
     if table.empty:
@@ -197,13 +193,24 @@ def _show_headroom(run: Path, format: TableFormat) -> None:
     rows = [{"suite": r["suite"], "arm": r["arm"], "batch": str(r["batch_size"]), "B": str(r["budget"]),
              "replays B": str(r["source"]), "tau": _f(r["tau"], 3), "tau replayed": _f(r["tau_replayed"], 3),
              "steps": str(r["steps"])} for r in table.to_dict("records")]
-    title = f"{run.name}: headroom, the trees replayed at other budgets"
+    _print_rows(rows, f"{run.name}: headroom, the trees replayed at other budgets", format)
+    print(f"replays B: the measured budget whose cells were replayed (at another B an estimate at its positions); "
+          f"B = {INF}: an unlimited top-K tree (tau_inf); repeats pooled")
+    check = replay_check(_read(run, "marginals"), _read(run, "steps"), _read(run, "requests"))
+    if not check.empty:
+        rows = [{"suite": r["suite"], "arm": r["arm"], "batch": str(r["batch_size"]), "B": str(r["budget"]),
+                 "replays B": str(r["source"]), "tau": _f(r["tau"], 3), "tau replayed": _f(r["tau_replayed"], 3),
+                 "replayed / tau - 1": f"{r['error']:+.3f}"} for r in check.to_dict("records")]
+        print()
+        _print_rows(rows, f"{run.name}: the estimate checked, each measured B replayed from another measured B", format)
+        print("how far the estimates above can be off: the replay at another budget's positions against the measured tau")
+
+
+def _print_rows(rows: list[dict[str, str]], title: str, format: TableFormat) -> None:
     if format == TableFormat.markdown:
         print(f"**{title}**\n\n{markdown(rows)}\n")
     else:
         print_table(Console(), rich_table(rows, title, left=("suite", "arm")))
-    print(f"replays B: the measured budget whose cells were replayed (at another B an estimate at its positions); "
-          f"B = {INF}: an unlimited top-K tree (tau_inf); repeats pooled")
 
 
 WideOpt = Annotated[bool, typer.Option("--wide", help="Every column of the summary table (see the list above).")]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -40,6 +40,7 @@ ARM = ["suite", "drafter", "variant", "batch_size", "temperature"]  # repeats ar
 STEP = [*CELL_KEYS, "request", "step"]
 INF = "inf"  # the budget column of the τ_∞ row
 COLUMNS = ["suite", "arm", "batch_size", "temperature", "budget", "source", "tau", "tau_replayed", "steps"]
+CHECK_COLUMNS = ["suite", "arm", "batch_size", "temperature", "budget", "source", "tau", "tau_replayed", "error"]
 
 
 def step_dists(k: int, tokens: Sequence[int], logps: Sequence[float], entropy: Sequence[float]) -> list[ChildDist]:
@@ -118,6 +119,17 @@ def nearest(budget: int, measured: Sequence[int]) -> int:
     return min(measured, key=lambda m: (abs(math.log2(budget / m)), -m))
 
 
+def _arms(marginals: pd.DataFrame, steps: pd.DataFrame) -> Iterator[tuple[dict, pd.DataFrame, pd.DataFrame, list[int]]]:
+    """Per replayable arm: (its table label, its marginals, its steps, its measured budgets)."""
+    marginals = marginals[marginals["budget"] != AUTO_COLUMN]  # a per-step budget has no single tree to replay
+    for arm, arm_marginals in marginals.groupby(ARM, sort=True):
+        keys = dict(zip(ARM, arm, strict=True))
+        label = {"suite": keys["suite"], "arm": arm_label(keys["drafter"], keys["variant"]),
+                 "batch_size": keys["batch_size"], "temperature": keys["temperature"]}
+        measured = sorted(int(b) for b in arm_marginals["budget"].unique())
+        yield label, arm_marginals, steps.merge(pd.DataFrame([keys]), on=ARM), measured
+
+
 def headroom_table(marginals: pd.DataFrame, steps: pd.DataFrame, requests: pd.DataFrame,
                    budgets: Sequence[int] = BUDGETS) -> pd.DataFrame:
     """One row per replayable arm and budget (`COLUMNS`), plus its τ_∞ row; repeats pooled.
@@ -125,17 +137,11 @@ def headroom_table(marginals: pd.DataFrame, steps: pd.DataFrame, requests: pd.Da
     ``tau`` is the measured τ at a budget the arm ran (blank otherwise), ``source`` the measured
     budget whose cells were replayed, ``tau_replayed`` the replay's τ (Σ emitted / steps).
     """
-    marginals = marginals[marginals["budget"] != AUTO_COLUMN]  # a per-step budget has no single tree to replay
     rows = []
-    for arm, arm_marginals in marginals.groupby(ARM, sort=True):
-        keys = dict(zip(ARM, arm, strict=True))
-        arm_steps = steps.merge(pd.DataFrame([keys]), on=ARM)
-        measured = sorted(int(b) for b in arm_marginals["budget"].unique())
+    for label, arm_marginals, arm_steps, measured in _arms(marginals, steps):
         wanted = sorted({*budgets, *measured})
         replays = {m: _replay_budget(arm_marginals, arm_steps, requests, m, [b for b in wanted if nearest(b, measured) == m])
                    for m in measured}
-        label = {"suite": keys["suite"], "arm": arm_label(keys["drafter"], keys["variant"]),
-                 "batch_size": keys["batch_size"], "temperature": keys["temperature"]}
         for budget in wanted:
             source = nearest(budget, measured)
             total, _, n, tau = replays[source]
@@ -144,6 +150,24 @@ def headroom_table(marginals: pd.DataFrame, steps: pd.DataFrame, requests: pd.Da
         _, bound, n, _ = replays[measured[-1]]
         rows.append({**label, "budget": INF, "source": measured[-1], "tau": np.nan, "tau_replayed": bound / n, "steps": n})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def replay_check(marginals: pd.DataFrame, steps: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """How far an estimate at an unmeasured budget can be off: each measured budget of an arm replayed
+    from the cells of the nearest *other* measured budget, beside its measured τ (``error`` =
+    replayed / measured − 1; `CHECK_COLUMNS`). Arms measured at one budget have no row."""
+    rows = []
+    for label, arm_marginals, arm_steps, measured in _arms(marginals, steps):
+        for budget in measured:
+            others = [m for m in measured if m != budget]
+            if not others:
+                continue
+            source = nearest(budget, others)
+            total, _, n, _ = _replay_budget(arm_marginals, arm_steps, requests, source, [budget])
+            tau = _measured_tau(arm_steps, budget)
+            rows.append({**label, "budget": budget, "source": source, "tau": tau, "tau_replayed": total[budget] / n,
+                         "error": total[budget] / n / tau - 1})
+    return pd.DataFrame(rows, columns=CHECK_COLUMNS)
 
 
 def _replay_budget(marginals: pd.DataFrame, steps: pd.DataFrame, requests: pd.DataFrame, budget: int,
@@ -160,5 +184,10 @@ def _replay_budget(marginals: pd.DataFrame, steps: pd.DataFrame, requests: pd.Da
         cell_total, cell_bound, cell_n = replay_cell(rows, these, outputs, budgets)
         total = {b: total[b] + cell_total[b] for b in budgets}
         bound, n = bound + cell_bound, n + cell_n
-    tau = cell_steps["emitted"].sum() / len(cell_steps) if len(cell_steps) else np.nan
-    return total, bound, n, float(tau)
+    return total, bound, n, _measured_tau(steps, budget)
+
+
+def _measured_tau(steps: pd.DataFrame, budget: int) -> float:
+    """τ of an arm's cells at ``budget``, repeats pooled (Σ emitted / verify steps)."""
+    cell_steps = steps[steps["budget"] == budget]
+    return float(cell_steps["emitted"].sum() / len(cell_steps)) if len(cell_steps) else np.nan

@@ -13,7 +13,15 @@ from drafters.axes import CONSTRUCTIONS
 from drafters.tree_builder import ChildDist, TreeOptions, build_tree, marginal_lookup
 from jetflow_bench.engine.drafter import NOT_EXPLORED
 from jetflow_bench.report.claims import tau_inf
-from jetflow_bench.report.headroom import emitted, matched_nodes, nearest, replay_cell, top_k_depth
+from jetflow_bench.report.headroom import (
+    emitted,
+    headroom_table,
+    matched_nodes,
+    nearest,
+    replay_cell,
+    replay_check,
+    top_k_depth,
+)
 from tests.helpers.data_dirs import benchmark_data_dir
 from tests.helpers.random_models import save_random_model
 
@@ -98,7 +106,18 @@ def test_headroom_replays_the_measured_tau_of_block_drafters(learned_heads, micr
     bounds = table[table["budget"] == "inf"].set_index("arm")["tau_replayed"]
     assert tau_inf([out]) == pytest.approx({("gsm8k", arm): bound for arm, bound in bounds.items()})  # claim 1's reachable
     code, text, err = cli("show", str(out), "--table", "headroom")
-    assert code == 0 and "tau_inf" in text, err
+    assert code == 0 and "tau_inf" in text and "the estimate checked" in text, err
+
+    tables = [pd.read_parquet(out / f"{name}.parquet") for name in ("marginals", "steps", "requests")]
+    check = replay_check(*tables).set_index(["arm", "budget"])
+    assert sorted(check.index) == [(arm, b) for arm in ("dflash", "jetflow") for b in (16, 48)]
+    assert check["source"].to_dict() == {(arm, b): 64 - b for arm in ("dflash", "jetflow") for b in (16, 48)}  # the other one
+    for (arm, budget), row in check.iterrows():
+        assert row["tau"] == pytest.approx(summary[arm, budget])
+        only_other = [t[t["budget"] != budget] for t in tables]  # the other cell alone: the table's estimate at this budget
+        estimate = headroom_table(*only_other, budgets=(budget,)).set_index(["arm", "budget"])
+        assert row["tau_replayed"] == pytest.approx(estimate.loc[(arm, budget), "tau_replayed"])
+        assert row["error"] == pytest.approx(row["tau_replayed"] / row["tau"] - 1)
 
     ranks = pd.read_parquet(out / "ranks.parquet")  # EAGLE cannot be replayed: it ranks what it emitted
     assert set(ranks["drafter"]) == {"eagle"}
