@@ -60,9 +60,10 @@ def _f(value: float, digits: int, sign: bool = False) -> str:
 
 
 def _read(run: Path, name: str) -> pd.DataFrame:
-    """``name``.parquet, else (damaged) its .csv twin with a warning; an error naming the file if neither."""
-    path = run / f"{name}.parquet"
-    if not path.exists():
+    """``name``.parquet, else its .csv twin (with a warning when the parquet is damaged; silently where
+    a published folder kept the CSV alone); an error naming the file if neither reads."""
+    path, twin = run / f"{name}.parquet", run / f"{name}.csv"
+    if not path.exists() and not twin.exists():
         hints = {"ablation": "run `jfbench ablate`", "nodes": "the run predates per-node rows: re-run it with --force",
                  "marginals": "no arm's trees replay (dflash, jetflow at a fixed budget), or the run predates them: "
                               "re-run it with --force"}
@@ -74,19 +75,22 @@ def _read(run: Path, name: str) -> pd.DataFrame:
     from jetflow_bench.measure.integrity import READ_ERRORS, reason, warn
     from jetflow_bench.report.loading import CELL_KEYS, REBUILD, with_cell_keys
 
-    try:
-        return _paired(name, with_cell_keys(pd.read_parquet(path)))
-    except READ_ERRORS as err:
-        problem = f"{path} is unreadable ({reason(err)})"
-    twin = path.with_suffix(".csv")
+    problem = None
+    if path.exists():
+        try:
+            return _paired(name, with_cell_keys(pd.read_parquet(path)))
+        except READ_ERRORS as err:
+            problem = f"{path} is unreadable ({reason(err)})"
     try:
         frame = with_cell_keys(pd.read_csv(twin))
-    except (*READ_ERRORS, FileNotFoundError):
-        raise JfbenchError(f"{problem}, and {twin.name} cannot stand in for it: {REBUILD}") from None
+    except (*READ_ERRORS, FileNotFoundError) as err:
+        why = f"{problem}, and {twin.name} cannot stand in for it" if problem else f"{twin} is unreadable ({reason(err)})"
+        raise JfbenchError(f"{why}: {REBUILD}") from None
     missing = [c for c in (*CELL_KEYS, "tau") if c not in frame.columns] if name == "summary" else []
     if missing:
-        raise JfbenchError(f"{problem}, and {twin.name} lacks the columns {missing}: {REBUILD}")
-    warn(f"{problem}; showing {twin.name} instead")
+        raise JfbenchError(f"{problem or twin}: {twin.name} lacks the columns {missing}: {REBUILD}")
+    if problem:
+        warn(f"{problem}; showing {twin.name} instead")
     return _paired(name, frame)
 
 
@@ -104,7 +108,7 @@ def _caption(run: Path, manifest: dict, summary: pd.DataFrame, compact: bool) ->
     from jetflow_bench.sweep.efficiency import efficiency_line
 
     config = manifest.get("config", {})
-    done = len(list((run / "cells").glob("*.json")))
+    done = len(list((run / "cells").glob("*.json"))) if (run / "cells").is_dir() else len(summary)  # published: tables only
     lines = [LEGEND] if compact else []
     if summary["temperature"].ne(0).any():
         lines.append(f"diverged '{SAMPLED}' (T > 0): {SAMPLED_LOSSLESS}, not compared token by token")

@@ -225,6 +225,19 @@ def test_a_damaged_cell_part_is_named_by_readers_and_redone_by_the_resume(target
         assert out_text == "" and "Traceback" not in err
 
 
+def test_a_published_folder_of_summary_csv_and_manifest_alone_shows(base_run, tmp_path):
+    out = tmp_path / "published"
+    out.mkdir()
+    for name in ("summary.csv", "manifest.json"):  # how results/baselines keeps some runs
+        shutil.copy(base_run / name, out / name)
+    code, text, err = jfbench("show", out)
+    assert code == 0 and "warning" not in err, err
+    assert "6/6 cells" in text  # counted from the summary: there is no cells/ folder
+    code, full, _ = jfbench("show", base_run, "--format", "csv")
+    code, kept, _ = jfbench("show", out, "--format", "csv")
+    assert code == 0 and pd.read_csv(io.StringIO(kept))["tau"].tolist() == pd.read_csv(io.StringIO(full))["tau"].tolist()
+
+
 def test_a_grid_whose_kv_cache_cannot_fit_is_refused_before_any_cell(target, tmp_path):
     out = tmp_path / "run"
     code, stdout, err = jfbench(*sweep_args(target, out, "--max-memory", "1KiB"))
