@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -408,6 +409,11 @@ def test_ablation_deltas_are_paired_over_prompts():
     assert (row.speedup_decode_micro, row.speedup_default) == (1.5, 2.0)
     unpaired = ablation_table(pd.concat([ar, default, worse]).drop(columns="base_decode_s"), n_boot=0)
     assert unpaired["speedup_decode_micro"].isna().all() and unpaired["tau"].notna().all()  # recorded before pairing
+    tau_only = pd.concat([default, worse]).assign(base_decode_s=np.nan)  # --tau-only: no baseline timed at all
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "All-NaN slice" warning for a speed-up nobody measured
+        row = ablation_table(tau_only, n_boot=200).set_index("variant").loc["head=bidirectional"]
+    assert np.isnan([row.speedup_delta_lo, row.speedup_delta_hi]).all() and row.tau_delta_lo <= -1.0 <= row.tau_delta_hi
 
 
 def test_checkpoint_pairs_accept_variant_names_with_equals():
