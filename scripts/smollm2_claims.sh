@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Claims 1 and 2 on SmolLM2-135M-Instruct with the authors' recipe (issue 52), on a 2-core CPU.
+#
+# Days of CPU, so everything here resumes: run it again after a kill and it goes on where it
+# stopped (a finished head is returned as is, a head in training resumes from its last 50-step
+# checkpoint, a sweep keeps its finished cells and a cell its finished prompt batches). Two jobs
+# at a time, one core each: a seed's two heads side by side, then two suites' sweeps side by side.
+#
+#   1-2  heads at gamma 7: dflash and jetflow, seeds 0 and 1, 2,400 training prompts, to a plateau
+#        of the held-out proxy (--stop-on-plateau; at most 6,000 steps)
+#   3    tau-only sweeps of each seed's pair on GSM8K and MATH-500: B = 16 / 64 / 256, 64 prompts x
+#        256 new tokens, the headroom table of each, then claim 1 and claim 2 (the dflash twin)
+#   4-5  the same at gamma 0 (heads, sweeps, claims)
+#   6    the second data size: a pair trained on 256 prompts, for the held-out curves
+#
+# Usage: scripts/smollm2_claims.sh HEADS_DIR RUNS_DIR   (logs in RUNS_DIR/logs; JFBENCH_DATA_DIR set)
+# The 2,400-prompt training set takes ~2 h to regenerate here; results/baselines/smollm2/train-data
+# holds a copy and says how to put it in the cache.
+set -euo pipefail
+H=${1:?heads folder}
+R=${2:?runs folder}
+mkdir -p "$H" "$R/logs"
+TARGET=smollm2-135m-instruct
+TRAIN=(--target "$TARGET" --max-new-tokens 192 --data-seed 0 --draft-vocab 8192 --batch-size 4
+       --steps 6000 --eval-every 50 --heldout 48 --stop-on-plateau --threads 1)
+
+train() {  # DRAFTER SEED GAMMA PROMPTS FOLDER
+  echo "$(date -u +%FT%TZ) train $*" >&2
+  jfbench train --drafter "$1" "${TRAIN[@]}" --seed "$2" --decay "$3" --prompts "$4" --out "$5" \
+    >> "$R/logs/train-$(basename "$(dirname "$5")")-$1-$2-g$3-p$4.log" 2>&1
+}
+
+sweep() {  # HEADS_SUBDIR SEED SUITE RUN_NAME
+  local run="$R/$4"
+  echo "$(date -u +%FT%TZ) sweep $run" >&2
+  jfbench sweep --target "$TARGET" --suites "$3" --budgets 16,64,256 --limit 64 --max-new-tokens 256 \
+    --batch-sizes 16 --tau-only --threads 1 --no-progress \
+    --drafters "dflash=$H/$1/dflash/seed-$2,jetflow=$H/$1/jetflow/seed-$2" --out "$run" >> "$R/logs/$4.log" 2>&1
+  jfbench show "$run" --table headroom --format markdown > "$R/headroom-$4.md"
+}
+
+both() {  # "COMMAND" "COMMAND": one per core, then wait for both (a failure stops the script)
+  eval "$1" & local a=$!
+  eval "$2" & local b=$!
+  wait $a && wait $b
+}
+
+for gamma in 7 0; do
+  heads=2400; [ "$gamma" = 0 ] && heads=2400-g0
+  for seed in 0 1; do  # a seed's pair side by side, so the first pair is whole first
+    both "train dflash $seed $gamma 2400 $H/$heads/dflash/seed-$seed" \
+         "train jetflow $seed $gamma 2400 $H/$heads/jetflow/seed-$seed"
+  done
+  for seed in 0 1; do
+    both "sweep $heads $seed gsm8k claim1-g$gamma-s$seed-gsm8k" "sweep $heads $seed math500 claim1-g$gamma-s$seed-math500"
+  done
+  jfbench claims "$R"/claim1-g$gamma-s{0,1}-{gsm8k,math500} --gamma "$gamma" --dflash-twin --format markdown \
+    > "$R/claims-g$gamma.md"
+done
+both "train dflash 0 7 256 $H/256/dflash/seed-0" "train jetflow 0 7 256 $H/256/jetflow/seed-0"
+echo "$(date -u +%FT%TZ) done: $R/claims-g7.md, $R/claims-g0.md, headroom-*.md; heads in $H" >&2

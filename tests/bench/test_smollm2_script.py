@@ -1,0 +1,70 @@
+"""scripts/smollm2_claims.sh: the days-long SmolLM2 claims run, checked in a second with a stand-in jfbench.
+
+Bugs it catches: a sweep started before both heads of its seed trained, claims read before their four
+runs, arms that pair heads of two seeds or two gammas, and a flag or value the real CLI would refuse
+hours into the run (each recorded call is parsed by jfbench's own command line).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import click
+import typer
+
+ROOT = Path(__file__).resolve().parents[2]
+SEP = "\x1f"  # joins one call's arguments on its log line
+
+
+def _calls(tmp_path: Path) -> list[list[str]]:
+    log, fake = tmp_path / "calls.log", tmp_path / "bin" / "jfbench"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\nline=$(printf '%s{SEP}' \"$@\")\necho \"$line\" >> {log}\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run(["bash", str(ROOT / "scripts" / "smollm2_claims.sh"), str(tmp_path / "H"), str(tmp_path / "R")],
+                   env=env, check=True, timeout=60, capture_output=True)
+    return [line.rstrip(SEP).split(SEP) for line in log.read_text().splitlines()]
+
+
+def _flag(call: list[str], name: str) -> str:
+    return call[call.index(name) + 1]
+
+
+def test_each_seeds_pair_trains_before_its_sweeps_and_claims_read_the_four_runs(tmp_path):
+    calls = _calls(tmp_path)
+    done: set[str] = set()  # head folders trained so far
+    runs: set[str] = set()
+    for call in calls:
+        if call[0] == "train":
+            done.add(_flag(call, "--out"))
+            assert _flag(call, "--out").endswith(f"seed-{_flag(call, '--seed')}")
+            assert ("-g0/" in _flag(call, "--out")) == (_flag(call, "--decay") == "0")
+        elif call[0] == "sweep":
+            heads = [arm.split("=", 1)[1] for arm in _flag(call, "--drafters").split(",")]
+            assert set(heads) <= done, f"{call} before its heads trained"
+            assert len({Path(h).name for h in heads}) == 1 and len({Path(h).parent.parent for h in heads}) == 1
+            assert "--tau-only" in call and _flag(call, "--budgets") == "16,64,256" and _flag(call, "--limit") == "64"
+            runs.add(_flag(call, "--out"))
+        elif call[0] == "claims":
+            named = {c for c in call[1:] if not c.startswith("--") and "/R/" in c}
+            assert len(named) == 4 and named <= runs, call
+    counts = {name: sum(c[0] == name for c in calls) for name in ("train", "sweep", "show", "claims")}
+    assert counts == {"train": 10, "sweep": 8, "show": 8, "claims": 2}
+
+
+def test_every_call_parses_under_the_real_command_line(tmp_path):
+    from jetflow_bench.cli import _register_commands, app
+
+    _register_commands()
+    group = typer.main.get_command(app)
+    for call in _calls(tmp_path):
+        command = group.commands[call[0]]
+        try:
+            command.make_context(call[0], call[1:], resilient_parsing=False)
+        except click.exceptions.Exit:
+            pass
+        except click.UsageError as err:
+            raise AssertionError(f"jfbench {' '.join(call)}: {err}") from err
