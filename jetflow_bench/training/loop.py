@@ -34,6 +34,7 @@ from jetflow_bench.training.data import SequenceBatcher, coverage, frequent_toke
 from jetflow_bench.training.teacher import TeacherCache
 
 PARTIAL = ".partial"
+WHOLE = "whole"  # written last into a checkpoint being saved: its files are complete
 RESUMABLE_STOPS = ("time limit", "step limit")  # stops that keep the checkpoint: running again goes on
 PLATEAU_SHARE = 0.2  # converged: the held-out proxy moved less than PLATEAU_CHANGE over the last 20% of the steps
 PLATEAU_CHANGE = 0.02
@@ -97,8 +98,18 @@ def _save_partial(out: Path, head: DraftHead, optimizer: torch.optim.Optimizer, 
     tmp.mkdir(parents=True)
     save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(tmp / "head.safetensors"))
     torch.save({"step": step, **history, "optimizer": optimizer.state_dict()}, tmp / "state.pt")
+    (tmp / WHOLE).touch()
     shutil.rmtree(out / PARTIAL, ignore_errors=True)
     tmp.rename(out / PARTIAL)
+
+
+def _checkpoint(out: Path) -> Path | None:
+    """The last whole checkpoint: ``.partial``, else ``.partial.tmp`` once it holds `WHOLE` (a kill
+    between removing the old checkpoint and renaming the new one into place); None if neither."""
+    partial, tmp = out / PARTIAL, out / f"{PARTIAL}.tmp"
+    if (partial / "state.pt").is_file():
+        return partial
+    return tmp if (tmp / WHOLE).is_file() else None
 
 
 HISTORY = ("losses", "train_agreement", "heldout", "step_seconds", "supervised", "head_flops", "sessions")
@@ -106,8 +117,8 @@ HISTORY = ("losses", "train_agreement", "heldout", "step_seconds", "supervised",
 
 def _resume(out: Path, head: DraftHead, optimizer: torch.optim.Optimizer) -> tuple[int, dict[str, list]]:
     """(first step to run, the run's history so far: `HISTORY` lists) from ``<out>/.partial``, else (0, empty)."""
-    partial = out / PARTIAL
-    if not (partial / "state.pt").is_file():
+    partial = _checkpoint(out)
+    if partial is None:
         return 0, {k: [] for k in HISTORY}
     head.load_state_dict(load_file(str(partial / "head.safetensors")))
     state = torch.load(partial / "state.pt", weights_only=False)
@@ -267,7 +278,8 @@ def train_drafter(
         info["draft_vocab_coverage"] = round(coverage(batcher.train_samples, d2t), 4)
     save_head(head, out, config.drafter, TargetShape.of(runner), info)
     if stop_reason not in RESUMABLE_STOPS:
-        shutil.rmtree(out / PARTIAL, ignore_errors=True)
+        for checkpoint in (PARTIAL, f"{PARTIAL}.tmp"):
+            shutil.rmtree(out / checkpoint, ignore_errors=True)
     elif show_progress:
         print(f"stopped at step {done}/{config.steps} ({stop_reason}); run again to resume", file=sys.stderr)
     return out

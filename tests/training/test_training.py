@@ -343,6 +343,24 @@ def test_stop_on_plateau_ends_the_run_and_counts_as_finished(random_target, tmp_
     assert training_loop.finished(out, train_config(**options))
 
 
+def test_a_kill_while_a_checkpoint_replaces_the_last_one_loses_nothing(random_target, tmp_path):
+    options = {"drafter": "dflash", "steps": 3, **TINY_RUN}
+    whole = train_drafter(random_target, tmp_path / "whole", data_dir=DATA, show_progress=False, **options)
+    part = train_drafter(random_target, tmp_path / "part", data_dir=DATA, show_progress=False, stop_at_step=2, **options)
+    (part / ".partial").rename(part / ".partial.tmp")  # killed after the old checkpoint went, before the rename
+    train_drafter(random_target, part, data_dir=DATA, show_progress=False, **options)
+    record = json.loads((part / "config.json").read_text())["training"]
+    assert len(record["sessions_seconds"]) == 2 and not (part / ".partial.tmp").exists()  # resumed at step 2
+    a, b = load_file(str(whole / "model.safetensors")), load_file(str(part / "model.safetensors"))
+    for key in a:
+        torch.testing.assert_close(a[key], b[key])
+    cut = train_drafter(random_target, tmp_path / "cut", data_dir=DATA, show_progress=False, stop_at_step=2, **options)
+    (cut / ".partial" / "whole").unlink()  # a checkpoint killed while being written: not whole, not read
+    (cut / ".partial").rename(cut / ".partial.tmp")
+    train_drafter(random_target, cut, data_dir=DATA, show_progress=False, **options)
+    assert len(json.loads((cut / "config.json").read_text())["training"]["sessions_seconds"]) == 1  # from step 0
+
+
 def test_interrupted_run_resumes_to_the_same_head(random_target, tmp_path):
     options = {"drafter": "jetflow", "steps": 4, **TINY_RUN}
     whole = train_drafter(random_target, tmp_path / "whole", data_dir=DATA, show_progress=False, **options)
