@@ -29,7 +29,7 @@ app = typer.Typer(
 
 # Command-group modules; importing one adds its commands to `app`.
 COMMAND_MODULES: tuple[str, ...] = ("target_cmd", "suites_cmd", "sweep_cmd", "ablate_cmd", "show_cmd", "bench_cmd", "report_cmd", "check_cmd", "train_cmd", "demo_cmd", "project_cmd",
-                                     "kernels_cmd", "eval_cmd", "vllm_cmd", "export_cmd", "claims_cmd", "compare_cmd")
+                                     "kernels_cmd", "eval_cmd", "vllm_cmd", "export_cmd", "claims_cmd", "compare_cmd", "curves_cmd")
 
 
 # What an interrupted command keeps, for its one line ("3 cells kept"): a command that resumes
