@@ -196,11 +196,11 @@ def run_sweep(
         runner = GroupRunner(engine, store, config, manifest, workloads)
         for cell in todo:  # a missing or mismatched head fails now, not after the AR cells ran
             runner.drafter(cell)
-        store.keep_head_records(config.drafters)
         if any(w.suite.executes_code and w.suite.scored for w in workloads.values()):
             manifest["code_sandbox"] = sandbox.isolation()  # says whether generated code had a network
             sandbox.announce()
         store.write_manifest(manifest)
+        store.keep_head_records(config.drafters)  # after the manifest: a folder with one is a run folder
         rebuilt = {"at": 0.0, "cost": 0.0}
 
         def stored(cell: Cell) -> None:
