@@ -27,7 +27,7 @@ TRAIN=(--target "$TARGET" --max-new-tokens 192 --data-seed 0 --draft-vocab 8192 
 train() {  # DRAFTER SEED GAMMA PROMPTS FOLDER
   echo "$(date -u +%FT%TZ) train $*" >&2
   jfbench train --drafter "$1" "${TRAIN[@]}" --seed "$2" --decay "$3" --prompts "$4" --out "$5" \
-    >> "$R/logs/train-$(basename "$(dirname "$5")")-$1-$2-g$3-p$4.log" 2>&1
+    >> "$R/logs/train-$1-s$2-g$3-p$4.log" 2>&1
 }
 
 sweep() {  # HEADS_SUBDIR SEED SUITE RUN_NAME
