@@ -26,7 +26,8 @@ def curves(
 ) -> None:
     """Each head's held-out acceptance proxy over its training (the curve `--stop-on-plateau` reads):
     where it stopped and why, its last and best value. Heads trained on two data sizes side by side
-    show whether more data still helps.
+    show whether more data still helps. A head still in training shows its last checkpoint's curve
+    (stop reason "in training").
 
     Examples:
 

@@ -22,10 +22,22 @@ SUMMARY_COLUMNS = ["head", "drafter", "prompts", "sequences", "decay", "seed", "
 def head_record_path(path: Path) -> Path:
     """A head folder's config.json, or a record file itself (a published ``heads/NAME.config.json``)."""
     record = path / "config.json" if path.is_dir() else path
-    if not record.is_file():
+    if not record.is_file() and _in_training(path) is None:
         raise JfbenchError(f"{path}: no head record here: pass a folder written by `jfbench train` "
-                           "(it holds config.json) or a head's .config.json file")
+                           "(it holds config.json, or a checkpoint while it trains) or a head's .config.json file")
     return record
+
+
+def _in_training(path: Path) -> Path | None:
+    """The checkpoint of a head still in training (newer than its record, or it has none), else None."""
+    from jetflow_bench.training.loop import _checkpoint
+
+    checkpoint = _checkpoint(path) if path.is_dir() else None
+    if checkpoint is None:
+        return None
+    record = path / "config.json"
+    newer = not record.is_file() or (checkpoint / "state.pt").stat().st_mtime > record.stat().st_mtime
+    return checkpoint if newer else None
 
 
 def head_labels(paths: Sequence[Path]) -> list[str]:
@@ -47,9 +59,18 @@ def head_labels(paths: Sequence[Path]) -> list[str]:
 
 
 def read_training(path: Path) -> dict[str, Any]:
-    """The ``training`` part of a head's record; an error naming the file when it has no held-out curve."""
+    """The ``training`` part of a head's record, or of a head in training its checkpoint's curve (stop
+    reason "in training", the recipe from a record an earlier stop left); an error naming the file
+    when there is no held-out curve."""
     record = head_record_path(path)
-    training = read_json(record, "pass a head trained by `jfbench train`").get("training") or {}
+    training = read_json(record, "pass a head trained by `jfbench train`").get("training") or {} if record.is_file() else {}
+    checkpoint = _in_training(path)
+    if checkpoint is not None:
+        import torch
+
+        state = torch.load(checkpoint / "state.pt", weights_only=False, map_location="cpu")
+        training = {**training, "heldout": state.get("heldout") or [], "steps_done": state["step"],
+                    "stop_reason": "in training"}
     if not training.get("heldout"):
         raise JfbenchError(f"{record} records no held-out curve: train the head with `jfbench train --heldout N` "
                            "(N > 0; the default holds 32 sequences out)")

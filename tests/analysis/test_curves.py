@@ -58,3 +58,22 @@ def test_bad_inputs_are_one_line(tmp_path, cli):
                           (["curves", str(a), "--plot", str(tmp_path / "c.txt")], ".png or .svg")):
         code, text, err = cli(*args)
         assert code == 2 and text == "" and message in err and err.strip().count("\n") == 0, (args, err)
+
+
+def test_a_head_in_training_shows_its_checkpoints_curve(tmp_path, cli):
+    import os
+
+    import torch
+
+    head = _head(tmp_path / "h", [(50, 0.5)], stop="time limit")  # the record an earlier stop left
+    (head / ".partial").mkdir()
+    torch.save({"step": 150, "heldout": [{"step": s, "agreement": [0.3], "accept_len": a}
+                                         for s, a in ((50, 0.5), (100, 0.9), (150, 1.4))]}, head / ".partial" / "state.pt")
+    os.utime(head / "config.json", (1, 1))  # the checkpoint is newer: the run went on
+    code, text, err = cli("curves", str(head), "--format", "csv")
+    row = pd.read_csv(io.StringIO(text)).iloc[0]
+    assert code == 0 and (row["stop_reason"], row["steps_done"], row["last"]) == ("in training", 150, 1.4), err
+    assert row["prompts"] == 2400  # the recipe from the earlier record
+    os.utime(head / ".partial" / "state.pt", (0, 0))  # the record is newer: a stop after the checkpoint
+    row = pd.read_csv(io.StringIO(cli("curves", str(head), "--format", "csv")[1])).iloc[0]
+    assert (row["stop_reason"], row["steps_done"]) == ("time limit", 50)
