@@ -141,3 +141,18 @@ def ancestor_mask(parents: torch.Tensor, depths: torch.Tensor) -> torch.Tensor:
         bi, ni = batch_idx[at_depth], torch.nonzero(at_depth, as_tuple=True)[1]
         anc[bi, ni] = anc[bi, parents[at_depth]] | eye[bi, ni]
     return anc
+
+
+def matched_nodes(tree: DraftTree, continuation: Sequence[int]) -> list[int]:
+    """Node indices, root excluded, of the one path whose tokens spell ``continuation`` from its start.
+
+    Siblings carry distinct tokens, so at most one node per depth matches; parents precede children,
+    so the nodes of the tree's first b nodes on that path are its first ones (a prefix of the list).
+    """
+    matched, depth, path = {0}, tree.depths, []
+    for node in range(1, len(tree)):
+        d = depth[node]
+        if tree.parents[node] in matched and d <= len(continuation) and tree.tokens[node] == continuation[d - 1]:
+            matched.add(node)
+            path.append(node)
+    return path

@@ -32,7 +32,7 @@ from drafters.tree_builder import ChildDist, TreeOptions, build_tree, marginal_l
 from jetflow_bench.core.arms import arm_label
 from jetflow_bench.core.budget_policy import AUTO_COLUMN
 from jetflow_bench.core.errors import JfbenchError
-from jetflow_bench.engine.tree import DraftTree
+from jetflow_bench.engine.tree import matched_nodes
 from jetflow_bench.report.loading import CELL_KEYS
 
 BUDGETS = (16, 32, 64, 128, 256, 512, 1024)  # the budgets every headroom table replays
@@ -47,21 +47,6 @@ def step_dists(k: int, tokens: Sequence[int], logps: Sequence[float], entropy: S
     """One step's recorded row (flat D x K arrays) -> its per-depth `ChildDist`s, as the drafter had them."""
     tokens, logps = np.asarray(tokens).reshape(-1, k).tolist(), np.asarray(logps).reshape(-1, k).tolist()
     return [ChildDist(tuple(t), tuple(lp), h) for t, lp, h in zip(tokens, logps, np.asarray(entropy).tolist(), strict=True)]
-
-
-def matched_nodes(tree: DraftTree, continuation: Sequence[int]) -> list[int]:
-    """Node indices, root excluded, of the one path whose tokens spell ``continuation`` from its start.
-
-    Siblings carry distinct tokens, so at most one node per depth matches; parents precede children,
-    so the nodes of the tree's first b nodes on that path are its first ones (a prefix of the list).
-    """
-    matched, depth, path = {0}, tree.depths, []
-    for node in range(1, len(tree)):
-        d = depth[node]
-        if tree.parents[node] in matched and d <= len(continuation) and tree.tokens[node] == continuation[d - 1]:
-            matched.add(node)
-            path.append(node)
-    return path
 
 
 def emitted(accepted: int, left: int) -> int:

@@ -1,4 +1,5 @@
-"""Greedy speculative decoding simulated from the known output, against the engine's step counts.
+"""Greedy speculative decoding simulated from the known output (`jetflow_bench.engine.simulate`),
+against the engine's step counts in a committed run.
 
 Greedy speculative decoding emits the plain decoder's tokens (losslessness), so each request's
 output is known once one arm has run. Given it, a step's acceptance needs no target: the deepest
@@ -21,44 +22,13 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from jetflow_bench.core import runtime
-from jetflow_bench.engine.drafter import Drafter, SequenceView
-from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.report.headroom import matched_nodes
+from jetflow_bench.engine.simulate import simulated_steps
 from jetflow_bench.sweep.grid import DrafterSpec
 from jetflow_bench.sweep.hf_engine import HFEngine
 
 BATCH = 16
-
-
-def simulated_steps(target: TargetRunner, drafter: Drafter, prompts: list[list[int]], outputs: list[list[int]],
-                    budget: int) -> list[int]:
-    """Verify steps per request when each step accepts what the known output allows."""
-    hidden = target.score([p + o for p, o in zip(prompts, outputs, strict=True)], taps=drafter.taps).hidden
-    seqs = [SequenceView(i, p + o[:1], len(p)) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
-    drafter.reset(seqs)
-    drafter.observe(seqs, [hidden[i, : len(p)] for i, p in enumerate(prompts)])  # the prompt, as after prefill
-    steps = [0] * len(seqs)
-    active = [i for i, o in enumerate(outputs) if len(o) > 1]
-    while active:
-        trees = drafter.propose([seqs[i] for i in active], budget)
-        keep, features = [], []
-        for i, tree in zip(active, trees, strict=True):
-            seq = seqs[i]
-            continuation = outputs[i][len(seq.tokens) - seq.prompt_len :]
-            emitted = min(len(matched_nodes(tree, continuation)) + 1, len(continuation))
-            before = len(seq.tokens)
-            seq.tokens.extend(continuation[:emitted])
-            steps[i] += 1
-            if len(seq.tokens) - seq.prompt_len < len(outputs[i]):
-                keep.append(i)
-                features.append(hidden[i, before - 1 : before - 1 + emitted])  # the root and accepted nodes
-        active = keep
-        if keep:
-            drafter.observe([seqs[i] for i in keep], features)
-    return steps
 
 
 def main(run: Path, budgets: list[int]) -> None:
@@ -76,8 +46,7 @@ def main(run: Path, budgets: list[int]) -> None:
                 prompts = [engine.encode(text) for text in part["prompt"]]
                 assert [len(p) for p in prompts] == part["prompt_tokens"].tolist(), "the prompts do not re-encode"
                 outputs = [[int(t) for t in ids] for ids in part["output_ids"]]
-                with torch.inference_mode():
-                    steps = simulated_steps(engine.target, drafter, prompts, outputs, budget)
+                steps = simulated_steps(engine.target, drafter, prompts, outputs, budget)
                 same += sum(s == m for s, m in zip(steps, part["steps"], strict=True))
                 simulated, measured = simulated + sum(steps), measured + int(part["steps"].sum())
                 emitted += sum(len(o) - 1 for o in outputs)  # token 0 comes from prefill
