@@ -186,7 +186,8 @@ def _show_tree(run: Path, format: TableFormat) -> None:
 def _show_headroom(run: Path, format: TableFormat) -> None:
     from jetflow_bench.report.headroom import INF, headroom_table, replay_check
 
-    table = headroom_table(_read(run, "marginals"), _read(run, "steps"), _read(run, "requests"))
+    tables = [_read(run, name) for name in ("marginals", "steps", "requests")]  # read once, for both tables
+    table = headroom_table(*tables)
     if table.empty:
         raise JfbenchError(f"{run / 'marginals.parquet'} holds no replayable steps: they are recorded for drafters whose "
                            "trees replay from pass 1 (dflash, jetflow without refinement) at a fixed budget on the hf "
@@ -194,20 +195,22 @@ def _show_headroom(run: Path, format: TableFormat) -> None:
     if format in (TableFormat.csv, TableFormat.json):
         emit(json.loads(table.to_json(orient="records")), format)  # blanks (not measured) as null / empty
         return
-    rows = [{"suite": r["suite"], "arm": r["arm"], "batch": str(r["batch_size"]), "B": str(r["budget"]),
-             "replays B": str(r["source"]), "tau": _f(r["tau"], 3), "tau replayed": _f(r["tau_replayed"], 3),
-             "steps": str(r["steps"])} for r in table.to_dict("records")]
+    rows = [{**_replay_row(r), "steps": str(r["steps"])} for r in table.to_dict("records")]
     _print_rows(rows, f"{run.name}: headroom, the trees replayed at other budgets", format)
     print(f"replays B: the measured budget whose cells were replayed (at another B an estimate at its positions); "
           f"B = {INF}: an unlimited top-K tree (tau_inf); repeats pooled")
-    check = replay_check(_read(run, "marginals"), _read(run, "steps"), _read(run, "requests"))
+    check = replay_check(*tables)
     if not check.empty:
-        rows = [{"suite": r["suite"], "arm": r["arm"], "batch": str(r["batch_size"]), "B": str(r["budget"]),
-                 "replays B": str(r["source"]), "tau": _f(r["tau"], 3), "tau replayed": _f(r["tau_replayed"], 3),
-                 "replayed / tau - 1": f"{r['error']:+.3f}"} for r in check.to_dict("records")]
+        rows = [{**_replay_row(r), "replayed / tau - 1": f"{r['error']:+.3f}"} for r in check.to_dict("records")]
         print()
         _print_rows(rows, f"{run.name}: the estimate checked, each measured B replayed from another measured B", format)
         print("how far the estimates above can be off: the replay at another budget's positions against the measured tau")
+
+
+def _replay_row(r: dict) -> dict[str, str]:
+    """The columns a headroom row and a replay-check row share."""
+    return {"suite": r["suite"], "arm": r["arm"], "batch": str(r["batch_size"]), "B": str(r["budget"]),
+            "replays B": str(r["source"]), "tau": _f(r["tau"], 3), "tau replayed": _f(r["tau_replayed"], 3)}
 
 
 def _print_rows(rows: list[dict[str, str]], title: str, format: TableFormat) -> None:
