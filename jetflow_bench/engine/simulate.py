@@ -18,7 +18,7 @@ import torch
 
 from jetflow_bench.engine.drafter import Drafter, SequenceView
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.engine.tree import matched_nodes
+from jetflow_bench.engine.tree import emitted, matched_nodes
 
 
 def simulated_steps(target: TargetRunner, drafter: Drafter, prompts: Sequence[Sequence[int]],
@@ -39,14 +39,14 @@ def simulated_steps(target: TargetRunner, drafter: Drafter, prompts: Sequence[Se
             for i, tree in zip(active, trees, strict=True):
                 seq = seqs[i]
                 continuation = outputs[i][len(seq.tokens) - seq.prompt_len :]
-                emitted = min(len(matched_nodes(tree, continuation)) + 1, len(continuation))
+                n = emitted(len(matched_nodes(tree, continuation)), len(continuation))
                 before = len(seq.tokens)
-                seq.tokens.extend(continuation[:emitted])
+                seq.tokens.extend(continuation[:n])
                 steps[i] += 1
                 if len(seq.tokens) - seq.prompt_len < len(outputs[i]):
                     keep.append(i)
                     if hidden is not None:  # the root and the accepted nodes, as the engine's verify wrote them
-                        features.append(hidden[i, before - 1 : before - 1 + emitted])
+                        features.append(hidden[i, before - 1 : before - 1 + n])
             active = keep
             if keep:
                 drafter.observe([seqs[i] for i in keep], features if hidden is not None else None)

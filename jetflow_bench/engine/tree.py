@@ -156,3 +156,9 @@ def matched_nodes(tree: DraftTree, continuation: Sequence[int]) -> list[int]:
             matched.add(node)
             path.append(node)
     return path
+
+
+def emitted(accepted: int, left: int) -> int:
+    """Tokens a step emits: the accepted drafts plus the bonus, cut at the request's end (``left``
+    tokens of the output remained), as the engine's stop rule cuts its final step."""
+    return min(accepted + 1, left)

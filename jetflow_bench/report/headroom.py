@@ -32,7 +32,7 @@ from drafters.tree_builder import ChildDist, TreeOptions, build_tree, marginal_l
 from jetflow_bench.core.arms import arm_label
 from jetflow_bench.core.budget_policy import AUTO_COLUMN
 from jetflow_bench.core.errors import JfbenchError
-from jetflow_bench.engine.tree import matched_nodes
+from jetflow_bench.engine.tree import emitted, matched_nodes
 from jetflow_bench.report.loading import CELL_KEYS
 
 BUDGETS = (16, 32, 64, 128, 256, 512, 1024)  # the budgets every headroom table replays
@@ -47,12 +47,6 @@ def step_dists(k: int, tokens: Sequence[int], logps: Sequence[float], entropy: S
     """One step's recorded row (flat D x K arrays) -> its per-depth `ChildDist`s, as the drafter had them."""
     tokens, logps = np.asarray(tokens).reshape(-1, k).tolist(), np.asarray(logps).reshape(-1, k).tolist()
     return [ChildDist(tuple(t), tuple(lp), h) for t, lp, h in zip(tokens, logps, np.asarray(entropy).tolist(), strict=True)]
-
-
-def emitted(accepted: int, left: int) -> int:
-    """Tokens a step emits: the accepted drafts plus the bonus, cut at the request's end (``left``
-    tokens of the output remained), as the engine's stop rule cuts its final step."""
-    return min(accepted + 1, left)
 
 
 def top_k_depth(dists: Sequence[ChildDist], continuation: Sequence[int], max_depth: int) -> int:

@@ -12,10 +12,9 @@ import pytest
 from drafters.axes import CONSTRUCTIONS
 from drafters.tree_builder import ChildDist, TreeOptions, build_tree, marginal_lookup
 from jetflow_bench.engine.drafter import NOT_EXPLORED
-from jetflow_bench.engine.tree import matched_nodes
+from jetflow_bench.engine.tree import emitted, matched_nodes
 from jetflow_bench.report.claims import tau_inf
 from jetflow_bench.report.headroom import (
-    emitted,
     headroom_table,
     nearest,
     replay_cell,
