@@ -30,9 +30,9 @@ def head_record_path(path: Path) -> Path:
 
 def _in_training(path: Path) -> Path | None:
     """The checkpoint of a head still in training (newer than its record, or it has none), else None."""
-    from jetflow_bench.training.loop import _checkpoint
+    from jetflow_bench.training.loop import latest_checkpoint
 
-    checkpoint = _checkpoint(path) if path.is_dir() else None
+    checkpoint = latest_checkpoint(path) if path.is_dir() else None
     if checkpoint is None:
         return None
     record = path / "config.json"

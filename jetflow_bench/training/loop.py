@@ -34,6 +34,7 @@ from jetflow_bench.training.data import SequenceBatcher, coverage, frequent_toke
 from jetflow_bench.training.teacher import TeacherCache
 
 PARTIAL = ".partial"
+PARTIAL_TMP = f"{PARTIAL}.tmp"  # a checkpoint being written, renamed to PARTIAL once whole
 WHOLE = "whole"  # written last into a checkpoint being saved: its files are complete
 RESUMABLE_STOPS = ("time limit", "step limit")  # stops that keep the checkpoint: running again goes on
 PLATEAU_SHARE = 0.2  # converged: the held-out proxy moved less than PLATEAU_CHANGE over the last 20% of the steps
@@ -93,7 +94,7 @@ def finished(out: Path, config: TrainConfig) -> bool:
 
 
 def _save_partial(out: Path, head: DraftHead, optimizer: torch.optim.Optimizer, step: int, history: dict[str, list]) -> None:
-    tmp = out / f"{PARTIAL}.tmp"
+    tmp = out / PARTIAL_TMP
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(tmp / "head.safetensors"))
@@ -103,10 +104,10 @@ def _save_partial(out: Path, head: DraftHead, optimizer: torch.optim.Optimizer, 
     tmp.rename(out / PARTIAL)
 
 
-def _checkpoint(out: Path) -> Path | None:
+def latest_checkpoint(out: Path) -> Path | None:
     """The last whole checkpoint: ``.partial``, else ``.partial.tmp`` once it holds `WHOLE` (a kill
     between removing the old checkpoint and renaming the new one into place); None if neither."""
-    partial, tmp = out / PARTIAL, out / f"{PARTIAL}.tmp"
+    partial, tmp = out / PARTIAL, out / PARTIAL_TMP
     if (partial / "state.pt").is_file():
         return partial
     return tmp if (tmp / WHOLE).is_file() else None
@@ -117,7 +118,7 @@ HISTORY = ("losses", "train_agreement", "heldout", "step_seconds", "supervised",
 
 def _resume(out: Path, head: DraftHead, optimizer: torch.optim.Optimizer) -> tuple[int, dict[str, list]]:
     """(first step to run, the run's history so far: `HISTORY` lists) from ``<out>/.partial``, else (0, empty)."""
-    partial = _checkpoint(out)
+    partial = latest_checkpoint(out)
     if partial is None:
         return 0, {k: [] for k in HISTORY}
     head.load_state_dict(load_file(str(partial / "head.safetensors")))
@@ -278,7 +279,7 @@ def train_drafter(
         info["draft_vocab_coverage"] = round(coverage(batcher.train_samples, d2t), 4)
     save_head(head, out, config.drafter, TargetShape.of(runner), info)
     if stop_reason not in RESUMABLE_STOPS:
-        for checkpoint in (PARTIAL, f"{PARTIAL}.tmp"):
+        for checkpoint in (PARTIAL, PARTIAL_TMP):
             shutil.rmtree(out / checkpoint, ignore_errors=True)
     elif show_progress:
         print(f"stopped at step {done}/{config.steps} ({stop_reason}); run again to resume", file=sys.stderr)
