@@ -9,7 +9,9 @@
 #   1-2  heads at gamma 7: dflash and jetflow, seeds 0 and 1, 2,400 training prompts, to a plateau
 #        of the held-out proxy (--stop-on-plateau; at most 6,000 steps)
 #   3    tau-only sweeps of each seed's pair on GSM8K and MATH-500: B = 16 / 64 / 256, 64 prompts x
-#        256 new tokens, the headroom table of each, then claim 1 and claim 2 (the dflash twin)
+#        256 new tokens, the drafter cells simulated from the AR cell's outputs (--engine sim: the
+#        engine's tau without the 256-node verify forwards), the headroom table of each, then claim 1
+#        and claim 2 (the dflash twin)
 #   4-5  the same at gamma 0 (heads, sweeps, claims)
 #   6    the second data size: a pair trained on 256 prompts, for the held-out curves
 #
@@ -34,7 +36,7 @@ sweep() {  # HEADS_SUBDIR SEED SUITE RUN_NAME
   local run="$R/$4"
   echo "$(date -u +%FT%TZ) sweep $run" >&2
   jfbench sweep --target "$TARGET" --suites "$3" --budgets 16,64,256 --limit 64 --max-new-tokens 256 \
-    --batch-sizes 16 --tau-only --threads 1 --no-progress \
+    --batch-sizes 16 --tau-only --engine sim --threads 1 --no-progress \
     --drafters "dflash=$H/$1/dflash/seed-$2,jetflow=$H/$1/jetflow/seed-$2" --out "$run" >> "$R/logs/$4.log" 2>&1
   jfbench show "$run" --table headroom --format markdown > "$R/headroom-$4.md"
 }

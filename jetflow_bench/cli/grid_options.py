@@ -88,7 +88,9 @@ class GridFlags:
         "--seed", min=0,
         help="torch seed set before every cell; seeds the bootstrap and, with each request's id, its sampling stream.")] = 0
     engine: Annotated[str, typer.Option(
-        "--engine", help="Decoding engine: hf (this package's) or vllm (vllm:* arms; see `sweep --help`).")] = "hf"
+        "--engine", help="Decoding engine: hf (this package's), vllm (vllm:* arms; see `sweep --help`) or sim "
+        "(with --tau-only: hf decodes the AR cell, drafter cells are simulated from its outputs without the "
+        "target's tree verification; same τ and acceptance, no times, no losslessness check).")] = "hf"
     tie_eps: Annotated[float | None, typer.Option(
         "--tie-eps", min=0.0, help="Excuse a divergence when the top-2 logits differ by < this. "
                                    "Default: by dtype, 1e-4 (fp32), 0.125 (bf16), 1/64 (fp16).")] = None
@@ -160,7 +162,7 @@ def grid_config(
 
     from jetflow_bench.engine.attention import get_attention
     from jetflow_bench.sweep.arms import check_auto_budgets, check_compiled_budgets
-    from jetflow_bench.sweep.engines import ENGINES
+    from jetflow_bench.sweep.engines import ENGINES, check_simulated
     from jetflow_bench.sweep.grid import DEFAULT_TIE_EPS, SweepConfig, parse_budgets, parse_ints, parse_names
     from jetflow_bench.sweep.load import check_load_grid, parse_loads
 
@@ -169,6 +171,7 @@ def grid_config(
         raise JfbenchError(f"--tau-only runs one repeat (τ does not depend on timing): drop --repeats {grid.repeats}")
     grid_executor(grid)
     budgets = parse_budgets(grid.budgets, grid.auto_budgets)
+    check_simulated(ENGINES.canonical(grid.engine), grid.tau_only, temperatures, load, any(b.policy for b in budgets))
     if any(b.policy for b in budgets):
         check_auto_budgets(drafters)
     sizes = parse_ints(grid.batch_sizes, "--batch-sizes")

@@ -21,7 +21,7 @@ import torch
 class Acceptance:
     best: list[int]  # (B,) node index of the deepest accepted node per row
     accepted: list[int]  # (B,) accepted drafted tokens per row (= depth of best)
-    bonus: list[int]  # (B,) the target's token at the best node
+    bonus: list[int | None]  # (B,) the target's token at the best node (None: unknown, `engine.simulate` at the output's end)
     paths: list[list[int]]  # per row: node indices root .. best
 
 

@@ -190,8 +190,13 @@ def generate(
 
 def batch_result(batch: _Batch, meter: StepMeter, wall_s: float, compile_s: float = 0.0) -> BatchResult:
     """The finished requests of ``batch`` with every record ``meter`` kept."""
-    return BatchResult([r for r in batch.results if r is not None], meter.steps, wall_s=wall_s, nodes=meter.nodes or [],
-                       compile_s=compile_s, marginals=meter.marginals or [], ranks=meter.ranks or [])
+    return batch_result_of([r for r in batch.results if r is not None], meter, wall_s, compile_s)
+
+
+def batch_result_of(requests: list[RequestResult], meter: StepMeter, wall_s: float, compile_s: float = 0.0) -> BatchResult:
+    """``requests`` with every record ``meter`` kept (`engine.simulate` has no `_Batch`)."""
+    return BatchResult(requests, meter.steps, wall_s=wall_s, nodes=meter.nodes or [], compile_s=compile_s,
+                       marginals=meter.marginals or [], ranks=meter.ranks or [])
 
 
 def _speculative_step(

@@ -124,11 +124,13 @@ class StepMeter:
         t0 begin | draft t1 drafted | other t2 prepared | verify t3 verified | other t4 committed
         | draft (the drafter observes) t5 finish | other (calibration, policy) t6
 
-    and is NaN unless the clock times the split (`Clock`).
+    and is NaN unless the clock times the split (`Clock`). An untimed meter (``timed=False``:
+    `engine.simulate`, which runs no verify) records NaN times with timing "none".
     """
 
-    def __init__(self, clock: Clock, drafter: Drafter | None, policy: BudgetPolicy | None, shape: TransformerShape) -> None:
-        self.clock, self.drafter, self.policy, self.shape = clock, drafter, policy, shape
+    def __init__(self, clock: Clock, drafter: Drafter | None, policy: BudgetPolicy | None, shape: TransformerShape,
+                 timed: bool = True) -> None:
+        self.clock, self.drafter, self.policy, self.shape, self.timed = clock, drafter, policy, shape, timed
         self.steps: list[StepRecord] = []
         self.nodes: list[NodeBlock] | None = [] if drafter is not None and drafter.node_scores == "logp" else None
         self.marginals: list[MarginalBlock] | None = [] if drafter is not None and drafter.replay_tree() is not None else None
@@ -173,13 +175,13 @@ class StepMeter:
 
     def finish(
         self, rows: list[int], steps_done: Sequence[int], before: Sequence[int], trees: list[DraftTree], acc: Acceptance,
-        logits: torch.Tensor,
+        logits: torch.Tensor | None,
     ) -> list[StepRecord]:
         """The step ends (the drafter has observed it): the records of its ``rows`` (request ids), whose
         lengths were ``before`` (committed length + 1: the root is not cached yet) and which verified
         ``trees`` with ``logits`` and accepted ``acc``. A row's ``accepted`` is what survives the stop
         rule: when EOS, a stop string or max_new_tokens cuts the final step, the accepted tokens past
-        the cut were never emitted."""
+        the cut were never emitted. Without ``logits`` (no verify forward ran) the top branch's gap is NaN."""
         t0, t1, t2, t3, t4 = self.stamps
         t5 = self.clock.phase()
         step = [steps_done[i] - 1 for i in rows]
@@ -190,11 +192,15 @@ class StepMeter:
             self.policy.observe(self.proposed, _committed(trees, acc), (t1 - t0) + (t5 - t4))
         t6 = self.clock()  # the step's one sync
         split = (t1 - t0) + (t5 - t4), t3 - t2, (t2 - t1) + (t4 - t3) + (t6 - t5)  # draft, verify, other
-        if not self.clock.split:
+        timing = "none" if not self.timed else "split" if self.clock.split else "step"
+        if timing != "split":
             split = (math.nan,) * 3
         # A measurement, not part of decoding: outside every timed span (its host transfer syncs).
         drafter, drafting = self.drafter, self.drafting
-        rank1_len, rank1_gap = branch_gaps(trees, logits) if drafting else ([0] * len(rows), [0.0] * len(rows))
+        if logits is None:  # unmeasured
+            rank1_len, rank1_gap = [0] * len(rows), [math.nan] * len(rows)
+        else:
+            rank1_len, rank1_gap = branch_gaps(trees, logits) if drafting else ([0] * len(rows), [0.0] * len(rows))
         if self.marginals is not None and drafting:
             dists = drafter.last_marginals()  # one host transfer per tensor
             tokens, logps, entropy = dists.tokens.tolist(), dists.logps.tolist(), dists.entropy.tolist()
@@ -212,7 +218,7 @@ class StepMeter:
                 accepted_raw=acc.accepted[row], emitted=self.emitted[row], depth=trees[row].depth,
                 draft_passes=cost.passes, draft_entries=cost.entries[row], draft_flops=cost.flops[row],
                 verify_flops=self.shape.forward_flops(len(trees[row]), before[row] - 1 + len(trees[row])),
-                draft_s=split[0], verify_s=split[1], other_s=split[2], timing="split" if self.clock.split else "step",
+                draft_s=split[0], verify_s=split[1], other_s=split[2], timing=timing,
                 rank1_len=rank1_len[row], rank1_gap=rank1_gap[row],
             )
             for row, i in enumerate(rows)
@@ -222,5 +228,6 @@ class StepMeter:
 
 
 def _committed(trees: list[DraftTree], acc: Acceptance) -> list[list[int]]:
-    """Each row's accepted path tokens, then its bonus token (before the stop rule cuts them)."""
-    return [[tree.tokens[u] for u in path[1:]] + [bonus] for tree, path, bonus in zip(trees, acc.paths, acc.bonus, strict=True)]
+    """Each row's accepted path tokens, then its bonus token when known (before the stop rule cuts them)."""
+    return [[tree.tokens[u] for u in path[1:]] + ([] if bonus is None else [bonus])
+            for tree, path, bonus in zip(trees, acc.paths, acc.bonus, strict=True)]

@@ -173,16 +173,18 @@ class TargetRunner:
         """End the live batch. Eager: its cache is freed; compiled: it waits, reset, for the next batch."""
         self.cache = None
 
-    def score(self, prompts: Sequence[Sequence[int]], taps: Sequence[int] = ()) -> ForwardOutput:
+    def score(self, prompts: Sequence[Sequence[int]], taps: Sequence[int] = (), logits: bool = True) -> ForwardOutput:
         """One forward over each prompt as a chain (logits + taps), leaving a live batch untouched:
-        for training targets and tie checks, which need no cache afterwards."""
+        for training targets and tie checks, which need no cache afterwards. ``logits=False``: the
+        last token's only, (B, 1, V), for callers that need the taps alone (`engine.simulate`; every
+        position's logits were 1.4 GB for 16 SmolLM2 sequences of 450 tokens)."""
         capacity = max(len(p) for p in prompts)
         self._check_prompts(prompts, capacity, taps)
         # A fresh eager-layout cache, never the persistent one: it may hold the live batch, and the
         # chains run eagerly anyway.
         live = self.cache
         try:
-            return self._run_chains(prompts, self._fresh_cache(len(prompts), capacity), taps, last_only=False)
+            return self._run_chains(prompts, self._fresh_cache(len(prompts), capacity), taps, last_only=not logits)
         finally:
             self.cache = live
 

@@ -2,7 +2,8 @@
 
 The sweep only needs `Engine` — load a target, decode a batch of token-id prompts (greedy or
 sampled) with an optional drafter, give next-token logits for the losslessness tie check, and
-describe itself. ``hf`` is this package's own engine (`jetflow_bench.sweep.hf_engine`); ``vllm``
+describe itself. ``hf`` is this package's own engine (`jetflow_bench.sweep.hf_engine`); ``sim``
+(`jetflow_bench.sweep.sim_engine`) is it with the drafter cells of a τ-only sweep simulated; ``vllm``
 (`jetflow_bench.integrations.vllm_engine`) registers next to it without changing the result schema,
 which is engine-neutral. An engine factory takes the resolved config, the run folder (for logs) and
 engine-specific options that are not part of the config hash; entries load lazily, so naming an
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from jetflow_bench.core.errors import JfbenchError
 from jetflow_bench.core.registry import Registry
 from jetflow_bench.engine.sampling import GREEDY, SamplingParams
 
@@ -94,4 +96,20 @@ class Engine(Protocol):
 EngineFactory = Callable[["SweepConfig", Path, Any], Engine]  # (config, run folder, engine options)
 ENGINES: Registry[EngineFactory] = Registry("engine")
 ENGINES.register("hf", "jetflow_bench.sweep.hf_engine:load_engine")
+SIMULATED = "sim"  # τ-only drafter cells simulated from the AR cell's outputs: no times, no losslessness check
+ENGINES.register(SIMULATED, "jetflow_bench.sweep.sim_engine:load_engine")
 ENGINES.register("vllm", "jetflow_bench.integrations.vllm_engine:load_engine")
+
+
+def check_simulated(engine: str, tau_only: bool, temperatures: Sequence[float], load: str | None, policy: bool) -> None:
+    """``--engine sim`` measures τ of greedy decoding at fixed budgets only: refuse the rest before any model loads."""
+    if engine != SIMULATED:
+        return
+    if not tau_only:
+        raise JfbenchError("--engine sim times nothing (its drafter cells are simulated): add --tau-only, or use --engine hf")
+    if any(temperatures):
+        raise JfbenchError(f"--engine sim simulates greedy decoding: drop --temperature(s) {','.join(map(str, temperatures))}")
+    if load is not None:
+        raise JfbenchError("--engine sim simulates batch decoding, not serving: drop --load, or use --engine hf")
+    if policy:
+        raise JfbenchError("--engine sim needs fixed budgets (a per-step policy prices timed steps): drop auto from --budgets")

@@ -30,6 +30,7 @@ from jetflow_bench.measure.metrics import (
 from jetflow_bench.measure.serving import LATENCY_COLUMNS, request_latency
 from jetflow_bench.report.loading import paired_only
 from jetflow_bench.report.tree_shape import NODE_CAP
+from jetflow_bench.sweep.engines import SIMULATED
 from jetflow_bench.sweep.grid import CELL_KEYS, PAIR_KEYS, Cell
 from jetflow_bench.sweep.lossless import Verdict
 from jetflow_bench.sweep.records import PAIRED_COLUMNS, CellRun
@@ -216,13 +217,16 @@ def summary_table(
     the AR arm, or for another engine's arms that engine's plain decoding (vLLM arms divide by
     ``vllm:none``, whose own speed-up is then vLLM's plain decoding over jfbench's AR). A cell
     without such timings (a τ-only run, or recorded before in-session pairing) has no speed-up, and
-    its `speedup_note` says why (`report.loading.paired_only`).
+    its `speedup_note` says why (`report.loading.paired_only`). Cells of the ``sim`` engine have no
+    throughput and no losslessness counts (`sweep.sim_engine`).
     """
     if requests.empty:
         return pd.DataFrame(columns=[*CELL_KEYS])
-    summary = summarize(steps, requests, CELL_KEYS, PAIR_KEYS, cells=cells[[*CELL_KEYS, "wall_s"]], n_boot=n_boot,
-                        seed=seed, interleaved=True)
+    simulated = cells["engine"] == SIMULATED  # their wall time is the simulation's; their outputs are the AR cell's
+    summary = summarize(steps, requests, CELL_KEYS, PAIR_KEYS, cells=cells[[*CELL_KEYS, "wall_s"]].assign(
+        wall_s=cells["wall_s"].mask(simulated)), n_boot=n_boot, seed=seed, interleaved=True)
     summary = summary.merge(cells[[*CELL_KEYS, *CELL_EXTRAS]], on=CELL_KEYS, how="left")
+    summary.loc[summary["engine"] == SIMULATED, ["lossless_unexcused", "lossless_excused"]] = np.nan  # not checked
     summary = summary.merge(evidence(requests, cells, n_boot, seed), on=ARM_KEYS, how="left")
     if nodes is not None and len(nodes):
         summary = summary.merge(calibration_by(nodes, CELL_KEYS), on=CELL_KEYS, how="left")

@@ -46,7 +46,8 @@ def test_each_seeds_pair_trains_before_its_sweeps_and_claims_read_the_four_runs(
             heads = [arm.split("=", 1)[1] for arm in _flag(call, "--drafters").split(",")]
             assert set(heads) <= done, f"{call} before its heads trained"
             assert len({Path(h).name for h in heads}) == 1 and len({Path(h).parent.parent for h in heads}) == 1
-            assert "--tau-only" in call and _flag(call, "--budgets") == "16,64,256" and _flag(call, "--limit") == "64"
+            assert "--tau-only" in call and _flag(call, "--engine") == "sim"
+            assert _flag(call, "--budgets") == "16,64,256" and _flag(call, "--limit") == "64"
             runs.add(_flag(call, "--out"))
         elif call[0] == "claims":
             named = {c for c in call[1:] if not c.startswith("--") and "/R/" in c}

@@ -7,11 +7,13 @@ finished still observed. Any of them changes some request's step count against t
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from drafters import DRAFTERS
 from jetflow_bench.engine.loop import generate
-from jetflow_bench.engine.simulate import simulated_steps
+from jetflow_bench.engine.simulate import simulate, simulated_steps
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 
@@ -36,3 +38,32 @@ def test_simulated_steps_equal_the_engines(micro_target, learned_heads, name, bu
     if name != "ngram":  # prompt lookup finds little to copy in these prompts; the heads must be tested accepting
         assert sum(steps) < sum(len(o) - 1 for o in outputs), "drafts must be accepted, or the test proves nothing"
     assert simulated_steps(target, drafter, prompts, outputs, budget) == steps
+
+
+SAME = ("request", "step", "batch_step", "active", "budget", "drafted", "accepted", "emitted", "depth", "draft_passes",
+        "draft_entries", "draft_flops", "verify_flops")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["jetflow", "eagle"])
+def test_simulated_records_are_the_engines_less_the_clock(micro_target, learned_heads, name):  # noqa: F811
+    """A sweep's ``sim`` cells are built from these records: a counter recorded for another step or row
+    (the bonus, a finished row, the batch's shrinking), a pass-1 marginal or rank block of another
+    step, or a time where none was measured would change some table."""
+    target = TargetRunner.load(micro_target, device="cpu")
+    prompts = [target.tokenizer(q, add_special_tokens=False)["input_ids"] for q in QUESTIONS]
+    drafter = DRAFTERS.get(name).build(target, learned_heads[name])
+    real = generate(target, prompts, StopRule(40, frozenset(target.eos_token_ids)), budget=24, drafter=drafter)
+    sim = simulate(target, drafter, real.requests, 24)
+    assert sum(r.accepted for r in real.steps) > 0
+    assert [[getattr(r, f) for f in SAME] for r in sim.steps] == [[getattr(r, f) for f in SAME] for r in real.steps]
+    assert all(r.timing == "none" and math.isnan(r.draft_s) and math.isnan(r.rank1_gap) for r in sim.steps)
+    assert [r.output_tokens for r in sim.requests] == [r.output_tokens for r in real.requests]
+    assert [r.finish_reason for r in sim.requests] == [r.finish_reason for r in real.requests]
+    assert [(m.request, m.step, m.tokens) for m in sim.marginals] == [(m.request, m.step, m.tokens) for m in real.marginals]
+    assert [(n.request, n.step, n.path) for n in sim.nodes] == [(n.request, n.step, n.path) for n in real.nodes]
+    # The engine's final step ranks the bonus after the cut too, which the simulation cannot know.
+    last = {(r.request, r.step) for r in real.steps if r.emitted <= r.accepted}
+    assert [(b.request, b.step, b.ranks) for b in sim.ranks if (b.request, b.step) not in last] == \
+        [(b.request, b.step, b.ranks) for b in real.ranks if (b.request, b.step) not in last]
+    assert len(sim.nodes) > 0 and (len(sim.marginals) > 0) == (name == "jetflow") and (len(sim.ranks) > 0) == (name == "eagle")
