@@ -76,6 +76,8 @@ def _spread(g: pd.DataFrame, arm: dict) -> str:
 def _diverged(g: pd.DataFrame, arm: dict) -> str:
     if arm["temperature"]:
         return SAMPLED
+    if g["lossless_unexcused"].isna().all():
+        return UNCHECKED
     return f"{int(g['lossless_unexcused'].sum())}+{int(g['lossless_excused'].sum())}"
 
 
@@ -86,6 +88,7 @@ def _chosen(g: pd.DataFrame, arm: dict) -> str:
 
 
 SAMPLED = "sampled"  # `diverged` at T > 0, where exactness is distributional (the caption says so)
+UNCHECKED = "– sim"  # `diverged` of a simulated cell (`--engine sim`): its outputs are the AR cell's by construction
 NOISE_MARK = "~"  # a speed-up whose CI overlaps the A/A noise floor: not distinguishable from 1
 UNPAIRED_MARKS = ("τ-only", "unpaired")  # in the decode column, for `report.loading.NO_SPEEDUP`'s reasons in order
 COLUMNS: tuple[Column, ...] = (
@@ -116,7 +119,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("e2e", "e2e ×", "end-to-end speed-up (prefill included)", _mean("speedup_e2e_micro", 2)),
     Column("accuracy", "acc arm/AR", "share of answers the suite's checker accepts, this arm / AR",
            lambda g, arm: f"{_f(g['accuracy'].mean(), 2)}/{_f(g['baseline_accuracy'].mean(), 2)}"),
-    Column("diverged", "diverged", "requests whose output differs from AR: unexcused + excused (fp near-tie)",
+    Column("diverged", "diverged", "requests whose output differs from AR: unexcused + excused (fp near-tie); "
+           f"{UNCHECKED}: not checked, the cell was simulated from AR's outputs (--engine sim)",
            _diverged),
     Column("other", "other", "share of step time that is neither drafting nor verifying", _mean("other_share", 3)),
     Column("a_1", "a_1", "share of steps that accepted at least one drafted token", _mean("a_1", 2)),

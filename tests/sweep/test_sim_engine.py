@@ -48,9 +48,10 @@ def test_simulated_cells_carry_the_engines_counters_and_no_times(micro_target, l
     real, simulated = (s[s["drafter"] != "ar"].reset_index(drop=True) for s in (steps["hf"], steps["sim"]))
     pd.testing.assert_frame_equal(simulated[COUNTERS], real[COUNTERS])
     assert simulated["timing"].eq("none").all() and simulated["verify_s"].isna().all()
+    code, shown, err = jfbench("show", tmp_path / "sim")
+    assert code == 0 and shown.count("– sim") == 4, shown  # the four drafter rows' `diverged`: not checked
     code, shown, err = jfbench("show", tmp_path / "sim", "--table", "headroom")
-    assert code == 0, err
-    assert "jetflow" in shown
+    assert code == 0 and "jetflow" in shown, err
 
 
 @pytest.mark.parametrize(("extra", "says"), [
