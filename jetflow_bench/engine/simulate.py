@@ -78,11 +78,3 @@ def simulate(target: TargetRunner, drafter: Drafter, references: Sequence[Reques
                for i, r in enumerate(references)]
     return batch_result_of(results, meter, math.nan)
 
-
-def simulated_steps(target: TargetRunner, drafter: Drafter, prompts: Sequence[Sequence[int]],
-                    outputs: Sequence[Sequence[int]], budget: int) -> list[int]:
-    """Verify steps per request at ``budget`` for known ``outputs`` (the generated ids, prefill's
-    token first): `simulate` for callers that hold token ids only."""
-    references = [RequestResult(i, list(p), list(o), "length", math.nan, math.nan, 0)
-                  for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
-    return [r.steps for r in simulate(target, drafter, references, budget).requests]

@@ -13,7 +13,7 @@ import pytest
 
 from drafters import DRAFTERS
 from jetflow_bench.engine.loop import generate
-from jetflow_bench.engine.simulate import simulate, simulated_steps
+from jetflow_bench.engine.simulate import simulate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
 
@@ -27,7 +27,7 @@ QUESTIONS = [
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["dflash", "jetflow", "eagle", "ngram"])
 @pytest.mark.parametrize("budget", [8, 48])
-def test_simulated_steps_equal_the_engines(micro_target, learned_heads, name, budget):  # noqa: F811
+def test_simulated_step_counts_equal_the_engines(micro_target, learned_heads, name, budget):  # noqa: F811
     target = TargetRunner.load(micro_target, device="cpu")
     prompts = [target.tokenizer(q, add_special_tokens=False)["input_ids"] for q in QUESTIONS]
     plugin = DRAFTERS.get(name)
@@ -37,7 +37,7 @@ def test_simulated_steps_equal_the_engines(micro_target, learned_heads, name, bu
     steps = [r.steps for r in result.requests]
     if name != "ngram":  # prompt lookup finds little to copy in these prompts; the heads must be tested accepting
         assert sum(steps) < sum(len(o) - 1 for o in outputs), "drafts must be accepted, or the test proves nothing"
-    assert simulated_steps(target, drafter, prompts, outputs, budget) == steps
+    assert [r.steps for r in simulate(target, drafter, result.requests, budget).requests] == steps
 
 
 SAME = ("request", "step", "batch_step", "active", "budget", "drafted", "accepted", "emitted", "depth", "draft_passes",
