@@ -86,6 +86,11 @@ def sweep(
     from each request's stream (one chunk per vLLM step), drafted tokens from vLLM's /metrics
     counters differenced per batch; vLLM arms' speed-ups divide by vllm:none. See docs/vllm.md.
 
+    --engine sim --tau-only measures τ without the target's tree verification: the AR cell is decoded
+    for real and every drafter cell is simulated from its outputs, the head run live at every step
+    at its own budget (same τ and acceptance as the engine, step for step; nothing timed and no
+    losslessness check, `diverged` reads "– sim"). For τ-only grids at large budgets on a slow device.
+
     Examples:
 
         jfbench sweep --target Qwen/Qwen3-8B --drafters ngram,eagle=heads/eagle,jetflow=heads/jf
