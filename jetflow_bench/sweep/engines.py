@@ -97,6 +97,7 @@ EngineFactory = Callable[["SweepConfig", Path, Any], Engine]  # (config, run fol
 ENGINES: Registry[EngineFactory] = Registry("engine")
 ENGINES.register("hf", "jetflow_bench.sweep.hf_engine:load_engine")
 SIMULATED = "sim"  # τ-only drafter cells simulated from the AR cell's outputs: no times, no losslessness check
+SIM_NOT_SERVING = "--engine sim simulates batch decoding, not serving: drop --load, or use --engine hf"
 ENGINES.register(SIMULATED, "jetflow_bench.sweep.sim_engine:load_engine")
 ENGINES.register("vllm", "jetflow_bench.integrations.vllm_engine:load_engine")
 
@@ -110,6 +111,6 @@ def check_simulated(engine: str, tau_only: bool, temperatures: Sequence[float], 
     if any(temperatures):
         raise JfbenchError(f"--engine sim simulates greedy decoding: drop --temperature(s) {','.join(map(str, temperatures))}")
     if load is not None:
-        raise JfbenchError("--engine sim simulates batch decoding, not serving: drop --load, or use --engine hf")
+        raise JfbenchError(SIM_NOT_SERVING)
     if policy:
         raise JfbenchError("--engine sim needs fixed budgets (a per-step policy prices timed steps): drop auto from --budgets")

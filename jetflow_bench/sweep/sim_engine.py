@@ -27,7 +27,7 @@ from jetflow_bench.engine.serving import ServeResult
 from jetflow_bench.engine.simulate import simulate
 from jetflow_bench.engine.stopping import StopRule
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.sweep.engines import SIMULATED
+from jetflow_bench.sweep.engines import SIM_NOT_SERVING, SIMULATED
 from jetflow_bench.sweep.grid import SweepConfig
 from jetflow_bench.sweep.hf_engine import HFEngine
 
@@ -67,7 +67,7 @@ class SimEngine(HFEngine):
         budget: int, drafter: Drafter | None, sampling: SamplingParams = GREEDY, request_ids: Sequence[int] | None = None,
         policy: BudgetPolicy | None = None,
     ) -> ServeResult:
-        raise JfbenchError("--engine sim simulates batch decoding, not serving: drop --load, or use --engine hf")
+        raise JfbenchError(SIM_NOT_SERVING)
 
     def label(self, drafter: Drafter | None) -> str:
         """``hf`` for the AR cell (decoded for real), ``sim`` for the simulated drafter cells."""
