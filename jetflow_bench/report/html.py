@@ -31,6 +31,7 @@ from jetflow_bench.report.tables import (
     summary_table,
 )
 from jetflow_bench.sweep.efficiency import efficiency_line
+from jetflow_bench.sweep.engines import SIMULATED
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class RunSection:
     n_unexcused: int
     n_excused: int
     sampled: bool  # some cells decode at temperature > 0 (losslessness there: SAMPLED_LOSSLESS)
+    simulated: int  # cells of the sim engine, whose losslessness was not checked (`sweep.sim_engine`)
     ablation: Table | None
     ablation_figure: str | None  # base64 PNG
     manifest: list[tuple[str, str]]
@@ -93,6 +95,7 @@ def _section(run: Run, first: Run | None) -> RunSection:
         n_unexcused=_total(run, "lossless_unexcused"),
         n_excused=_total(run, "lossless_excused"),
         sampled=bool((run.summary["temperature"] > 0).any()),
+        simulated=int((run.summary["engine"] == SIMULATED).sum()) if "engine" in run.summary else 0,
         ablation=None if run.ablation is None else frame_table(run.ablation),
         ablation_figure=None if ablation_fig is None else ablation_fig.png_base64(),
         manifest=manifest_items(run),

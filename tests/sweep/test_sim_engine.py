@@ -52,6 +52,9 @@ def test_simulated_cells_carry_the_engines_counters_and_no_times(micro_target, l
     assert code == 0 and shown.count("– sim") == 4, shown  # the four drafter rows' `diverged`: not checked
     code, shown, err = jfbench("show", tmp_path / "sim", "--table", "headroom")
     assert code == 0 and "jetflow" in shown, err
+    code, _, err = jfbench("report", tmp_path / "sim", "--out", tmp_path / "report.html")
+    assert code == 0, err
+    assert "4 simulated cells (--engine sim) not checked" in (tmp_path / "report.html").read_text()
 
 
 @pytest.mark.parametrize(("extra", "says"), [
