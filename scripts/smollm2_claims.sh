@@ -4,7 +4,7 @@
 # Days of CPU, so everything here resumes: run it again after a kill and it goes on where it
 # stopped (a finished head is returned as is, a head in training resumes from its last 50-step
 # checkpoint, a sweep keeps its finished cells and a cell its finished prompt batches). Two jobs
-# at a time, one core each: a seed's two heads side by side, then two suites' sweeps side by side.
+# at a time, one core each: a seed's two heads side by side, then its two suites' sweeps side by side.
 #
 #   1-2  heads at gamma 7: dflash and jetflow, seeds 0 and 1, 2,400 training prompts, to a plateau
 #        of the held-out proxy (--stop-on-plateau; at most 6,000 steps)
@@ -49,11 +49,9 @@ both() {  # "COMMAND" "COMMAND": one per core, then wait for both (a failure sto
 
 for gamma in 7 0; do
   heads=2400; [ "$gamma" = 0 ] && heads=2400-g0
-  for seed in 0 1; do  # a seed's pair side by side, so the first pair is whole first
+  for seed in 0 1; do  # a seed's pair side by side, then its sweeps (minutes), so each seed's tables come early
     both "train dflash $seed $gamma 2400 $H/$heads/dflash/seed-$seed" \
          "train jetflow $seed $gamma 2400 $H/$heads/jetflow/seed-$seed"
-  done
-  for seed in 0 1; do
     both "sweep $heads $seed gsm8k claim1-g$gamma-s$seed-gsm8k" "sweep $heads $seed math500 claim1-g$gamma-s$seed-math500"
   done
   jfbench claims "$R"/claim1-g$gamma-s{0,1}-{gsm8k,math500} --gamma "$gamma" --dflash-twin --format markdown \
