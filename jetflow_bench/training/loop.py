@@ -15,11 +15,13 @@ import platform
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
+from filelock import FileLock, Timeout
 from safetensors.torch import load_file, save_file
 
 from jetflow_bench.core import runtime
@@ -215,6 +217,34 @@ def train_drafter(
     out = Path(out)
     if finished(out, config):
         return out
+    with sole_trainer(out):
+        return _train(target, out, config, data_dir, device, dtype, threads, show_progress, time_limit_s, stop_at_step,
+                      checkpoint_every)
+
+
+@contextlib.contextmanager
+def sole_trainer(out: Path) -> Iterator[None]:
+    """Hold ``out``'s training lock (beside it) for one trainer: a second process training the same
+    folder would interleave its checkpoints with the first's. Refused at once, naming the fix."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(out.parent / f".{out.name}.train.lock")
+    try:
+        lock.acquire(blocking=False)
+    except Timeout:
+        raise JfbenchError(f"{out}: another process is training this head now: wait for it (run the command again "
+                           "afterwards to resume or reuse it) or choose another --out") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _train(
+    target: str | Path | TargetRunner, out: Path, config: TrainConfig, data_dir: Path | None, device: str | None,
+    dtype: str | None, threads: int | None, show_progress: bool, time_limit_s: float | None, stop_at_step: int | None,
+    checkpoint_every: int,
+) -> Path:
+    """`train_drafter`'s work, under the folder's training lock."""
     runtime.set_threads(threads)
     runner = target if isinstance(target, TargetRunner) else TargetRunner.load(target, device, dtype)
     runner.model.requires_grad_(False)

@@ -308,6 +308,22 @@ def test_training_records_heldout_curves_supervision_and_cost(random_target, tmp
     assert record["cpu_numerics"]["aten_capability"] == torch.backends.cpu.get_cpu_capability()
 
 
+def test_a_head_folder_in_training_elsewhere_is_refused_then_trains_once_free(random_target, tmp_path):
+    """Two trainers of one folder would interleave their checkpoints (a driver script restarted while a
+    head it started still runs): the second is refused before it loads anything, and the lock is
+    released after a run, so the next run of the same folder goes ahead."""
+    from filelock import FileLock
+
+    out = tmp_path / "jf"
+    run = {**TINY_RUN, "prompts": 8, "seq_len": 64, "drafter": "jetflow", "steps": 2, "heldout": 0}
+    with FileLock(tmp_path / ".jf.train.lock"), pytest.raises(JfbenchError, match="another process is training this head"):
+        train_drafter(random_target, out, data_dir=DATA, show_progress=False, **run)
+    assert not out.exists()
+    assert train_drafter(random_target, out, data_dir=DATA, show_progress=False, **run) == out
+    with training_loop.sole_trainer(out):  # released by the run above
+        pass
+
+
 def test_portable_numerics_refuse_once_torch_has_loaded_without_them(monkeypatch):
     for name in PORTABLE_CPU_NUMERICS:
         monkeypatch.delenv(name, raising=False)
