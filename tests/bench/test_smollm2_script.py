@@ -1,7 +1,8 @@
 """scripts/smollm2_claims.sh: the days-long SmolLM2 claims run, checked in a second with a stand-in jfbench.
 
 Bugs it catches: a sweep started before both heads of its seed trained, claims read before their four
-runs, arms that pair heads of two seeds or two gammas, and a flag or value the real CLI would refuse
+runs, arms that pair heads of two seeds or two gammas, the two heads of a pair trained on different
+schedules (or stopped apart by the plateau test), and a flag or value the real CLI would refuse
 hours into the run (each recorded call is parsed by jfbench's own command line).
 """
 
@@ -52,6 +53,13 @@ def test_each_seeds_pair_trains_before_its_sweeps_and_claims_read_the_four_runs(
         elif call[0] == "claims":
             named = {c for c in call[1:] if not c.startswith("--") and "/R/" in c}
             assert len(named) == 4 and named <= runs, call
+    pairs: dict[str, set[tuple[str, ...]]] = {}  # a pair's folder -> its heads' flags but --drafter and --out
+    for call in (c for c in calls if c[0] == "train"):
+        out = Path(_flag(call, "--out"))
+        rest = [a for i, a in enumerate(call) if a not in ("--drafter", "--out") and call[i - 1] not in ("--drafter", "--out")]
+        pairs.setdefault(f"{out.parent.parent}/{out.name}", set()).add(tuple(rest))
+    assert all(len(flags) == 1 for flags in pairs.values()), "a pair's heads must share every training flag"
+    assert not any("--stop-on-plateau" in c for c in calls)  # it would stop the two heads of a pair apart
     counts = {name: sum(c[0] == name for c in calls) for name in ("train", "sweep", "show", "claims")}
     assert counts == {"train": 10, "sweep": 8, "show": 8, "claims": 2}
 
