@@ -70,7 +70,8 @@ def train(
         int | None, typer.Option("--eval-every", min=1, help="Steps between held-out evaluations. Default: steps / 20.")
     ] = _DEFAULTS.eval_every,
     stop_on_plateau: Annotated[
-        bool, typer.Option("--stop-on-plateau", help="End once the held-out proxy (mean of the last evaluations) moved < 2% over the last 20% of the steps.")
+        bool, typer.Option("--stop-on-plateau", help="End once the held-out proxy's trend over the last 40% of the steps, plus two standard errors, "
+                     "moves it < 2% per 20% of the steps (at three evaluations running; docs/drafters.md).")
     ] = _DEFAULTS.stop_on_plateau,
     draft_vocab: Annotated[
         int | None,

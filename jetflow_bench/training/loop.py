@@ -42,7 +42,7 @@ RESUMABLE_STOPS = ("time limit", "step limit")  # stops that keep the checkpoint
 PLATEAU_SHARE = 0.2  # converged: the held-out proxy moved less than PLATEAU_CHANGE over the last 20% of the steps
 PLATEAU_CHANGE = 0.02
 PLATEAU_MIN_EVALS = 5
-PLATEAU_SMOOTH = 3  # evaluations averaged on each side of the plateau window
+PLATEAU_WINDOW = 4  # evaluations the trend is fitted to, at least (over the last 2 x PLATEAU_SHARE of the steps)
 PLATEAU_CONFIRM = 3  # consecutive evaluations that must each find the plateau
 BACKWARD_FACTOR = 3  # training FLOPs = forward + backward (about twice the forward) = 3 x the counted forward
 
@@ -165,29 +165,36 @@ def heldout_proxy(
 
 
 def plateaued(heldout: list[dict[str, Any]], share: float = PLATEAU_SHARE, tolerance: float = PLATEAU_CHANGE) -> bool:
-    """Whether the proxy (``accept_len``) changed by less than ``tolerance`` (relative) over the last
-    ``share`` of the steps run, at each of the last `PLATEAU_CONFIRM` evaluations (`_flat_at`).
-    Single points will not do: on a few dozen held-out sequences the proxy moves by ~10% between
-    evaluations, so two noisy points 2% apart ended a still-rising SmolLM2 head at a tenth of its
-    steps; and one flat window will not do either: a `deep` head at gamma = 0 stalled near 1.33 for
-    500 steps, was stopped at step 1,300, and climbed to 2.18 by step 2,300 when trained on. Needs
-    at least `PLATEAU_MIN_EVALS` evaluations, and a proxy above zero: a head flat at zero never
-    learned (e.g. reverse KL stuck on a one-hot start), it did not converge."""
+    """Whether the proxy (``accept_len``) is resolved as flat: its trend would change it by less than
+    ``tolerance`` (relative) over ``share`` of the steps run, even pushed two standard errors up, at
+    each of the last `PLATEAU_CONFIRM` evaluations (`_flat_at`). On a few dozen held-out sequences the
+    proxy moves by ~10% between evaluations, and every test of two (smoothed) points against each
+    other fired on that noise: a still-rising SmolLM2 head stopped at a tenth of its steps; a `deep`
+    head stalled near 1.33 for 500 steps, stopped at 1,300, climbed to 2.18 when trained on; the
+    seed-0 SmolLM2 jetflow head stopped at 2,850 while its dflash twin, level with it there, rose on
+    to 4,300. A noisy curve now trains on until its trend is pinned down. Needs at least
+    `PLATEAU_MIN_EVALS` evaluations, and a proxy above zero: a head flat at zero never learned
+    (e.g. reverse KL stuck on a one-hot start), it did not converge."""
     if len(heldout) < max(PLATEAU_MIN_EVALS, PLATEAU_CONFIRM) or heldout[-1]["accept_len"] <= 0:
         return False
     return all(_flat_at(heldout[: len(heldout) - back], share, tolerance) for back in range(PLATEAU_CONFIRM))
 
 
 def _flat_at(heldout: list[dict[str, Any]], share: float, tolerance: float) -> bool:
-    """The mean of the evaluations after (1 - share) x the latest step against the mean of the ones
-    just before it (up to `PLATEAU_SMOOTH` on each side), within ``tolerance``."""
-    cut = (1 - share) * heldout[-1]["step"]
-    before = [h["accept_len"] for h in heldout if h["step"] <= cut][-PLATEAU_SMOOTH:]
-    after = [h["accept_len"] for h in heldout if h["step"] > cut][-PLATEAU_SMOOTH:]
-    if not before:
+    """The least-squares line through the evaluations of the last 2 x ``share`` of the steps: its
+    slope's magnitude plus two standard errors, times ``share`` of the steps, within ``tolerance``
+    of the window's mean (at least `PLATEAU_WINDOW` evaluations)."""
+    latest = heldout[-1]["step"]
+    window = [(h["step"], h["accept_len"]) for h in heldout if h["step"] >= (1 - 2 * share) * latest]
+    if len(window) < PLATEAU_WINDOW:
         return False
-    then, now = sum(before) / len(before), sum(after) / len(after)
-    return abs(now - then) <= tolerance * max(then, 1e-9)
+    n = len(window)
+    x_mean, y_mean = sum(x for x, _ in window) / n, sum(y for _, y in window) / n
+    sxx = sum((x - x_mean) ** 2 for x, _ in window)
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in window) / sxx
+    residual = sum((y - y_mean - slope * (x - x_mean)) ** 2 for x, y in window)
+    slope_se = math.sqrt(residual / (n - 2) / sxx)
+    return (abs(slope) + 2 * slope_se) * share * latest <= tolerance * max(y_mean, 1e-9)
 
 
 def train_drafter(

@@ -30,6 +30,7 @@ from jetflow_bench.training.teacher import TeacherBatch, TeacherCache
 from tests.helpers.data_dirs import benchmark_data_dir
 from tests.helpers.random_models import save_random_model
 
+ROOT = Path(__file__).resolve().parents[2]
 DATA = benchmark_data_dir()  # the made-up training sets where no data folder is given
 TINY_RUN = {
     "prompts": 8, "max_new_tokens": 24, "seq_len": 48, "batch_size": 2, "anchors": 3, "block_size": 6, "warmup": 1,
@@ -270,7 +271,7 @@ def test_draft_vocabulary_heads_train_and_record_their_tokens(random_target, tmp
     assert load_file(str(out / "model.safetensors"))["d2t"].tolist() == expected.tolist()
 
 
-def test_plateau_is_under_two_percent_over_the_last_fifth_at_three_evaluations_running():
+def test_plateau_is_a_trend_pinned_under_two_percent_per_fifth_at_three_evaluations_running():
     def curve(values, every=10):
         return [{"step": every * (i + 1), "accept_len": v} for i, v in enumerate(values)]
 
@@ -290,7 +291,14 @@ def test_plateau_is_under_two_percent_over_the_last_fifth_at_three_evaluations_r
              1.0957, 1.1387, 1.25, 1.3262, 1.166, 1.3281, 1.4766, 1.3398, 1.3613, 1.3203, 1.373, 1.4199, 1.1973,
              1.4277, 1.5664]
     assert not any(plateaued(curve(stall[:n], every=50)) for n in range(1, len(stall) + 1))
-    assert plateaued(curve(stall[:17] + [1.33] * 10, every=50))  # a stall that lasts is a plateau
+    assert plateaued(curve(stall[:17] + [1.33] * 14, every=50))  # a stall that lasts is a plateau
+    assert not plateaued(curve(stall[:17] + [1.33] * 8, every=50))  # ... over 2/5 of the run, at three evaluations
+    # The seed-0 SmolLM2 pair of issue 52 (published records): the plateau test of two smoothed points
+    # stopped jetflow at 2,850 and dflash at 4,300, on the proxy's noise (~0.1 between evaluations).
+    heads = ROOT / "results" / "baselines" / "smollm2" / "claim1" / "heads"
+    for name in ("jetflow-g7-s0", "dflash-g7-s0"):
+        heldout = json.loads((heads / f"{name}.config.json").read_text())["training"]["heldout"]
+        assert len(heldout) > 50 and not any(plateaued(heldout[:n]) for n in range(1, len(heldout) + 1)), name
 
 
 def test_training_records_heldout_curves_supervision_and_cost(random_target, tmp_path):
@@ -354,7 +362,7 @@ def test_stop_on_plateau_ends_the_run_and_counts_as_finished(random_target, tmp_
     options = {"drafter": "dflash", "steps": 12, "eval_every": 1, "stop_on_plateau": True, **TINY_RUN}
     out = train_drafter(random_target, tmp_path / "df", data_dir=DATA, show_progress=False, **options)
     record = json.loads((out / "config.json").read_text())["training"]
-    assert record["stop_reason"] == "plateau" and record["steps_done"] == 5 and record["converged"] is True
+    assert record["stop_reason"] == "plateau" and record["steps_done"] == 10 and record["converged"] is True  # 4 evaluations over 2/5 of the run, 3 times
     assert not (out / ".partial").exists()
     assert training_loop.finished(out, train_config(**options))
 
