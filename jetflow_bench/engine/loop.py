@@ -211,10 +211,9 @@ def _speculative_step(
     """
     views = batch.views()
     budget = meter.begin(budget)  # a budget policy drafts at its largest candidate
-    drafting = drafter is not None and budget > 1  # budget 1 verifies the root alone: nothing to ask a drafter
-    trees = drafter.propose(views, budget) if drafting else [DraftTree.root_only(v.tokens[-1]) for v in views]
+    trees, drafting = draft_trees(drafter, views, budget)
     meter.drafted(trees, drafting)
-    _check_trees(trees, views, budget, drafter)
+    check_trees(trees, views, budget, drafter)
     trees = meter.choose(trees)  # a budget policy verifies a prefix of each tree
     prepared = target.prepare(trees)
     meter.prepared()
@@ -247,7 +246,14 @@ def _shrink(target: TargetRunner, batch: _Batch, keep: list[int]) -> None:
         batch.active = [batch.active[r] for r in keep]
 
 
-def _check_trees(trees: list[DraftTree], views: list[SequenceView], budget: int, drafter: Drafter | None) -> None:
+def draft_trees(drafter: Drafter | None, views: list[SequenceView], budget: int) -> tuple[list[DraftTree], bool]:
+    """A step's trees, and whether the drafter made them: budget 1 (or no drafter) verifies the root
+    alone, with nothing to ask a drafter."""
+    drafting = drafter is not None and budget > 1
+    return (drafter.propose(views, budget) if drafting else [DraftTree.root_only(v.tokens[-1]) for v in views]), drafting
+
+
+def check_trees(trees: list[DraftTree], views: list[SequenceView], budget: int, drafter: Drafter | None) -> None:
     """A plug-in's tree must fit the budget and grow from the committed last token."""
     name = drafter.name if drafter else AR_ARM
     if len(trees) != len(views):

@@ -24,10 +24,10 @@ import torch
 
 from jetflow_bench.engine.acceptance import Acceptance
 from jetflow_bench.engine.drafter import Drafter, SequenceView
-from jetflow_bench.engine.loop import BatchResult, RequestResult, batch_result_of
+from jetflow_bench.engine.loop import BatchResult, RequestResult, batch_result_of, check_trees, draft_trees
 from jetflow_bench.engine.meter import Clock, StepMeter
 from jetflow_bench.engine.target import TargetRunner
-from jetflow_bench.engine.tree import DraftTree, emitted, matched_nodes
+from jetflow_bench.engine.tree import emitted, matched_nodes
 
 
 def simulate(target: TargetRunner, drafter: Drafter, references: Sequence[RequestResult], budget: int) -> BatchResult:
@@ -49,9 +49,9 @@ def simulate(target: TargetRunner, drafter: Drafter, references: Sequence[Reques
         while active:
             views = [seqs[i] for i in active]
             meter.begin(budget)
-            drafting = budget > 1
-            trees = drafter.propose(views, budget) if drafting else [DraftTree.root_only(v.tokens[-1]) for v in views]
+            trees, drafting = draft_trees(drafter, views, budget)
             meter.drafted(trees, drafting)
+            check_trees(trees, views, budget, drafter)
             meter.prepared()
             meter.verified()
             before = [len(v.tokens) for v in views]
