@@ -10,8 +10,9 @@ reuses another budget's) and gives each request the engine's step count, fp ties
 tests/engine/test_simulate.py holds it equal for every drafter family.
 
 The records are the engine's (`StepMeter`), less what needs the verify forward or a clock: no
-times (timing "none"), no top-branch gap (`rank1_gap` NaN), and `accepted_raw` counts matches
-within the output only. The sweep's ``sim`` engine (`jetflow_bench.sweep.sim_engine`) runs its
+times (timing "none"), no top-branch gap (`rank1_gap` NaN), and a step cut at the output's end
+knows only the output: its `accepted_raw`, accepted path (`NodeBlock`) and ranked tokens stop there,
+with no bonus. The sweep's ``sim`` engine (`jetflow_bench.sweep.sim_engine`) runs its
 drafter cells this way.
 """
 
@@ -61,7 +62,7 @@ def simulate(target: TargetRunner, drafter: Drafter, references: Sequence[Reques
                 path = [0, *matched_nodes(tree, continuation)]
                 n = emitted(len(path) - 1, len(continuation))
                 paths.append(path)
-                bonus.append(continuation[len(path) - 1] if n == len(path) else -1)  # -1: cut at the output's end
+                bonus.append(continuation[len(path) - 1] if n == len(path) else None)  # None: cut at the output's end
                 seq.tokens.extend(continuation[:n])
                 steps[i] += 1
                 if len(seq.tokens) - seq.prompt_len < len(outputs[i]):
