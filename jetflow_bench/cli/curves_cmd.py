@@ -25,7 +25,8 @@ def curves(
     format: TableFormatOpt = TableFormat.table,
 ) -> None:
     """Each head's held-out acceptance proxy over its training (the curve `--stop-on-plateau` reads):
-    where it stopped and why, its last and best value. Heads trained on two data sizes side by side
+    where it stopped and why, its last and best value, and the first step at which the plateau
+    test finds it flat (plateau_step; empty where it never does). Heads trained on two data sizes side by side
     show whether more data still helps. A head still in training shows its last checkpoint's curve
     (stop reason "in training").
 

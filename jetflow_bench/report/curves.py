@@ -16,7 +16,7 @@ from jetflow_bench.heads.checkpoint import read_json
 
 COLUMNS = ["head", "step", "heldout_accept_len", "heldout_top1"]
 SUMMARY_COLUMNS = ["head", "drafter", "prompts", "sequences", "decay", "seed", "steps_done", "stop_reason",
-                   "last", "best", "best_step"]
+                   "last", "best", "best_step", "plateau_step"]
 
 
 def head_record_path(path: Path) -> Path:
@@ -89,8 +89,18 @@ def heldout_curves(paths: Sequence[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
         summary.append({"head": label, "drafter": config.get("drafter"), "prompts": config.get("prompts"),
                         "sequences": training.get("sequences"), "decay": config.get("decay"), "seed": config.get("seed"),
                         "steps_done": training.get("steps_done"), "stop_reason": training.get("stop_reason"),
-                        "last": curve[-1][1], "best": best[1], "best_step": best[0]})
+                        "last": curve[-1][1], "best": best[1], "best_step": best[0],
+                        "plateau_step": plateau_step(training["heldout"])})
     return pd.DataFrame(rows, columns=COLUMNS), pd.DataFrame(summary, columns=SUMMARY_COLUMNS)
+
+
+def plateau_step(heldout: list[dict[str, Any]]) -> int | None:
+    """The first evaluation at which the plateau test (`training.loop.plateaued`, the one
+    ``--stop-on-plateau`` applies) finds the curve flat, or None: whether a head trained on a fixed
+    schedule reached a plateau, and where, read by the rule the suite stops on."""
+    from jetflow_bench.training.loop import plateaued
+
+    return next((heldout[n - 1]["step"] for n in range(1, len(heldout) + 1) if plateaued(heldout[:n])), None)
 
 
 def curves_figure(curves: pd.DataFrame) -> Figure:

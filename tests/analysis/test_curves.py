@@ -33,6 +33,17 @@ def test_curves_summarise_each_head_and_list_every_evaluation(tmp_path, cli):
     assert every["step"].tolist() == [50, 100, 150] and every["heldout_top1"].round(3).tolist() == [0.167, 0.4, 0.367]
 
 
+def test_plateau_step_is_where_the_stopping_rule_first_finds_the_curve_flat(tmp_path, cli):
+    flat = _head(tmp_path / "flat", [(s, 1.0) for s in range(50, 701, 50)], stop="steps")
+    rising = _head(tmp_path / "rising", [(s, s / 100) for s in range(50, 701, 50)], stop="steps")
+    code, text, err = cli("curves", str(flat), str(rising), "--format", "csv")
+    summary = pd.read_csv(io.StringIO(text)).set_index("head")
+    # 4 evaluations in the last 2/5 of the steps (from step 400), at three evaluations running (400, 450, 500)
+    assert code == 0 and summary.loc["flat", "plateau_step"] == 500, err
+    assert pd.isna(summary.loc["rising", "plateau_step"])
+    assert "plateau_step" in cli("curves", str(flat))[1]
+
+
 def test_curves_plot_and_published_records(tmp_path, cli):
     head = _head(tmp_path / "h", [(50, 0.5), (100, 1.0)])
     record = tmp_path / "heads" / "jetflow-s1.config.json"  # a published heads/ file
