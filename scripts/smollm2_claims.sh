@@ -27,7 +27,7 @@ TARGET=smollm2-135m-instruct
 # that they differ in the in-block mask alone. Not --stop-on-plateau: on 48 held-out sequences the proxy
 # moves ~0.1 between evaluations, and the plateau test stopped the seed-0 jetflow head at step 2,850 on
 # that noise while its dflash twin, level with it there, went on rising to step 4,300
-# (results/baselines/smollm2/claim1/curves.png). The curves are committed beside the tables instead.
+# (results/baselines/smollm2/claim1/unmatched/curves.png). The curves are committed beside the tables instead.
 TRAIN=(--target "$TARGET" --max-new-tokens 192 --data-seed 0 --draft-vocab 8192 --batch-size 4
        --steps 4000 --eval-every 50 --heldout 48 --threads 1)
 

@@ -295,7 +295,7 @@ def test_plateau_is_a_trend_pinned_under_two_percent_per_fifth_at_three_evaluati
     assert not plateaued(curve(stall[:17] + [1.33] * 8, every=50))  # ... over 2/5 of the run, at three evaluations
     # The seed-0 SmolLM2 pair of issue 52 (published records): the plateau test of two smoothed points
     # stopped jetflow at 2,850 and dflash at 4,300, on the proxy's noise (~0.1 between evaluations).
-    heads = ROOT / "results" / "baselines" / "smollm2" / "claim1" / "heads"
+    heads = ROOT / "results" / "baselines" / "smollm2" / "claim1" / "unmatched" / "heads"
     for name in ("jetflow-g7-s0", "dflash-g7-s0"):
         heldout = json.loads((heads / f"{name}.config.json").read_text())["training"]["heldout"]
         assert len(heldout) > 50 and not any(plateaued(heldout[:n]) for n in range(1, len(heldout) + 1)), name
