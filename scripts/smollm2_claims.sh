@@ -13,7 +13,9 @@
 #        engine's tau without the 256-node verify forwards), the headroom table of each, then claim 1
 #        and claim 2 (the dflash twin)
 #   4-5  the same at gamma 0 (heads, sweeps, claims)
-#   6    the second data size: a pair trained on 256 prompts, for the held-out curves
+#   6    the old recipe: jetflow heads on the old default (packed) layout, same data, schedule and seeds
+#        at gamma 7, swept alone and set against the new recipe's jetflow arm by `jfbench compare`
+#   7    the second data size: a pair trained on 256 prompts, for the held-out curves
 #
 # Usage: scripts/smollm2_claims.sh HEADS_DIR RUNS_DIR   (logs in RUNS_DIR/logs; JFBENCH_DATA_DIR set)
 # The 2,400-prompt training set takes ~2 h to regenerate here; results/baselines/smollm2/train-data
@@ -31,18 +33,20 @@ TARGET=smollm2-135m-instruct
 TRAIN=(--target "$TARGET" --max-new-tokens 192 --data-seed 0 --draft-vocab 8192 --batch-size 4
        --steps 4000 --eval-every 50 --heldout 48 --threads 1)
 
-train() {  # DRAFTER SEED GAMMA PROMPTS FOLDER
+train() {  # DRAFTER SEED GAMMA PROMPTS FOLDER [TRAIN FLAGS...]
   echo "$(date -u +%FT%TZ) train $*" >&2
-  jfbench train --drafter "$1" "${TRAIN[@]}" --seed "$2" --decay "$3" --prompts "$4" --out "$5" \
-    >> "$R/logs/train-$1-s$2-g$3-p$4.log" 2>&1
+  local log="$R/logs/train-$1-s$2-g$3-p$4$([ $# -gt 5 ] && echo -old).log"
+  jfbench train --drafter "$1" "${TRAIN[@]}" --seed "$2" --decay "$3" --prompts "$4" --out "$5" "${@:6}" >> "$log" 2>&1
 }
 
-sweep() {  # HEADS_SUBDIR SEED SUITE RUN_NAME
-  local run="$R/$4"
+sweep() {  # HEADS_SUBDIR SEED SUITE RUN_NAME [ARMS, comma-separated: dflash,jetflow]
+  local run="$R/$4" list=${5:-} arms=() arm
+  for arm in ${list//,/ }; do arms+=("$arm=$H/$1/$arm/seed-$2"); done
+  [ ${#arms[@]} -gt 0 ] || arms=("dflash=$H/$1/dflash/seed-$2" "jetflow=$H/$1/jetflow/seed-$2")
   echo "$(date -u +%FT%TZ) sweep $run" >&2
   jfbench sweep --target "$TARGET" --suites "$3" --budgets 16,64,256 --limit 64 --max-new-tokens 256 \
     --batch-sizes 16 --tau-only --engine sim --threads 1 --no-progress \
-    --drafters "dflash=$H/$1/dflash/seed-$2,jetflow=$H/$1/jetflow/seed-$2" --out "$run" >> "$R/logs/$4.log" 2>&1
+    --drafters "$(IFS=,; echo "${arms[*]}")" --out "$run" >> "$R/logs/$4.log" 2>&1
   jfbench show "$run" --table headroom --format markdown > "$R/headroom-$4.md"
 }
 
@@ -62,5 +66,15 @@ for gamma in 7 0; do
   jfbench claims "$R"/claim1-g$gamma-s{0,1}-{gsm8k,math500} --gamma "$gamma" --dflash-twin --format markdown \
     > "$R/claims-g$gamma.md"
 done
+# The old recipe against the new (the jetflow arm of the gamma-7 runs): greedy tau does not depend on
+# the session, so tau-only runs made apart pair request by request.
+both "train jetflow 0 7 2400 $H/2400-s4000-packed/jetflow/seed-0 --layout packed" \
+     "train jetflow 1 7 2400 $H/2400-s4000-packed/jetflow/seed-1 --layout packed"
+for seed in 0 1; do
+  both "sweep 2400-s4000-packed $seed gsm8k packed-g7-s$seed-gsm8k jetflow" \
+       "sweep 2400-s4000-packed $seed math500 packed-g7-s$seed-math500 jetflow"
+done
+jfbench compare "$R"/claim1-g7-s{0,1}-{gsm8k,math500} --other "$R/packed-g7-s0-gsm8k" --other "$R/packed-g7-s0-math500" \
+  --other "$R/packed-g7-s1-gsm8k" --other "$R/packed-g7-s1-math500" --format markdown > "$R/compare-old-new.md"
 both "train dflash 0 7 256 $H/256-s4000/dflash/seed-0" "train jetflow 0 7 256 $H/256-s4000/jetflow/seed-0"
-echo "$(date -u +%FT%TZ) done: $R/claims-g7.md, $R/claims-g0.md, headroom-*.md; heads in $H" >&2
+echo "$(date -u +%FT%TZ) done: $R/claims-g7.md, $R/claims-g0.md, compare-old-new.md, headroom-*.md; heads in $H" >&2

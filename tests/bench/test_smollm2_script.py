@@ -53,6 +53,11 @@ def test_each_seeds_pair_trains_before_its_sweeps_and_claims_read_the_four_runs(
         elif call[0] == "claims":
             named = {c for c in call[1:] if not c.startswith("--") and "/R/" in c}
             assert len(named) == 4 and named <= runs, call
+        elif call[0] == "compare":  # the new recipe's gamma-7 runs against the old recipe's, all swept by now
+            base = {c for c in call[1:] if "/R/" in c and call[call.index(c) - 1] != "--other"}
+            other = {call[i + 1] for i, c in enumerate(call) if c == "--other"}
+            assert base == {f"{tmp_path}/R/claim1-g7-s{s}-{suite}" for s in (0, 1) for suite in ("gsm8k", "math500")}
+            assert len(other) == 4 and other <= runs and not other & base, call
     pairs: dict[str, set[tuple[str, ...]]] = {}  # a pair's folder -> its heads' flags but --drafter and --out
     for call in (c for c in calls if c[0] == "train"):
         out = Path(_flag(call, "--out"))
@@ -60,8 +65,11 @@ def test_each_seeds_pair_trains_before_its_sweeps_and_claims_read_the_four_runs(
         pairs.setdefault(f"{out.parent.parent}/{out.name}", set()).add(tuple(rest))
     assert all(len(flags) == 1 for flags in pairs.values()), "a pair's heads must share every training flag"
     assert not any("--stop-on-plateau" in c for c in calls)  # it would stop the two heads of a pair apart
-    counts = {name: sum(c[0] == name for c in calls) for name in ("train", "sweep", "show", "claims")}
-    assert counts == {"train": 10, "sweep": 8, "show": 8, "claims": 2}
+    old = [c for c in calls if c[0] == "train" and "--layout" in c]  # the old recipe: jetflow, packed, gamma 7
+    assert {(_flag(c, "--drafter"), _flag(c, "--layout"), _flag(c, "--decay")) for c in old} == {("jetflow", "packed", "7")}
+    assert {_flag(c, "--seed") for c in old} == {"0", "1"}
+    counts = {name: sum(c[0] == name for c in calls) for name in ("train", "sweep", "show", "claims", "compare")}
+    assert counts == {"train": 12, "sweep": 12, "show": 12, "claims": 2, "compare": 1}
 
 
 def _known_target(value: str) -> str:
