@@ -40,9 +40,8 @@ train() {  # DRAFTER SEED GAMMA PROMPTS FOLDER [TRAIN FLAGS...]
 }
 
 sweep() {  # HEADS_SUBDIR SEED SUITE RUN_NAME [ARMS, comma-separated: dflash,jetflow]
-  local run="$R/$4" list=${5:-} arms=() arm
+  local run="$R/$4" list=${5:-dflash,jetflow} arms=() arm
   for arm in ${list//,/ }; do arms+=("$arm=$H/$1/$arm/seed-$2"); done
-  [ ${#arms[@]} -gt 0 ] || arms=("dflash=$H/$1/dflash/seed-$2" "jetflow=$H/$1/jetflow/seed-$2")
   echo "$(date -u +%FT%TZ) sweep $run" >&2
   jfbench sweep --target "$TARGET" --suites "$3" --budgets 16,64,256 --limit 64 --max-new-tokens 256 \
     --batch-sizes 16 --tau-only --engine sim --threads 1 --no-progress \
