@@ -35,7 +35,8 @@ TRAIN=(--target "$TARGET" --max-new-tokens 192 --data-seed 0 --draft-vocab 8192 
 
 train() {  # DRAFTER SEED GAMMA PROMPTS FOLDER [TRAIN FLAGS...]
   echo "$(date -u +%FT%TZ) train $*" >&2
-  local log="$R/logs/train-$1-s$2-g$3-p$4$([ $# -gt 5 ] && echo -old).log"
+  local extra="${*:6}" log  # extra training flags name the log: --layout packed -> ...-layout-packed.log
+  log="$R/logs/train-$1-s$2-g$3-p$4$(tr -cs 'a-z0-9' '-' <<< "${extra:+-$extra}" | sed 's/-*$//').log"
   jfbench train --drafter "$1" "${TRAIN[@]}" --seed "$2" --decay "$3" --prompts "$4" --out "$5" "${@:6}" >> "$log" 2>&1
 }
 

@@ -68,6 +68,8 @@ def test_each_seeds_pair_trains_before_its_sweeps_and_claims_read_the_four_runs(
     old = [c for c in calls if c[0] == "train" and "--layout" in c]  # the old recipe: jetflow, packed, gamma 7
     assert {(_flag(c, "--drafter"), _flag(c, "--layout"), _flag(c, "--decay")) for c in old} == {("jetflow", "packed", "7")}
     assert {_flag(c, "--seed") for c in old} == {"0", "1"}
+    logs = {p.name for p in (tmp_path / "R" / "logs").glob("train-*.log")}  # one per head, the old recipe's named by its flag
+    assert len(logs) == 12 and {n for n in logs if "packed" in n} == {f"train-jetflow-s{s}-g7-p2400-layout-packed.log" for s in (0, 1)}
     counts = {name: sum(c[0] == name for c in calls) for name in ("train", "sweep", "show", "claims", "compare")}
     assert counts == {"train": 12, "sweep": 12, "show": 12, "claims": 2, "compare": 1}
 
